@@ -1,0 +1,1 @@
+"""Workload -> operators and their prices (roofline baseline, GEMM tile model, attention, MoE)."""

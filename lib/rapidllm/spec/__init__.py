@@ -1,0 +1,12 @@
+"""Specs: load, validate and resolve model, hardware, network, case and experiment YAML."""
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.model import ModelSpec, MoESpec, MLASpec
+from rapidllm.spec.hardware import HardwareSpec, SMLimits, Utilization
+from rapidllm.spec.network import NetworkSpec, DimensionSpec, FaultSpec
+from rapidllm.spec.case import Case, Parallelism, TrainingWorkload, InferenceWorkload, load_case, resolve_case
+
+__all__ = [
+    "SpecError", "ModelSpec", "MoESpec", "MLASpec", "HardwareSpec", "SMLimits", "Utilization",
+    "NetworkSpec", "DimensionSpec", "FaultSpec", "Case", "Parallelism", "TrainingWorkload",
+    "InferenceWorkload", "load_case", "resolve_case",
+]

@@ -1,0 +1,169 @@
+"""Case spec: model + hardware + network + workload + parallel layout, resolved and checked.
+
+`resolve_case` turns a user mapping (names or inline specs) into a frozen `Case` with SI units, or raises
+SpecError naming the file, the key and what is allowed. Impossible layouts (tp not dividing heads, a world
+size the network cannot hold, ...) are errors here, so every later stage can trust a Case.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.hardware import HardwareSpec
+from rapidllm.spec.model import ModelSpec
+from rapidllm.spec.named import resolve_named
+from rapidllm.spec.network import FaultSpec, NetworkSpec
+from rapidllm.spec.paths import display
+from rapidllm.spec.schema import load_yaml, validate
+from rapidllm.units import parse_quantity
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = False
+    zero: int = 0
+    fsdp: str = "none"               # none | full_shard | shard_grad_op
+    recompute: str = "none"          # none | selective | full
+    schedule: str = "1f1b"           # gpipe | 1f1b | interleaved
+    virtual_stages: int = 1
+    fp32_grad_accum: bool = False
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def size(self, axis: str) -> int:
+        return getattr(self, axis)
+
+
+@dataclass(frozen=True)
+class TrainingWorkload:
+    seq_len: int
+    global_batch: int                # sequences per optimizer step
+    micro_batch: int = 1
+    mode: str = "training"
+
+    def microbatches(self, dp: int) -> int:
+        """Micro-batches per data-parallel replica per step (gradient-accumulation steps)."""
+        return self.global_batch // (dp * self.micro_batch)
+
+
+@dataclass(frozen=True)
+class InferenceWorkload:
+    prompt_tokens: int
+    output_tokens: int
+    batch: int = 1
+    concurrency: int = 1
+    mode: str = "inference"
+
+
+@dataclass(frozen=True)
+class Case:
+    model: ModelSpec
+    hardware: HardwareSpec
+    network: NetworkSpec
+    workload: TrainingWorkload | InferenceWorkload
+    parallelism: Parallelism
+    precision: str = "bf16"
+    attention_impl: str = "flash"
+    moe_hot_expert_factor: float = 1.0   # 1.0 = balanced routing
+    name: str = ""
+
+    @property
+    def training(self) -> bool:
+        return isinstance(self.workload, TrainingWorkload)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def case_id(self) -> str:
+        """Stable hash of the fully resolved case (name excluded: it is a label, not physics)."""
+        d = self.to_dict()
+        d.pop("name")
+        blob = json.dumps(d, sort_keys=True, default=list, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str) -> None:
+    def bad(key: str, msg: str) -> SpecError:
+        return SpecError.at(source, key, msg)
+
+    if model.heads % par.tp:
+        raise bad("parallelism.tp", f"tp {par.tp} does not divide heads {model.heads} of {model.name}")
+    if model.kv_heads % par.tp and par.tp % model.kv_heads:
+        raise bad("parallelism.tp", f"tp {par.tp} and kv_heads {model.kv_heads} of {model.name}: one must divide the other")
+    if model.layers % par.pp:
+        raise bad("parallelism.pp", f"pp {par.pp} does not divide layers {model.layers} of {model.name}")
+    if par.virtual_stages > 1 and model.layers % (par.pp * par.virtual_stages):
+        raise bad("parallelism.virtual_stages", f"pp x virtual_stages = {par.pp * par.virtual_stages} does not divide layers {model.layers}")
+    if par.schedule == "interleaved" and par.virtual_stages < 2 and par.pp > 1:
+        raise bad("parallelism.virtual_stages", "schedule 'interleaved' needs virtual_stages >= 2")
+    if par.ep > 1:
+        if not model.moe:
+            raise bad("parallelism.ep", f"ep {par.ep} needs a MoE model; {model.name} is dense")
+        if model.moe.experts % par.ep:
+            raise bad("parallelism.ep", f"ep {par.ep} does not divide experts {model.moe.experts}")
+        if (par.dp * par.cp * par.tp) % par.ep:
+            raise bad("parallelism.ep", f"ep {par.ep} must divide dp x cp x tp = {par.dp * par.cp * par.tp} (experts are placed across data-parallel ranks)")
+    if par.zero and par.fsdp != "none":
+        raise bad("parallelism.fsdp", "set either zero or fsdp, not both (fsdp full_shard is ZeRO-3, shard_grad_op is ZeRO-2)")
+    if isinstance(workload, TrainingWorkload):
+        if workload.seq_len % par.cp:
+            raise bad("parallelism.cp", f"cp {par.cp} does not divide seq_len {workload.seq_len}")
+        if par.sp and workload.seq_len % par.tp:
+            raise bad("parallelism.sp", f"sequence parallel needs tp {par.tp} to divide seq_len {workload.seq_len}")
+        if workload.global_batch % (par.dp * workload.micro_batch):
+            raise bad("workload.global_batch", f"global_batch {workload.global_batch} is not a multiple of "
+                      f"dp x micro_batch = {par.dp} x {workload.micro_batch}")
+    elif par.pp > 1 and par.schedule == "interleaved":
+        raise bad("parallelism.schedule", "inference does not use interleaved pipeline schedules")
+
+
+def resolve_case(mapping: Any, source: str) -> Case:
+    """Validate a case mapping against workflow/schemas/case and resolve names into specs."""
+    validate(mapping, "case", source)
+    model_m, model_src = resolve_named("model", mapping["model"], source, "model")
+    hw_m, hw_src = resolve_named("hardware", mapping["hardware"], source, "hardware")
+    net_m, net_src = resolve_named("network", mapping["network"], source, "network")
+    model = ModelSpec.from_mapping(model_m, model_src)
+    hardware = HardwareSpec.from_mapping(hw_m, hw_src)
+    if "clock" in mapping:
+        hardware = hardware.at_clock(parse_quantity(mapping["clock"], "frequency"))
+    network = NetworkSpec.from_mapping(net_m, net_src)
+    w = dict(mapping["workload"])
+    mode = w.pop("mode")
+    if mode == "training":
+        workload: TrainingWorkload | InferenceWorkload = TrainingWorkload(**w)
+    else:
+        w.setdefault("concurrency", w.get("batch", 1))
+        workload = InferenceWorkload(**w)
+    par = Parallelism(**mapping.get("parallelism", {}))
+    _check_layout(model, par, workload, source)
+    network = network.sized_for(par.world, source)
+    extra = tuple(FaultSpec.from_mapping(f) for f in mapping.get("faults", []))
+    if extra:
+        network = dataclasses.replace(network, faults=network.faults + extra)
+    routing = mapping.get("moe_routing", "balanced")
+    hot = 1.0 if routing == "balanced" else float(routing["hot_expert_factor"])
+    return Case(model=model, hardware=hardware, network=network, workload=workload, parallelism=par,
+                precision=mapping.get("precision", "bf16"), attention_impl=mapping.get("attention_impl", "flash"),
+                moe_hot_expert_factor=hot, name=mapping.get("name", ""))
+
+
+def load_case(path: str | Path) -> Case:
+    """Read and resolve a case YAML file."""
+    source = display(path)
+    mapping = load_yaml(Path(path))
+    return resolve_case(mapping, source)
+

@@ -1,0 +1,91 @@
+"""Hardware spec in SI units: datasheet values plus the three calibrated utilizations."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from rapidllm.units import parse_quantity as q
+
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class SMLimits:
+    max_threads: int
+    max_threads_per_block: int
+    max_registers: int
+    max_registers_per_thread: int
+    max_shared_memory: float          # bytes per SM
+    max_shared_memory_per_block: float
+    max_blocks: int
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """The only calibrated constants: fractions of peak compute, HBM and network bandwidth achieved."""
+    compute: float = 1.0
+    hbm: float = 1.0
+    network: float = 1.0
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    name: str
+    sm_count: int
+    clock_hz: float
+    tensor_flops: dict[str, float]    # dense FLOP/s per dtype at clock_hz
+    vector_flops: float               # FP32 non-tensor FLOP/s
+    hbm_capacity: float               # bytes
+    hbm_bandwidth: float              # bytes/s
+    l2_size: float                    # bytes
+    l2_bandwidth: float               # bytes/s
+    smem_bandwidth_per_sm: float      # bytes/s
+    limits: SMLimits
+    launch_overhead_s: float
+    framework_memory: float           # bytes reserved by CUDA context + allocator
+    utilization: Utilization
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense tensor FLOP/s for dtype; falls back to the nearest slower dtype the device has."""
+        for d in {"fp8": ("fp8", "bf16", "fp16"), "bf16": ("bf16", "fp16"), "fp16": ("fp16", "bf16"),
+                  "tf32": ("tf32", "fp32"), "fp32": ("fp32",)}[dtype]:
+            if d in self.tensor_flops:
+                return self.tensor_flops[d]
+        return self.vector_flops
+
+    def at_clock(self, clock_hz: float) -> "HardwareSpec":
+        """The same device with its SM clock locked: compute, L2 and shared-memory rates scale, HBM does not."""
+        s = clock_hz / self.clock_hz
+        return replace(self, clock_hz=clock_hz, tensor_flops={k: v * s for k, v in self.tensor_flops.items()},
+                       vector_flops=self.vector_flops * s, l2_bandwidth=self.l2_bandwidth * s,
+                       smem_bandwidth_per_sm=self.smem_bandwidth_per_sm * s)
+
+    @classmethod
+    def from_mapping(cls, m: dict[str, Any], source: str) -> "HardwareSpec":
+        lim = m["sm_limits"]
+        clock = q(m["clock"], "frequency")
+        hbm_bw = q(m["hbm_bandwidth"], "bandwidth")
+        smem = q(lim["max_shared_memory"], "bytes")
+        util = m.get("utilization", {})
+        return cls(
+            name=m["name"], sm_count=m["sm_count"], clock_hz=clock,
+            tensor_flops={k: q(v, "flops") for k, v in m["tensor_flops"].items()},
+            vector_flops=q(m["vector_flops"], "flops"),
+            hbm_capacity=q(m["hbm_capacity"], "bytes"), hbm_bandwidth=hbm_bw,
+            l2_size=q(m["l2_size"], "bytes"),
+            # Without a published L2 figure, assume ~2.5x HBM (A100: 5120 B/clk/SM-slice ~ 2.3x-3x HBM).
+            l2_bandwidth=q(m["l2_bandwidth"], "bandwidth") if "l2_bandwidth" in m else 2.5 * hbm_bw,
+            # 128 B/clk/SM is the shared-memory bandwidth of Volta through Hopper.
+            smem_bandwidth_per_sm=(q(m["shared_memory_bandwidth_per_sm"], "bandwidth")
+                                   if "shared_memory_bandwidth_per_sm" in m else 128.0 * clock),
+            limits=SMLimits(
+                max_threads=lim["max_threads"], max_threads_per_block=lim.get("max_threads_per_block", 1024),
+                max_registers=lim["max_registers"], max_registers_per_thread=lim.get("max_registers_per_thread", 255),
+                max_shared_memory=smem,
+                max_shared_memory_per_block=q(lim.get("max_shared_memory_per_block", smem), "bytes"),
+                max_blocks=lim["max_blocks"],
+            ),
+            launch_overhead_s=q(m.get("kernel_launch_overhead", "4 us"), "time"),
+            framework_memory=q(m.get("framework_memory", "1 GiB"), "bytes"),
+            utilization=Utilization(**util) if util else Utilization(),
+        )

@@ -1,0 +1,90 @@
+"""Model spec: the transformer's shape, SI-free (all integers)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rapidllm.spec.errors import SpecError
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    experts: int
+    top_k: int
+    expert_ffn: int
+    shared_experts: int = 0
+    shared_expert_ffn: int = 0      # 0 -> expert_ffn
+    layer_freq: int = 1             # every layer_freq-th layer is MoE
+    first_dense_layers: int = 0     # leading dense layers (DeepSeek/GLM style)
+    capacity_factor: float = 1.0
+
+    def is_moe_layer(self, index: int) -> bool:
+        return index >= self.first_dense_layers and (index - self.first_dense_layers) % self.layer_freq == 0
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int = 0            # 0 -> full-rank query projection
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    mlp: str = "gated"
+    attention: str = "mha"
+    position: str = "rope"
+    norm: str = "rmsnorm"
+    bias: bool = False
+    qkv_bias: bool = False
+    tied_embeddings: bool = False
+    max_seq_len: int = 4096
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
+    published_params: float | None = None
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    def moe_layer_count(self) -> int:
+        return sum(self.moe.is_moe_layer(i) for i in range(self.layers)) if self.moe else 0
+
+    @classmethod
+    def from_mapping(cls, m: dict[str, Any], source: str) -> "ModelSpec":
+        heads = m["heads"]
+        attention = m.get("attention", "gqa" if m.get("kv_heads", heads) != heads else "mha")
+        kv_heads = m.get("kv_heads", 1 if attention == "mqa" else heads)
+        head_dim = m.get("head_dim", m["hidden"] // heads)
+        if "head_dim" not in m and m["hidden"] % heads:
+            raise SpecError.at(source, "heads", f"hidden {m['hidden']} is not divisible by heads {heads}; give head_dim")
+        if heads % kv_heads:
+            raise SpecError.at(source, "kv_heads", f"heads {heads} must be a multiple of kv_heads {kv_heads}")
+        if attention == "mla" and "mla" not in m:
+            raise SpecError.at(source, "mla", "attention 'mla' needs an mla mapping (kv_lora_rank, ...)")
+        moe = MoESpec(**m["moe"]) if m.get("moe") else None
+        if moe and moe.top_k > moe.experts:
+            raise SpecError.at(source, "moe.top_k", f"top_k {moe.top_k} exceeds experts {moe.experts}")
+        return cls(
+            name=m["name"], hidden=m["hidden"], layers=m["layers"], heads=heads, kv_heads=kv_heads,
+            head_dim=head_dim, ffn=m["ffn"], vocab=m["vocab"], mlp=m.get("mlp", "gated"),
+            attention=attention, position=m.get("position", "rope"), norm=m.get("norm", "rmsnorm"),
+            bias=m.get("bias", False), qkv_bias=m.get("qkv_bias", False),
+            tied_embeddings=m.get("tied_embeddings", False), max_seq_len=m.get("max_seq_len", 4096),
+            moe=moe, mla=MLASpec(**m["mla"]) if m.get("mla") else None,
+            published_params=m.get("published_params"),
+        )

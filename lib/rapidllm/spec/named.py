@@ -1,0 +1,27 @@
+"""Resolve a spec given by name (config/{kind}s/NAME.yaml) or as an inline mapping, and validate it."""
+from __future__ import annotations
+
+from typing import Any
+
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.paths import config_dir, display, known_names
+from rapidllm.spec.schema import load_yaml, validate
+
+
+def resolve_named(kind: str, value: Any, source: str, key: str) -> tuple[dict, str]:
+    """Return (validated mapping, where it came from) for a name or an inline mapping."""
+    if isinstance(value, str):
+        path = config_dir(kind) / f"{value}.yaml"
+        if not path.exists():
+            names = known_names(kind)
+            raise SpecError.at(source, key, f"unknown {kind} {value!r}; known: {', '.join(names)}")
+        mapping = load_yaml(path)
+        where = display(path)
+        mapping = {"name": value, **(mapping or {})} if isinstance(mapping, dict) else mapping
+    elif isinstance(value, dict):
+        mapping, where = dict(value), f"{source}: {key}"
+        mapping.setdefault("name", f"inline-{kind}")
+    else:
+        raise SpecError.at(source, key, f"{value!r} is neither a {kind} name nor a mapping")
+    validate(mapping, kind, where)
+    return mapping, where

@@ -1,0 +1,86 @@
+"""Network spec: ordered dimensions (innermost first), the axis order ranks are flattened in, faults."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rapidllm.spec.errors import SpecError
+from rapidllm.units import parse_quantity as q
+
+DEFAULT_AXIS_ORDER = ("tp", "cp", "ep", "dp", "pp")
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    link: tuple[int, int]            # endpoints (global node ids; see docs/network.md)
+    dimension: int | None = None
+    bandwidth_factor: float = 1.0
+    extra_latency_s: float = 0.0
+    failed: bool = False
+
+    @classmethod
+    def from_mapping(cls, m: dict[str, Any]) -> "FaultSpec":
+        return cls(link=(int(m["link"][0]), int(m["link"][1])), dimension=m.get("dimension"),
+                   bandwidth_factor=float(m.get("bandwidth_factor", 1.0)),
+                   extra_latency_s=q(m.get("extra_latency", 0.0), "time"), failed=bool(m.get("failed", False)))
+
+
+@dataclass(frozen=True)
+class DimensionSpec:
+    name: str
+    topology: str
+    size: int                        # 0 while 'auto' is unresolved
+    link_bandwidth: float            # bytes/s per direction
+    latency_s: float
+    shape: tuple[int, ...] = ()
+    leaf_size: int = 0
+    spines: int = 0
+    rail_optimized: bool = False
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    name: str
+    dimensions: tuple[DimensionSpec, ...]
+    axis_order: tuple[str, ...] = DEFAULT_AXIS_ORDER
+    utilization: float = 1.0
+    faults: tuple[FaultSpec, ...] = field(default_factory=tuple)
+
+    @property
+    def total_size(self) -> int:
+        return math.prod(d.size for d in self.dimensions)
+
+    def sized_for(self, world: int, source: str) -> "NetworkSpec":
+        """Resolve an 'auto' outermost dimension so the fabric holds exactly `world` ranks (or more)."""
+        dims = list(self.dimensions)
+        inner = math.prod(d.size for d in dims if d.size)
+        if dims[-1].size == 0:
+            size = max(1, -(-world // inner))
+            dims[-1] = replace(dims[-1], size=size, shape=dims[-1].shape or ())
+        net = replace(self, dimensions=tuple(dims))
+        if net.total_size < world:
+            raise SpecError.at(source, "network", f"network {self.name!r} holds {net.total_size} ranks but the "
+                               f"parallel layout needs {world}")
+        return net
+
+    @classmethod
+    def from_mapping(cls, m: dict[str, Any], source: str) -> "NetworkSpec":
+        dims = []
+        for i, d in enumerate(m["dimensions"]):
+            auto = d["size"] == "auto"
+            if auto and i != len(m["dimensions"]) - 1:
+                raise SpecError.at(source, f"dimensions.{i}.size", "'auto' is allowed only on the outermost dimension")
+            shape = tuple(d.get("shape", ()))
+            if shape and not auto and math.prod(shape) != d["size"]:
+                raise SpecError.at(source, f"dimensions.{i}.shape", f"product of {list(shape)} is not size {d['size']}")
+            dims.append(DimensionSpec(
+                name=d.get("name", f"dim{i}"), topology=d["topology"], size=0 if auto else d["size"],
+                link_bandwidth=q(d["link_bandwidth"], "bandwidth"), latency_s=q(d["latency"], "time"),
+                shape=shape, leaf_size=d.get("leaf_size", 0), spines=d.get("spines", 0),
+                rail_optimized=d.get("rail_optimized", False)))
+        order = tuple(m.get("axis_order", DEFAULT_AXIS_ORDER))
+        order = order + tuple(a for a in DEFAULT_AXIS_ORDER if a not in order)
+        return cls(name=m["name"], dimensions=tuple(dims), axis_order=order,
+                   utilization=float(m.get("utilization", 1.0)),
+                   faults=tuple(FaultSpec.from_mapping(f) for f in m.get("faults", [])))

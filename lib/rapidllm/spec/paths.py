@@ -1,0 +1,41 @@
+"""Where named specs and schemas live: config/ and workflow/schemas/ of the project root.
+
+The root is found from RAPIDLLM_ROOT, else from the package location (lib/rapidllm/..), so an editable
+install and a checkout behave the same.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+KINDS = {"model": "models", "hardware": "hardware", "network": "networks", "experiment": "experiments"}
+
+
+def project_root() -> Path:
+    env = os.environ.get("RAPIDLLM_ROOT")
+    if env:
+        return Path(env).resolve()
+    return Path(__file__).resolve().parents[3]
+
+
+def schema_dir() -> Path:
+    return project_root() / "workflow" / "schemas"
+
+
+def config_dir(kind: str) -> Path:
+    return project_root() / "config" / KINDS[kind]
+
+
+def known_names(kind: str) -> list[str]:
+    return sorted(p.stem for p in config_dir(kind).glob("*.yaml"))
+
+
+def display(path: Path | str) -> str:
+    """Path relative to the project root (or cwd) for messages."""
+    p = Path(path).resolve()
+    for base in (Path.cwd(), project_root()):
+        try:
+            return str(p.relative_to(base))
+        except ValueError:
+            continue
+    return str(p)

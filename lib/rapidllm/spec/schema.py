@@ -1,0 +1,99 @@
+"""JSON-schema validation of spec mappings with one readable line per error.
+
+Quantities use custom formats (bytes, bandwidth, time, frequency, flops) checked by rapidllm.units, so a
+wrong unit reads "hbm_bandwidth: '3.35 TB' is not a bandwidth; use a unit like '2.0 TB/s'".
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+from referencing import Registry, Resource
+
+from rapidllm import units
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.paths import schema_dir
+
+QUANTITY_FORMATS = ("bytes", "bandwidth", "time", "frequency", "flops")
+
+
+def _format_checker() -> jsonschema.FormatChecker:
+    checker = jsonschema.FormatChecker()
+    for kind in QUANTITY_FORMATS:
+        def check(value: Any, kind: str = kind) -> bool:
+            units.parse_quantity(value, kind)
+            return True
+        checker.checks(kind, raises=units.UnitError)(check)
+    return checker
+
+
+@functools.cache
+def _validator(kind: str) -> jsonschema.protocols.Validator:
+    resources = []
+    for path in sorted(schema_dir().glob("*.schema.yaml")):
+        resources.append((path.name, Resource.from_contents(yaml.safe_load(path.read_text()))))
+    registry = Registry().with_resources(resources)
+    schema = yaml.safe_load((schema_dir() / f"{kind}.schema.yaml").read_text())
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema, registry=registry, format_checker=_format_checker())
+
+
+def _key(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path)
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    v = error.validator
+    if v == "required":
+        missing = error.message.split("'")[1]
+        return f"missing key '{missing}'"
+    if v == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        return f"unknown key(s) {', '.join(map(repr, extra))}; allowed: {', '.join(allowed)}"
+    if v == "enum":
+        return f"{error.instance!r} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
+    if v == "const":
+        return f"{error.instance!r} is not allowed; allowed: {error.validator_value!r}"
+    if v == "format":
+        cause = error.cause
+        return str(cause) if cause else error.message
+    if v == "type":
+        return f"{error.instance!r} is not of type {error.validator_value}"
+    if v in ("oneOf", "anyOf") and error.context:
+        best = jsonschema.exceptions.best_match(error.context)
+        return _describe(best)
+    return error.message
+
+
+def validate(mapping: Any, kind: str, source: str) -> None:
+    """Raise SpecError listing every schema violation of `mapping` against workflow/schemas/{kind}."""
+    errors = sorted(_validator(kind).iter_errors(mapping), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    if errors:
+        lines = []
+        for error in errors:
+            if error.validator in ("oneOf", "anyOf") and error.context:
+                deepest = jsonschema.exceptions.best_match(error.context)
+                lines.append(f"{source}: {_key(deepest) or '(top level)'}: {_describe(deepest)}")
+            else:
+                lines.append(f"{source}: {_key(error) or '(top level)'}: {_describe(error)}")
+        raise SpecError(list(dict.fromkeys(lines)))
+
+
+def load_yaml(path: Path) -> Any:
+    """Read a YAML file; a syntax error becomes one SpecError line naming the file."""
+    from rapidllm.spec.paths import display
+
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise SpecError.at(display(path), "", "file not found") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "(parse)"
+        raise SpecError.at(display(path), where, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
