@@ -1,0 +1,22 @@
+# rapidllm pipeline (DESIGN §2): `snakemake --cores all` reproduces every table and figure.
+# Stages are pure functions of their inputs; library modules each stage imports are declared inputs.
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/stages.smk"
+include: "workflow/rules/validation.smk"
+
+
+wildcard_constraints:
+    shard=r"\d+",
+    exp=r"[a-z0-9_\-\.]+",
+    suite=r"[a-z0-9_\-]+",
+
+
+rule all:
+    input:
+        expand("results/{exp}/summary.csv", exp=list(STUDIES)),
+        "results/validation/errors.csv",
+        expand("results/figures/{suite}.png", suite=config["suites"]),
+    default_target: True

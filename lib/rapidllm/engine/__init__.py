@@ -1,0 +1,1 @@
+"""Joins operator prices, memory and communication into end-to-end step time and latency."""

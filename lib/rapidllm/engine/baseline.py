@@ -1,0 +1,118 @@
+"""Baseline step-time composition: per-layer compute plus exposed alpha-beta communication.
+
+Training (per step): every pipeline stage runs m micro-batches of fwd + recompute + bwd; TP, CP and EP
+collectives add to each layer without overlap; the pipeline bubble adds (pp-1)/v stage times (Narayanan
+et al. 2021); the data-parallel gradient reduction and the optimizer step follow the last backward.
+Inference: prefill, then decode steps whose attention grows linearly with the context (priced at the
+first and last step and averaged, exact for a linear cost). This is the "before" model of the paper's
+ablations; the event-driven engine replaces it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from rapidllm.engine.groups import group_link
+from rapidllm.engine.metrics import model_flops_per_step, utilization
+from rapidllm.graph.comm_nodes import CommNode
+from rapidllm.memory.closed_form import MemoryResult
+from rapidllm.network.alpha_beta import collective_time
+from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
+
+
+@dataclass(frozen=True)
+class Prediction:
+    step_time_s: float = 0.0
+    compute_time_s: float = 0.0
+    exposed_comm_s: float = 0.0
+    bubble_s: float = 0.0
+    mfu: float = 0.0
+    hfu: float = 0.0
+    tokens_per_s: float = 0.0
+    ttft_s: float = 0.0
+    itl_s: float = 0.0
+    e2e_latency_s: float = 0.0
+
+
+def _section_time(ops: pd.DataFrame, section: str, phases: tuple[str, ...] | None = None) -> float:
+    sel = ops[ops.section == section]
+    if phases:
+        sel = sel[sel.phase.isin(phases)]
+    return float((sel.time_s * sel["count"]).sum())
+
+
+def _section_flops(ops: pd.DataFrame, section: str) -> float:
+    sel = ops[ops.section == section]
+    return float((sel.flops * sel["count"]).sum())
+
+
+def _comm(case: Case, axis: str, op: str, nbytes: float) -> float:
+    link = group_link(case, axis, case.hardware.utilization.network)
+    return collective_time(op, nbytes, link.size, link.bandwidth, link.latency_s) if link.size > 1 else 0.0
+
+
+def _layer_mix(case: Case, prefix: str) -> list[tuple[str, float]]:
+    """(section, layers of that kind per pipeline stage)."""
+    m, pp = case.model, case.parallelism.pp
+    moe = m.moe_layer_count()
+    mix = [(f"{prefix}layer_dense", (m.layers - moe) / pp), (f"{prefix}layer_moe", moe / pp)]
+    return [(s, n) for s, n in mix if n > 0]
+
+
+def comm_time(case: Case, nodes: list[CommNode], scope: str, tokens_scale: float = 1.0) -> float:
+    """Alpha-beta time of all nodes of one scope (bytes scaled for decode steps)."""
+    return sum(n.count * _comm(case, n.axis, n.op, n.nbytes * tokens_scale) for n in nodes if n.scope == scope)
+
+
+def predict_training(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> Prediction:
+    w, p = case.workload, case.parallelism
+    assert isinstance(w, TrainingWorkload)
+    micro = w.microbatches(p.dp)
+    passes = 3 if p.recompute == "full" else 2
+    compute = comm = flops = 0.0
+    for section, n in _layer_mix(case, ""):
+        compute += n * _section_time(ops, section)
+        comm += n * passes * comm_time(case, nodes, section)
+        flops += n * _section_flops(ops, section)
+    extras = max(_section_time(ops, "first_stage"), _section_time(ops, "last_stage"))
+    if p.pp == 1:
+        extras = _section_time(ops, "first_stage") + _section_time(ops, "last_stage")
+    p2p = comm_time(case, nodes, "pp")
+    stage = compute + extras + comm + p2p
+    bubble = (p.pp - 1) / (p.virtual_stages if p.schedule == "interleaved" else 1) * stage
+    dp = comm_time(case, nodes, "dp") + micro * passes * comm_time(case, nodes, "fsdp")
+    optimizer = _section_time(ops, "optimizer")
+    step = micro * stage + bubble + dp + optimizer
+    hw_flops = (flops + _section_flops(ops, "first_stage") + _section_flops(ops, "last_stage")) * micro * p.pp * p.dp * p.tp * p.cp
+    return Prediction(
+        step_time_s=step, compute_time_s=micro * (compute + extras) + optimizer,
+        exposed_comm_s=micro * (comm + p2p) + dp, bubble_s=bubble,
+        mfu=utilization(model_flops_per_step(case), step, case), hfu=utilization(hw_flops, step, case),
+        tokens_per_s=w.global_batch * w.seq_len / step)
+
+
+def predict_inference(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> Prediction:
+    w, p = case.workload, case.parallelism
+    assert isinstance(w, InferenceWorkload)
+
+    def pass_time(prefix: str, scale: float) -> float:
+        t = sum(n * p.pp * (_section_time(ops, s) + comm_time(case, nodes, s.removeprefix(prefix), scale))
+                for s, n in _layer_mix(case, prefix))
+        hops = (p.pp - 1) / 2 * comm_time(case, nodes, "pp", scale)
+        return t + _section_time(ops, f"{prefix}head") + hops
+
+    ttft = pass_time("prefill_", 1.0)
+    decode_scale = 1.0 / w.prompt_tokens     # decode moves one token per sequence instead of the prompt
+    itl = 0.5 * (pass_time("decode_first_", decode_scale) + pass_time("decode_last_", decode_scale))
+    e2e = ttft + (w.output_tokens - 1) * itl
+    return Prediction(step_time_s=e2e, compute_time_s=e2e, ttft_s=ttft, itl_s=itl, e2e_latency_s=e2e,
+                      tokens_per_s=w.batch * w.output_tokens / e2e)
+
+
+def predict(case: Case, ops: pd.DataFrame, memory: MemoryResult, nodes: list[CommNode]) -> dict:
+    """Prediction plus memory as one flat record with the stable snake_case keys of DESIGN §6."""
+    pred = predict_training(case, ops, nodes) if case.training else predict_inference(case, ops, nodes)
+    record = dict(pred.__dict__)
+    record.update(peak_memory_bytes=memory.peak, feasible=memory.feasible, infeasible_reason=memory.reason)
+    return record

@@ -1,0 +1,1 @@
+"""One function per figure; each writes PNG and PDF and returns nothing."""

@@ -1,0 +1,1 @@
+"""Execution graph: compute and communication nodes of a case, and their export."""

@@ -1,0 +1,1 @@
+"""Memory feasibility: persistent state (weights, gradients, optimizer, KV cache) plus activations."""

@@ -1,0 +1,120 @@
+"""Closed-form per-rank memory: the baseline model and the oracle of the liveness walk's tests.
+
+Persistent state follows Rajbhandari et al. 2020 (ZeRO): mixed-precision Adam keeps 2 bytes of bf16
+weights, 2 of gradients and 12 of fp32 master weights + two moments per parameter (16 in total), ZeRO-1
+shards the 12, ZeRO-2 also the gradients, ZeRO-3/FSDP also the weights. Activations follow Korthikanti et
+al. 2023, Table 2 (bytes per layer per micro-batch at 16-bit), with FlashAttention dropping the
+5·a·s²·b score term.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rapidllm.ops.price import local_parameters
+from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
+from rapidllm.spec.hardware import DTYPE_BYTES
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    kv_cache: float
+    framework: float
+    capacity: float
+
+    @property
+    def peak(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.kv_cache + self.framework
+
+    @property
+    def feasible(self) -> bool:
+        return self.peak <= self.capacity
+
+    @property
+    def reason(self) -> str:
+        if self.feasible:
+            return ""
+        return (f"needs {self.peak / 2**30:.1f} GiB per GPU (weights {self.weights / 2**30:.1f}, grads "
+                f"{self.gradients / 2**30:.1f}, optimizer {self.optimizer / 2**30:.1f}, activations "
+                f"{self.activations / 2**30:.1f}, KV {self.kv_cache / 2**30:.1f}) > {self.capacity / 2**30:.1f} GiB HBM")
+
+
+def state_bytes_per_param(precision: str, fp32_grad_accum: bool) -> tuple[float, float, float]:
+    """(weight, gradient, optimizer) bytes per parameter for Adam at this precision."""
+    if precision in ("fp32", "tf32"):
+        return 4.0, 4.0, 8.0
+    return float(DTYPE_BYTES[precision]), 4.0 if fp32_grad_accum else 2.0, 12.0
+
+
+def korthikanti_layer_activations(s: int, b: int, h: int, a: int, t: int, sp: bool, recompute: str,
+                                  flash: bool) -> float:
+    """Activation bytes of one transformer layer for one micro-batch (Korthikanti et al. 2023, Table 2)."""
+    score = 0.0 if flash else 5.0 * a * s / h
+    if recompute == "full":
+        return 2.0 * s * b * h / (t if sp else 1)
+    if recompute == "selective":
+        score = 0.0
+    if sp:
+        return s * b * h / t * (34.0 + score)
+    return s * b * h * (10.0 + 24.0 / t + score / t)
+
+
+def inflight_microbatches(case: Case) -> float:
+    """Micro-batches whose activations the first pipeline stage holds at its peak."""
+    p, w = case.parallelism, case.workload
+    assert isinstance(w, TrainingWorkload)
+    m = w.microbatches(p.dp)
+    if p.pp == 1:
+        return 1.0
+    if p.schedule == "gpipe":
+        return float(m)
+    inflight = float(min(m, p.pp))
+    if p.schedule == "interleaved":
+        inflight *= 1.0 + (p.pp - 1) / (p.pp * p.virtual_stages)
+    return inflight
+
+
+def closed_form_memory(case: Case) -> MemoryResult:
+    p, hw, model = case.parallelism, case.hardware, case.model
+    params = local_parameters(case)
+    wb, gb, ob = state_bytes_per_param(case.precision, p.fp32_grad_accum)
+    stage = 3 if p.fsdp == "full_shard" else 2 if p.fsdp == "shard_grad_op" else p.zero
+    if case.training:
+        w = case.workload
+        assert isinstance(w, TrainingWorkload)
+        weights = params * wb / (p.dp if stage >= 3 else 1)
+        grads = params * gb / (p.dp if stage >= 2 else 1)
+        optim = params * ob / (p.dp if stage >= 1 else 1)
+        per_layer = korthikanti_layer_activations(w.seq_len // p.cp, w.micro_batch, model.hidden, model.heads,
+                                                  p.tp, p.sp, p.recompute, case.attention_impl == "flash")
+        acts = per_layer * (model.layers // p.pp) * inflight_microbatches(case)
+        return MemoryResult(weights, grads, optim, acts, 0.0, hw.framework_memory, hw.hbm_capacity)
+    w = case.workload
+    assert isinstance(w, InferenceWorkload)
+    return MemoryResult(params * wb, 0.0, 0.0, inference_transient_bytes(case), kv_cache_bytes(case),
+                        hw.framework_memory, hw.hbm_capacity)
+
+
+def kv_cache_bytes(case: Case) -> float:
+    """Per-rank KV cache at the end of generation: 2 (K and V) x layers x kv heads x head dim x tokens."""
+    w, p, m = case.workload, case.parallelism, case.model
+    assert isinstance(w, InferenceWorkload)
+    tokens = w.batch * (w.prompt_tokens + w.output_tokens)
+    layers = m.layers / p.pp
+    if m.attention == "mla" and m.mla:
+        per_token = (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
+    else:
+        per_token = 2 * max(m.kv_heads // p.tp, 1) * m.head_dim
+    return per_token * layers * tokens * DTYPE_BYTES[case.precision]
+
+
+def inference_transient_bytes(case: Case) -> float:
+    """Largest prefill buffers alive at once: layer input, QKV and the MLP intermediate of one layer."""
+    w, p, m = case.workload, case.parallelism, case.model
+    assert isinstance(w, InferenceWorkload)
+    tokens = w.batch * w.prompt_tokens
+    width = 2 * m.hidden + (m.q_dim + 2 * m.kv_dim) / p.tp + 2 * m.ffn / p.tp
+    return tokens * width * DTYPE_BYTES[case.precision] + tokens * m.vocab / p.tp * 4 / max(w.prompt_tokens, 1)

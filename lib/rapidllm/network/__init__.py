@@ -1,0 +1,1 @@
+"""Network model: topology, rank mapping, routing, collectives, link-queue simulator, faults."""

@@ -1,0 +1,223 @@
+"""Decompose collectives into point-to-point chunk schedules (plain arrays).
+
+A schedule is a list of transfers in dependency order: transfer i moves nbytes[i] from rank src[i] to rank
+dst[i] and may start only after every transfer in dep_idx[dep_ptr[i]:dep_ptr[i+1]] (all earlier ids) has
+arrived. `chunk[i]` tells which of the C pipelined chunks the transfer carries. Sizes follow nccl-tests:
+S is the per-rank buffer for all_reduce/broadcast/send_recv, the full (gathered) buffer for
+reduce_scatter/all_gather, and the total a rank sends for all_to_all.
+
+Algorithms (Thakur et al. 2005 for ring, direct and halving-doubling; Sanders et al. 2009 / NCCL for the
+double binary tree). Each chunk runs the whole algorithm on S/C bytes; chunks pipeline through the FCFS
+link queues.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Schedule:
+    src: np.ndarray      # int32 rank ids
+    dst: np.ndarray      # int32
+    nbytes: np.ndarray   # float64
+    chunk: np.ndarray    # int32
+    dep_ptr: np.ndarray  # int64, len n+1
+    dep_idx: np.ndarray  # int32, every entry < its transfer's id
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def deps(self, i: int) -> np.ndarray:
+        return self.dep_idx[self.dep_ptr[i]:self.dep_ptr[i + 1]]
+
+    def check(self) -> None:
+        """Raise ValueError unless every dependency points to an earlier transfer."""
+        owner = np.repeat(np.arange(len(self.src)), np.diff(self.dep_ptr))
+        if len(self.dep_ptr) != len(self.src) + 1 or np.any(self.dep_idx < 0) or np.any(self.dep_idx >= owner):
+            raise ValueError("schedule dependencies must point to earlier transfers")
+
+
+def from_lists(src: list[int], dst: list[int], nbytes: list[float], chunk: list[int],
+               deps: list[list[int]]) -> Schedule:
+    ptr = np.zeros(len(src) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(d) for d in deps])
+    idx = np.array([j for d in deps for j in d], dtype=np.int32)
+    return Schedule(np.array(src, dtype=np.int32), np.array(dst, dtype=np.int32),
+                    np.array(nbytes, dtype=np.float64), np.array(chunk, dtype=np.int32), ptr, idx)
+
+
+def empty() -> Schedule:
+    return from_lists([], [], [], [], [])
+
+
+def concat(parts: list[Schedule]) -> Schedule:
+    """Independent schedules side by side (dependency ids shifted)."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return empty()
+    offs = np.cumsum([0] + [len(p) for p in parts])
+    doffs = np.cumsum([0] + [len(p.dep_idx) for p in parts])
+    return Schedule(
+        np.concatenate([p.src for p in parts]), np.concatenate([p.dst for p in parts]),
+        np.concatenate([p.nbytes for p in parts]), np.concatenate([p.chunk for p in parts]),
+        np.concatenate([[0]] + [p.dep_ptr[1:] + doffs[k] for k, p in enumerate(parts)]).astype(np.int64),
+        np.concatenate([p.dep_idx + offs[k] for k, p in enumerate(parts)]).astype(np.int32))
+
+
+def sequence(first: Schedule, second: Schedule) -> Schedule:
+    """`second` after `first`, per rank and chunk: a zero-byte local barrier at (r, c) waits for every
+    arrival of `first` into r for chunk c, and every transfer of `second` from r for chunk c waits for it."""
+    if not len(first) or not len(second):
+        return concat([first, second])
+    k = int(max(first.chunk.max(), second.chunk.max())) + 1
+    uniq, inv = np.unique(second.src.astype(np.int64) * k + second.chunk, return_inverse=True)
+    fkey = first.dst.astype(np.int64) * k + first.chunk
+    order = np.argsort(fkey, kind="stable")
+    lo = np.searchsorted(fkey[order], uniq, side="left")
+    hi = np.searchsorted(fkey[order], uniq, side="right")
+    bar_ptr = np.zeros(len(uniq) + 1, dtype=np.int64)
+    bar_ptr[1:] = np.cumsum(hi - lo)
+    bar_idx = np.concatenate([order[a:b] for a, b in zip(lo, hi)] + [np.zeros(0, np.int64)]).astype(np.int32)
+    bars = Schedule((uniq // k).astype(np.int32), (uniq // k).astype(np.int32), np.zeros(len(uniq)),
+                    (uniq % k).astype(np.int32), bar_ptr, bar_idx - len(first))   # concat adds len(first)
+    head = concat([first, bars])
+    off, n2 = len(head), len(second)
+    own = np.diff(second.dep_ptr)
+    ptr = np.zeros(n2 + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum(own + 1)
+    idx = np.empty(int(ptr[-1]), dtype=np.int64)
+    idx[np.arange(len(second.dep_idx)) + np.repeat(np.arange(n2), own)] = second.dep_idx
+    idx[ptr[1:] - 1] = len(first) + inv.ravel() - off      # relative to `second`; concat adds `off`
+    tail = Schedule(second.src, second.dst, second.nbytes, second.chunk, ptr, idx.astype(np.int32))
+    return concat([head, tail])
+
+
+def _chain_ids(n: int, steps: int, chunks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    c, t, p = np.meshgrid(np.arange(chunks), np.arange(steps), np.arange(n), indexing="ij")
+    return c.ravel(), t.ravel(), p.ravel()
+
+
+def ring(group: list[int], nbytes_per_transfer: float, steps: int, chunks: int) -> Schedule:
+    """`steps` ring steps: at step t position p sends to p+1, after receiving step t-1 from p-1."""
+    n = len(group)
+    g = np.asarray(group, dtype=np.int32)
+    c, t, p = _chain_ids(n, steps, chunks)
+    ids = np.arange(len(p))
+    has = t > 0
+    dep_ptr = np.zeros(len(p) + 1, dtype=np.int64)
+    dep_ptr[1:] = np.cumsum(has)
+    dep_idx = (ids - n + ((p - 1) % n - p))[has].astype(np.int32)
+    return Schedule(g[p], g[(p + 1) % n], np.full(len(p), nbytes_per_transfer), c.astype(np.int32),
+                    dep_ptr, dep_idx)
+
+
+def ring_collective(op: str, group: list[int], nbytes: float, chunks: int) -> Schedule:
+    n = len(group)
+    if n < 2:
+        return empty()
+    if op == "all_reduce":
+        return ring(group, nbytes / (n * chunks), 2 * (n - 1), chunks)
+    if op in ("reduce_scatter", "all_gather"):
+        return ring(group, nbytes / (n * chunks), n - 1, chunks)
+    if op == "broadcast":
+        src, dst, nb, ch, deps = [], [], [], [], []
+        for c in range(chunks):
+            for i in range(n - 1):
+                src.append(group[i]); dst.append(group[i + 1]); nb.append(nbytes / chunks); ch.append(c)
+                deps.append([len(src) - 2] if i else [])
+        return from_lists(src, dst, nb, ch, deps)
+    raise ValueError(f"ring does not implement {op}")
+
+
+def direct(op: str, group: list[int], nbytes: float, chunks: int) -> Schedule:
+    """Every rank sends straight to every peer (offset k = 1..n-1 in order)."""
+    n = len(group)
+    if op == "send_recv":
+        return from_lists([group[0]] * chunks, [group[1]] * chunks, [nbytes / chunks] * chunks,
+                          list(range(chunks)), [[] for _ in range(chunks)])
+    if n < 2:
+        return empty()
+    g = np.asarray(group, dtype=np.int32)
+    c, k, p = _chain_ids(n, n - 1, chunks)
+    k = k + 1
+    one = Schedule(g[p], g[(p + k) % n], np.full(len(p), nbytes / (n * chunks)), c.astype(np.int32),
+                   np.zeros(len(p) + 1, dtype=np.int64), np.zeros(0, dtype=np.int32))
+    if op in ("reduce_scatter", "all_gather", "all_to_all"):
+        return one
+    if op == "all_reduce":
+        return sequence(one, one)
+    raise ValueError(f"direct does not implement {op}")
+
+
+def halving_doubling(op: str, group: list[int], nbytes: float, chunks: int) -> Schedule:
+    """Recursive halving reduce-scatter and/or recursive doubling all-gather (power-of-two groups)."""
+    n = len(group)
+    if n & (n - 1):
+        raise ValueError(f"halving_doubling needs a power-of-two group, got {n} ranks")
+    steps = n.bit_length() - 1
+    plan = []  # (distance, bytes per rank)
+    if op in ("reduce_scatter", "all_reduce"):
+        plan += [(n >> (k + 1), nbytes / (2 ** (k + 1))) for k in range(steps)]
+    if op in ("all_gather", "all_reduce"):
+        plan += [(1 << k, nbytes * (1 << k) / n) for k in range(steps)]
+    if not plan:
+        raise ValueError(f"halving_doubling does not implement {op}")
+    src, dst, nb, ch, deps = [], [], [], [], []
+    for c in range(chunks):
+        prev: dict[int, int] = {}   # position -> id of the transfer it received last step
+        for dist, size in plan:
+            recv: dict[int, int] = {}
+            for p in range(n):
+                q = p ^ dist
+                deps.append([prev[p]] if p in prev else [])
+                src.append(group[p]); dst.append(group[q]); nb.append(size / chunks); ch.append(c)
+                recv[q] = len(src) - 1
+            prev = recv
+    return from_lists(src, dst, nb, ch, deps)
+
+
+def tree(op: str, group: list[int], nbytes: float, chunks: int) -> Schedule:
+    """all_reduce: double binary tree, each tree reduces then broadcasts half the data; broadcast: one tree."""
+    n = len(group)
+    if n < 2:
+        return empty()
+    if op == "all_reduce":
+        trees, share = [list(group), list(reversed(group))], nbytes / 2
+    elif op == "broadcast":
+        trees, share = [list(group)], nbytes
+    else:
+        raise ValueError(f"tree does not implement {op}")
+    src, dst, nb, ch, deps = [], [], [], [], []
+
+    def add(s: int, d: int, c: int, dep: list[int]) -> int:
+        src.append(s); dst.append(d); nb.append(share / chunks); ch.append(c); deps.append(dep)
+        return len(src) - 1
+
+    for c in range(chunks):
+        for order in trees:
+            up: dict[int, list[int]] = {i: [] for i in range(n)}   # position -> reduce arrivals
+            if op == "all_reduce":
+                for i in range(n - 1, 0, -1):
+                    up[(i - 1) // 2].append(add(order[i], order[(i - 1) // 2], c, up[i]))
+            down: dict[int, list[int]] = {0: up[0]}
+            for i in range(1, n):
+                down[i] = [add(order[(i - 1) // 2], order[i], c, down[(i - 1) // 2])]
+    return from_lists(src, dst, nb, ch, deps)
+
+
+ALGORITHMS = {
+    "ring": ring_collective,
+    "direct": direct,
+    "halving_doubling": halving_doubling,
+    "tree": tree,
+}
+SUPPORTED = {
+    "all_reduce": ("ring", "direct", "halving_doubling", "tree", "hierarchical"),
+    "reduce_scatter": ("ring", "direct", "halving_doubling", "hierarchical"),
+    "all_gather": ("ring", "direct", "halving_doubling", "hierarchical"),
+    "all_to_all": ("direct",),
+    "broadcast": ("ring", "tree"),
+    "send_recv": ("direct",),
+}

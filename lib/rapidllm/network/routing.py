@@ -1,0 +1,191 @@
+"""Fault-aware dimension-order routing.
+
+A route from rank a to rank b corrects one dimension at a time, innermost first, with the dimension's own
+rule (ring and torus: shorter direction, ties go +1; mesh: axis by axis; kingmesh: diagonal while several
+axes differ; switch: up and down; fat tree: up, spine chosen by (a + b) mod spines, down). When a hop of that
+path is dead the dimension is re-routed by breadth-first search over surviving links of the same dimension,
+then over any surviving link; BFS visits links in id order, so ties break deterministically. If the target
+is unreachable a SpecError names the failed links that cut it off.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from rapidllm.network.topology import Topology, grid_shape
+from rapidllm.spec.errors import SpecError
+
+
+class Router:
+    """Routes between ranks of one topology; results are cached per (src, dst)."""
+
+    def __init__(self, topo: Topology):
+        self.topo = topo
+        self.cache: dict[tuple[int, int], list[int]] = {}
+        self._adj: list[list[int]] | None = None
+
+    def adjacency(self) -> list[list[int]]:
+        """Outgoing surviving links per node, in link-id order."""
+        if self._adj is None:
+            adj: list[list[int]] = [[] for _ in range(self.topo.n_nodes)]
+            for i in np.flatnonzero(self.topo.alive):
+                adj[int(self.topo.src[i])].append(int(i))
+            self._adj = adj
+        return self._adj
+
+    def route(self, a: int, b: int) -> list[int]:
+        """Link ids from rank a to rank b (empty when a == b)."""
+        key = (a, b)
+        if key not in self.cache:
+            links: list[int] = []
+            cur = a
+            for d in range(len(self.topo.sizes)):
+                ca, cb = self.topo.coords(cur)[d], self.topo.coords(b)[d]
+                if ca == cb:
+                    continue
+                target = self.topo.with_coord(cur, d, cb)
+                links += self._dim_route(cur, target, d)
+                cur = target
+            self.cache[key] = links
+        return self.cache[key]
+
+    def _links(self, nodes: list[int]) -> list[int] | None:
+        out = []
+        for s, t in zip(nodes, nodes[1:]):
+            i = self.topo.link_of.get((s, t))
+            if i is None or not self.topo.alive[i]:
+                return None
+            out.append(i)
+        return out
+
+    def _dim_route(self, a: int, b: int, d: int) -> list[int]:
+        for nodes in self._candidates(a, b, d):
+            links = self._links(nodes)
+            if links is not None:
+                return links
+        links = self._bfs(a, b, d)
+        if links is None:
+            links = self._bfs(a, b, None)
+        if links is None:
+            raise SpecError(self._cut_message(a, b))
+        return links
+
+    def _candidates(self, a: int, b: int, d: int) -> list[list[int]]:
+        """Healthy dimension-order paths (as node lists), preferred first."""
+        t = self.topo
+        dim = t.dims[d]
+        n, ia, ib = dim.size, t.coords(a)[d], t.coords(b)[d]
+        at = lambda k: t.with_coord(a, d, k)  # noqa: E731
+        kind = dim.topology
+        if kind == "ring":
+            fwd = (ib - ia) % n
+            step = 1 if fwd <= n - fwd else -1
+            return [[at((ia + step * k) % n) for k in range(min(fwd, n - fwd) + 1)]]
+        if kind == "fully_connected":
+            return [[a, b]]
+        if kind == "switch":
+            return [[a, t.switch_node(d, "switch", 0, t.line_of(a, d)), b]]
+        if kind == "fat_tree":
+            ft = t.fat_tree[d]
+            la, lb = ft["leaf_of"][a], ft["leaf_of"][b]
+            if la == lb:
+                return [[a, la, b]]
+            sp = ft["spines"]
+            first = (a + b) % len(sp) if sp else 0
+            return [[a, la, sp[(first + k) % len(sp)], lb, b] for k in range(len(sp))]
+        shape = grid_shape(dim)
+        cur = _unflat(ia, shape)
+        goal = _unflat(ib, shape)
+        nodes = [a]
+        while cur != goal:
+            if kind == "kingmesh":
+                cur = [c + (g > c) - (g < c) for c, g in zip(cur, goal)]
+            else:
+                ax = next(i for i, (c, g) in enumerate(zip(cur, goal)) if c != g)
+                step = 1 if goal[ax] > cur[ax] else -1
+                if kind == "torus" and shape[ax] > 2:
+                    fwd = (goal[ax] - cur[ax]) % shape[ax]
+                    step = 1 if fwd <= shape[ax] - fwd else -1
+                cur = list(cur)
+                cur[ax] = (cur[ax] + step) % shape[ax]
+            nodes.append(at(_flat(cur, shape)))
+        return [nodes]
+
+    def _bfs(self, a: int, b: int, d: int | None) -> list[int] | None:
+        adj = self.adjacency()
+        parent = {a: -1}
+        q = deque([a])
+        while q:
+            u = q.popleft()
+            if u == b:
+                break
+            for i in adj[u]:
+                if d is not None and self.topo.dim[i] != d:
+                    continue
+                v = int(self.topo.dst[i])
+                if v not in parent:
+                    parent[v] = i
+                    q.append(v)
+        if b not in parent:
+            return None
+        links = []
+        v = b
+        while v != a:
+            i = parent[v]
+            links.append(i)
+            v = int(self.topo.src[i])
+        return links[::-1]
+
+    def _cut_message(self, a: int, b: int) -> str:
+        reach = {a}
+        q = deque([a])
+        adj = self.adjacency()
+        while q:
+            u = q.popleft()
+            for i in adj[u]:
+                v = int(self.topo.dst[i])
+                if v not in reach:
+                    reach.add(v)
+                    q.append(v)
+        dead = [i for i in np.flatnonzero(~self.topo.alive)
+                if (int(self.topo.src[i]) in reach) != (int(self.topo.dst[i]) in reach)]
+        names = "; ".join(self.topo.link_name(int(i)) for i in dead) or "none"
+        return (f"network {self.topo.name!r}: rank {b} is cut off from rank {a} by failed links: {names}")
+
+
+def _unflat(i: int, shape: tuple[int, ...]) -> list[int]:
+    out = []
+    for s in shape:
+        out.append(i % s)
+        i //= s
+    return out
+
+
+def _flat(c: list[int], shape: tuple[int, ...]) -> int:
+    i, stride = 0, 1
+    for ci, s in zip(c, shape):
+        i += ci * stride
+        stride *= s
+    return i
+
+
+def route_table(router: Router, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Map transfers to route ids: (route_of[T] int32, route_ptr[R+1] int64, route_links int32)."""
+    n = router.topo.n_nodes
+    key = src.astype(np.int64) * n + dst.astype(np.int64)
+    if n * n <= 1 << 24:
+        mark = np.zeros(n * n, dtype=bool)
+        mark[key] = True
+        uniq = np.flatnonzero(mark)
+        table = np.full(n * n, -1, dtype=np.int32)
+        table[uniq] = np.arange(len(uniq), dtype=np.int32)
+        route_of = table[key]
+    else:
+        uniq, inv = np.unique(key, return_inverse=True)
+        route_of = inv.astype(np.int32)
+    routes = [router.route(int(k // n), int(k % n)) for k in uniq]
+    ptr = np.zeros(len(routes) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(r) for r in routes])
+    links = np.array([i for r in routes for i in r], dtype=np.int32)
+    return route_of, ptr, links

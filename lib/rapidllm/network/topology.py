@@ -1,0 +1,293 @@
+"""Build an N-dimensional fabric link by link into plain numpy arrays.
+
+Node ids: ranks are 0..n_ranks-1 (a rank's per-dimension coordinates are its id decoded innermost
+dimension first); switch nodes follow, numbered dimension by dimension, line by line (see `switch_node`).
+A *line* of dimension d is the set of ranks that agree on every coordinate except d; each line gets its
+own copy of the dimension's base topology. Every link is directed; physical cables are two links.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.network import DimensionSpec, FaultSpec, NetworkSpec
+
+TOPOLOGIES = ("ring", "fully_connected", "switch", "mesh", "torus", "kingmesh", "fat_tree")
+DEFAULT_LEAF_PORTS = 32
+
+
+@dataclass
+class Topology:
+    """Links as parallel arrays (src, dst, bandwidth B/s, latency s, dimension, alive) plus naming helpers."""
+
+    name: str
+    dims: tuple[DimensionSpec, ...]
+    sizes: tuple[int, ...]
+    n_ranks: int
+    n_nodes: int
+    src: np.ndarray
+    dst: np.ndarray
+    bandwidth: np.ndarray
+    latency: np.ndarray
+    dim: np.ndarray
+    alive: np.ndarray
+    switches: dict[tuple[int, str, int, int], int] = field(default_factory=dict)
+    switch_labels: dict[int, str] = field(default_factory=dict)
+    fat_tree: dict[int, dict] = field(default_factory=dict)   # dim -> {leaf_of: {rank: leaf}, spines: [...]}
+    link_of: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    @property
+    def n_links(self) -> int:
+        return len(self.src)
+
+    def coords(self, rank: int) -> tuple[int, ...]:
+        """Per-dimension coordinates of `rank`, innermost dimension first."""
+        out = []
+        for s in self.sizes:
+            out.append(rank % s)
+            rank //= s
+        return tuple(out)
+
+    def rank_of(self, coords: tuple[int, ...] | list[int]) -> int:
+        rank, stride = 0, 1
+        for c, s in zip(coords, self.sizes):
+            rank += c * stride
+            stride *= s
+        return rank
+
+    def line_of(self, rank: int, d: int) -> int:
+        """Index of the dimension-d line holding `rank` (other coordinates flattened, innermost first)."""
+        c = list(self.coords(rank))
+        del c[d]
+        sizes = [s for i, s in enumerate(self.sizes) if i != d]
+        line, stride = 0, 1
+        for ci, s in zip(c, sizes):
+            line += ci * stride
+            stride *= s
+        return line
+
+    def with_coord(self, rank: int, d: int, value: int) -> int:
+        c = list(self.coords(rank))
+        c[d] = value
+        return self.rank_of(c)
+
+    def switch_node(self, dim: int, kind: str = "switch", index: int = 0, line: int = 0) -> int:
+        """Global node id of a switch: kind 'switch' (one per line), 'leaf' or 'spine' (fat tree).
+
+        Spines are shared by all lines of their dimension (use line=0); leaves are per line when the fat
+        tree is rail-optimized and shared (line=0) otherwise.
+        """
+        key = (dim, kind, line, index)
+        if key not in self.switches:
+            known = sorted({(k[0], k[1]) for k in self.switches})
+            raise KeyError(f"no {kind} {index} on line {line} of dimension {dim}; switches exist for {known}")
+        return self.switches[key]
+
+    def node_name(self, node: int) -> str:
+        if node < self.n_ranks:
+            return f"rank {node}"
+        return f"{self.switch_labels.get(node, 'switch')} (node {node})"
+
+    def link_name(self, link: int) -> str:
+        d = int(self.dim[link])
+        return (f"{self.node_name(int(self.src[link]))} -> {self.node_name(int(self.dst[link]))} "
+                f"[{self.dims[d].name} {self.dims[d].topology}]")
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.src: list[int] = []
+        self.dst: list[int] = []
+        self.bw: list[float] = []
+        self.lat: list[float] = []
+        self.dim: list[int] = []
+
+    def both(self, a: int, b: int, bw: float, lat: float, d: int) -> None:
+        for s, t in ((a, b), (b, a)):
+            self.src.append(s)
+            self.dst.append(t)
+            self.bw.append(bw)
+            self.lat.append(lat)
+            self.dim.append(d)
+
+
+def grid_shape(dim: DimensionSpec) -> tuple[int, ...]:
+    """Extents of a mesh/torus/kingmesh dimension (innermost axis first); kingmesh defaults to ~square 2-D."""
+    if dim.shape:
+        return tuple(dim.shape)
+    if dim.topology == "kingmesh":
+        a = int(math.isqrt(dim.size))
+        while dim.size % a:
+            a -= 1
+        return (dim.size // a, a)
+    return (dim.size,)
+
+
+def grid_offsets(topology: str, ndim: int) -> list[tuple[int, ...]]:
+    """Neighbour offsets with a positive leading non-zero entry (each cable listed once)."""
+    if topology == "kingmesh":
+        offs = [o for o in itertools.product((-1, 0, 1), repeat=ndim) if any(o)]
+        return [o for o in offs if next(x for x in o if x) > 0]
+    return [tuple(1 if i == a else 0 for i in range(ndim)) for a in range(ndim)]
+
+
+def _unflatten(i: int, shape: tuple[int, ...]) -> list[int]:
+    out = []
+    for s in shape:
+        out.append(i % s)
+        i //= s
+    return out
+
+
+def _flatten(c: list[int], shape: tuple[int, ...]) -> int:
+    i, stride = 0, 1
+    for ci, s in zip(c, shape):
+        i += ci * stride
+        stride *= s
+    return i
+
+
+def _grid_edges(dim: DimensionSpec) -> list[tuple[int, int]]:
+    shape = grid_shape(dim)
+    if math.prod(shape) != dim.size:
+        raise SpecError(f"{dim.name}: shape {list(shape)} does not multiply to size {dim.size}")
+    edges: set[tuple[int, int]] = set()
+    for i in range(dim.size):
+        c = _unflatten(i, shape)
+        for off in grid_offsets(dim.topology, len(shape)):
+            n = []
+            for a, (ca, oa) in enumerate(zip(c, off)):
+                v = ca + oa
+                if dim.topology == "torus" and shape[a] > 2:
+                    v %= shape[a]
+                n.append(v)
+            if all(0 <= v < s for v, s in zip(n, shape)):
+                j = _flatten(n, shape)
+                if j != i:
+                    edges.add((min(i, j), max(i, j)))
+    return sorted(edges)
+
+
+def _line_members(sizes: tuple[int, ...], d: int) -> list[list[int]]:
+    """All dimension-d lines, each as the global rank ids ordered by their coordinate in d."""
+    stride = math.prod(sizes[:d])
+    inner, outer = stride, math.prod(sizes[d + 1:])
+    lines = []
+    for o in range(outer):
+        for i in range(inner):
+            base = o * stride * sizes[d] + i
+            lines.append([base + k * stride for k in range(sizes[d])])
+    return lines
+
+
+def _add_switch(topo_sw: dict, labels: dict, key: tuple[int, str, int, int], label: str, next_id: int) -> int:
+    topo_sw[key] = next_id
+    labels[next_id] = label
+    return next_id
+
+
+def build_topology(net: NetworkSpec) -> Topology:
+    """All links of every dimension, with the network's faults applied (see docs/network.md)."""
+    sizes = tuple(d.size for d in net.dimensions)
+    if any(s <= 0 for s in sizes):
+        raise SpecError(f"network {net.name!r}: a dimension's size is unresolved ('auto'); call sized_for(world)")
+    n_ranks = math.prod(sizes)
+    b = _Builder()
+    switches: dict[tuple[int, str, int, int], int] = {}
+    labels: dict[int, str] = {}
+    fat: dict[int, dict] = {}
+    nxt = n_ranks
+    for d, dim in enumerate(net.dimensions):
+        if dim.topology not in TOPOLOGIES:
+            raise SpecError(f"network {net.name!r}: {dim.name}: unknown topology {dim.topology!r}; "
+                            f"allowed: {', '.join(TOPOLOGIES)}")
+        lines = _line_members(sizes, d)
+        bw, lat, n = dim.link_bandwidth, dim.latency_s, dim.size
+        if dim.topology == "fat_tree":
+            nxt = _build_fat_tree(b, d, dim, lines, switches, labels, fat, nxt)
+            continue
+        grid = _grid_edges(dim) if dim.topology in ("mesh", "torus", "kingmesh") else None
+        for li, m in enumerate(lines):
+            if dim.topology == "ring":
+                for i in range(n if n > 2 else n - 1):
+                    b.both(m[i], m[(i + 1) % n], bw, lat, d)
+            elif dim.topology == "fully_connected":
+                for i, j in itertools.combinations(range(n), 2):
+                    b.both(m[i], m[j], bw, lat, d)
+            elif dim.topology == "switch":
+                s = _add_switch(switches, labels, (d, "switch", li, 0), f"{dim.name} switch line {li}", nxt)
+                nxt += 1
+                for r in m:
+                    b.both(r, s, bw, lat, d)
+            else:
+                for i, j in grid:
+                    b.both(m[i], m[j], bw, lat, d)
+    topo = Topology(
+        name=net.name, dims=net.dimensions, sizes=sizes, n_ranks=n_ranks, n_nodes=nxt,
+        src=np.array(b.src, dtype=np.int32), dst=np.array(b.dst, dtype=np.int32),
+        bandwidth=np.array(b.bw, dtype=np.float64), latency=np.array(b.lat, dtype=np.float64),
+        dim=np.array(b.dim, dtype=np.int32), alive=np.ones(len(b.src), dtype=bool),
+        switches=switches, switch_labels=labels, fat_tree=fat)
+    topo.link_of = {(int(s), int(t)): i for i, (s, t) in enumerate(zip(topo.src, topo.dst))}
+    apply_faults(topo, net.faults)
+    return topo
+
+
+def _build_fat_tree(b: _Builder, d: int, dim: DimensionSpec, lines: list[list[int]], switches: dict,
+                    labels: dict, fat: dict, nxt: int) -> int:
+    """Two-level fat tree: ranks -> leaves -> spines, non-blocking (leaf uplinks sum to its downlinks).
+
+    rail_optimized (or a single line): each line (rail) has its own leaves, `leaf_size` ranks each.
+    Otherwise leaves are shared: leaf j holds every line's ranks whose coordinate lies in one block of
+    leaf_size // lines. Spines (default: one per leaf) are shared by all lines; with one leaf per rail and
+    no explicit spines there are none.
+    """
+    n, n_lines = dim.size, len(lines)
+    rail = dim.rail_optimized or n_lines == 1
+    ports = dim.leaf_size or DEFAULT_LEAF_PORTS
+    per_leaf = min(n, ports) if rail else max(1, min(n, ports // n_lines))
+    n_leaf = -(-n // per_leaf)
+    n_spine = dim.spines or (n_leaf if n_leaf > 1 else 0)
+    leaf_of: dict[int, int] = {}
+    leaf_ports: dict[int, int] = {}
+    for li, m in enumerate(lines):
+        for k, r in enumerate(m):
+            key = (d, "leaf", li if rail else 0, k // per_leaf)
+            if key not in switches:
+                _add_switch(switches, labels, key, f"{dim.name} leaf {key[3]}" + (f" rail {li}" if rail else ""), nxt)
+                nxt += 1
+            leaf = switches[key]
+            leaf_of[r] = leaf
+            leaf_ports[leaf] = leaf_ports.get(leaf, 0) + 1
+            b.both(r, leaf, dim.link_bandwidth, dim.latency_s, d)
+    spines = []
+    for s in range(n_spine):
+        spines.append(_add_switch(switches, labels, (d, "spine", 0, s), f"{dim.name} spine {s}", nxt))
+        nxt += 1
+    for leaf in sorted(leaf_ports):
+        for sp in spines:
+            b.both(leaf, sp, dim.link_bandwidth * leaf_ports[leaf] / n_spine, dim.latency_s, d)
+    fat[d] = {"leaf_of": leaf_of, "spines": spines}
+    return nxt
+
+
+def apply_faults(topo: Topology, faults: tuple[FaultSpec, ...] | list[FaultSpec]) -> None:
+    """Soft faults scale bandwidth and add latency; hard faults mark links dead. Both directions of a cable."""
+    for k, f in enumerate(faults):
+        a, c = f.link
+        hits = [i for i in (topo.link_of.get((a, c)), topo.link_of.get((c, a)))
+                if i is not None and (f.dimension is None or int(topo.dim[i]) == f.dimension)]
+        if not hits:
+            raise SpecError(f"network {topo.name!r}: faults.{k}: link [{a}, {c}] does not exist; endpoints are "
+                            f"global node ids (ranks 0..{topo.n_ranks - 1}, switches {topo.n_ranks}.."
+                            f"{topo.n_nodes - 1}); see docs/network.md")
+        for i in hits:
+            if f.failed:
+                topo.alive[i] = False
+            else:
+                topo.bandwidth[i] *= f.bandwidth_factor
+                topo.latency[i] += f.extra_latency_s

@@ -1,0 +1,81 @@
+"""Price every operator of a case: the `price` stage of the pipeline.
+
+A case becomes sections (one layer of each kind, the first/last pipeline stage extras, the optimizer
+step, and for inference prefill plus the first and last decode step); each section lists its operators
+for one micro-batch on one rank with a time per launch. The engine multiplies sections by how often
+they run, so pricing stays independent of the schedule.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from rapidllm.ops import workload as wl
+from rapidllm.ops.operators import Operator
+from rapidllm.ops.params import parameter_counts
+from rapidllm.ops.roofline import roofline_times
+from rapidllm.spec.case import Case, InferenceWorkload
+
+OPERATOR_COLUMNS = ["section", "name", "kind", "phase", "count", "flops", "bytes", "out_bytes",
+                    "batch", "m", "n", "k", "time_s"]
+
+
+def local_parameters(case: Case) -> float:
+    """Parameters held by one rank before ZeRO/FSDP sharding (TP/PP/EP split; embeddings counted once)."""
+    p = case.parallelism
+    c = parameter_counts(case.model)
+    dense = (c.attention + c.dense_mlp + c.shared_experts + c.norms) / (p.tp * p.pp)
+    experts = c.experts / (p.tp * p.pp * p.ep)
+    return dense + experts + (c.embedding + c.lm_head) / p.tp / (2 if p.pp > 1 else 1)
+
+
+def _layer_sections(case: Case, shard: wl.Shard, prefix: str, training: bool) -> list[tuple[str, Operator]]:
+    model, out = case.model, []
+    kinds = {"dense": False}
+    if model.moe:
+        kinds = {"moe": True} if model.moe_layer_count() == model.layers else {"dense": False, "moe": True}
+    for kind, is_moe in kinds.items():
+        if training:
+            ops = wl.layer_training(model, shard, is_moe, case.parallelism.recompute)
+        else:
+            ops = wl.layer_forward(model, shard, is_moe)
+        out += [(f"{prefix}layer_{kind}", o) for o in ops]
+    return out
+
+
+def case_sections(case: Case) -> list[tuple[str, Operator]]:
+    """(section, operator) pairs of a case, in execution order within each section."""
+    model = case.model
+    if case.training:
+        shard = wl.training_shard(case)
+        out = _layer_sections(case, shard, "", True)
+        emb = wl.embedding_forward(model, shard)
+        head = wl.head_forward(model, shard)
+        out += [("first_stage", o) for o in emb + [b for o in emb for b in wl.backward_of(o)]]
+        out += [("last_stage", o) for o in head + [b for o in reversed(head) for b in wl.backward_of(o)]]
+        out.append(("optimizer", wl.optimizer_step(local_parameters(case) / _optimizer_shards(case), 16.0)))
+        return out
+    w = case.workload
+    assert isinstance(w, InferenceWorkload)
+    out = []
+    for prefix, shard in (("prefill_", wl.prefill_shard(case)), ("decode_first_", wl.decode_shard(case, w.prompt_tokens)),
+                          ("decode_last_", wl.decode_shard(case, w.prompt_tokens + w.output_tokens - 1))):
+        out += _layer_sections(case, shard, prefix, False)
+        out += [(f"{prefix}head", o) for o in wl.embedding_forward(model, shard) + wl.head_forward(model, shard)]
+    return out
+
+
+def _optimizer_shards(case: Case) -> int:
+    p = case.parallelism
+    return p.dp if (p.zero >= 1 or p.fsdp != "none") else 1
+
+
+def price_case(case: Case) -> pd.DataFrame:
+    """One row per operator launch shape with its roofline time (the tile model refines GEMMs)."""
+    pairs = case_sections(case)
+    ops = [o for _, o in pairs]
+    times = roofline_times(case.hardware, ops, case.precision)
+    rows = []
+    for (section, o), t in zip(pairs, times):
+        b, m, n, k = o.gemm if o.gemm else (0, 0, 0, 0)
+        rows.append((section, o.name, o.kind, o.phase, o.count, o.flops, o.bytes, o.out_bytes, b, m, n, k, float(t)))
+    return pd.DataFrame(rows, columns=OPERATOR_COLUMNS)

@@ -1,0 +1,216 @@
+"""Workload -> per-rank operator lists for one transformer layer, the embedding/head and the optimizer.
+
+Shapes follow Megatron-style sharding (Shoeybi et al. 2019; Korthikanti et al. 2023): TP splits heads
+and FFN columns, SP splits the sequence around norms and residuals, CP splits queries while keys/values
+cover the whole sequence, EP places experts. Backward GEMMs are the data-gradient (dX = dY·Wᵀ) and
+weight-gradient (dW = Xᵀ·dY) products of every forward GEMM.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from rapidllm.ops.operators import ATTENTION, GEMM, POINTWISE, AttentionShape, Operator
+from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
+from rapidllm.spec.hardware import DTYPE_BYTES
+from rapidllm.spec.model import ModelSpec
+
+# FLOPs per element of common pointwise kernels (rough, they are bandwidth bound anyway).
+NORM_FLOPS, ACT_FLOPS, ROPE_FLOPS = 5.0, 8.0, 6.0
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Everything that sizes one rank's slice of a layer."""
+    tokens: int          # tokens entering the layer on this rank (batch x local sequence)
+    batch: int
+    q_len: int           # queries per sequence on this rank
+    kv_len: int          # keys per sequence attended to
+    tp: int
+    sp: bool
+    ep: int
+    dtype_bytes: int
+    causal: bool
+    decode: bool = False
+    hot_expert_factor: float = 1.0
+
+
+def _gemm(name: str, phase: str, m: int, n: int, k: int, b: int, inputs: tuple[str, ...] = (),
+          count: int = 1, backward_of: str = "") -> Operator:
+    return Operator(name=name, kind=GEMM, phase=phase, flops=2.0 * m * n * k, bytes=float(b * (m * k + k * n + m * n)),
+                    out_bytes=float(b * m * n), count=count, gemm=(1, m, n, k), inputs=inputs, backward_of=backward_of,
+                    dtype_bytes=b)
+
+
+def _pointwise(name: str, phase: str, elements: float, b: int, reads: float, writes: float, flops_per: float,
+               inputs: tuple[str, ...] = (), count: int = 1) -> Operator:
+    return Operator(name=name, kind=POINTWISE, phase=phase, flops=flops_per * elements,
+                    bytes=(reads + writes) * elements * b, out_bytes=writes * elements * b, count=count, inputs=inputs, dtype_bytes=b)
+
+
+def _heads(model: ModelSpec, tp: int) -> tuple[int, int]:
+    """(query heads, kv heads) per TP rank; KV heads are replicated when tp exceeds them."""
+    return model.heads // tp, max(model.kv_heads // tp, 1)
+
+
+def attention_forward(model: ModelSpec, s: Shard) -> list[Operator]:
+    """Norm, QKV projection, rotary, attention core, output projection, residual."""
+    h, b, T = model.hidden, s.dtype_bytes, s.tokens
+    qh, kvh = _heads(model, s.tp)
+    norm_elems = T * h / (s.tp if s.sp else 1)
+    if model.attention == "mla" and model.mla:
+        a = model.mla
+        d_qk, d_v = a.qk_nope_head_dim + a.qk_rope_head_dim, a.v_head_dim
+        qkv_n = qh * d_qk + (a.kv_lora_rank + a.qk_rope_head_dim) // s.tp + qh * (a.qk_nope_head_dim + d_v)
+        kvh = qh
+    else:
+        d_qk = d_v = model.head_dim
+        qkv_n = (qh + 2 * kvh) * model.head_dim
+    shape = AttentionShape(batch=s.batch, q_heads=qh, kv_heads=kvh, q_len=s.q_len, kv_len=s.kv_len,
+                           head_dim_qk=d_qk, head_dim_v=d_v, causal=s.causal and not s.decode)
+    attn_flops = 2.0 * s.batch * qh * s.q_len * s.kv_len * (d_qk + d_v)
+    if shape.causal:
+        attn_flops *= 0.5
+    attn_bytes = b * s.batch * (qh * s.q_len * (d_qk + d_v) + kvh * s.kv_len * (d_qk + d_v))
+    ops = [
+        _pointwise("norm1", "fwd", norm_elems, b, 1, 1, NORM_FLOPS),
+        _gemm("qkv", "fwd", T, qkv_n, h, b, inputs=("norm1",)),
+    ]
+    if model.position == "rope":
+        ops.append(_pointwise("rope", "fwd", T * (qh + kvh) * d_qk, b, 1, 1, ROPE_FLOPS, inputs=("qkv",)))
+    ops += [
+        Operator(name="attn", kind=ATTENTION, phase="fwd", flops=attn_flops, bytes=float(attn_bytes),
+                 out_bytes=float(b * T * qh * d_v), attention=shape, inputs=("qkv",), dtype_bytes=b),
+        _gemm("o_proj", "fwd", T, h, qh * d_v, b, inputs=("attn",)),
+        _pointwise("residual1", "fwd", norm_elems, b, 2, 1, 1.0, inputs=("o_proj",)),
+    ]
+    return ops
+
+
+def mlp_forward(model: ModelSpec, s: Shard, ffn: int, prefix: str, tokens: int | None = None,
+                count: int = 1) -> list[Operator]:
+    """Up (+gate), activation, down projections of one MLP of width ffn, sharded by TP."""
+    h, b = model.hidden, s.dtype_bytes
+    T = s.tokens if tokens is None else tokens
+    f = ffn // s.tp
+    up_n = 2 * f if model.mlp == "gated" else f
+    return [
+        _gemm(f"{prefix}_up", "fwd", T, up_n, h, b, inputs=("norm2",), count=count),
+        _pointwise(f"{prefix}_act", "fwd", T * f, b, 2 if model.mlp == "gated" else 1, 1, ACT_FLOPS,
+                   inputs=(f"{prefix}_up",), count=count),
+        _gemm(f"{prefix}_down", "fwd", T, h, f, b, inputs=(f"{prefix}_act",), count=count),
+    ]
+
+
+def expert_tokens(model: ModelSpec, s: Shard) -> tuple[int, int, int]:
+    """(tokens of the busiest local expert, tokens of each other local expert, local experts).
+
+    Balanced routing gives every expert tokens·top_k/E of the EP group's tokens. A hot expert carries
+    hot_expert_factor x the mean and the others share the rest, so the total is conserved.
+    """
+    moe = model.moe
+    assert moe is not None
+    local = moe.experts // s.ep
+    group_tokens = s.tokens * s.ep * moe.top_k
+    mean = group_tokens / moe.experts
+    hot = min(mean * s.hot_expert_factor, group_tokens)
+    rest = (group_tokens - hot) / max(moe.experts - 1, 1)
+    return max(int(round(hot)), 1), max(int(round(rest)), 1 if rest > 0 else 0), local
+
+
+def layer_forward(model: ModelSpec, s: Shard, moe_layer: bool) -> list[Operator]:
+    h, b = model.hidden, s.dtype_bytes
+    norm_elems = s.tokens * h / (s.tp if s.sp else 1)
+    ops = attention_forward(model, s)
+    ops.append(_pointwise("norm2", "fwd", norm_elems, b, 1, 1, NORM_FLOPS, inputs=("residual1",)))
+    if moe_layer and model.moe:
+        moe = model.moe
+        ops.append(_gemm("router", "fwd", s.tokens, moe.experts, h, b, inputs=("norm2",)))
+        ops.append(_pointwise("permute", "fwd", s.tokens * moe.top_k * h, b, 1, 1, 0.0, inputs=("router",)))
+        hot, rest, local = expert_tokens(model, s)
+        ops += mlp_forward(model, s, moe.expert_ffn, "expert_hot", tokens=hot)
+        if local > 1 and rest:
+            ops += mlp_forward(model, s, moe.expert_ffn, "expert", tokens=rest, count=local - 1)
+        if moe.shared_experts:
+            ops += mlp_forward(model, s, (moe.shared_expert_ffn or moe.expert_ffn) * moe.shared_experts, "shared")
+        ops.append(_pointwise("unpermute", "fwd", s.tokens * moe.top_k * h, b, 1, 1, 1.0))
+    else:
+        ops += mlp_forward(model, s, model.ffn, "mlp")
+    ops.append(_pointwise("residual2", "fwd", norm_elems, b, 2, 1, 1.0))
+    return ops
+
+
+def backward_of(op: Operator) -> list[Operator]:
+    """Backward operators of one forward operator (GEMM: dgrad + wgrad; attention: FA2 backward)."""
+    if op.kind == GEMM:
+        _, m, n, k = op.gemm  # type: ignore[misc]
+        b = op.dtype_bytes
+        dgrad = _gemm(f"{op.name}_dgrad", "bwd", m, k, n, b, count=op.count, backward_of=op.name)
+        wgrad = _gemm(f"{op.name}_wgrad", "bwd", k, n, m, b, count=op.count, backward_of=op.name)
+        return [dgrad, wgrad]
+    if op.kind == ATTENTION:
+        # FlashAttention-2 backward: 2.5x the forward matmul FLOPs (recomputes S, then dV, dP, dQ, dK).
+        return [replace(op, name=f"{op.name}_bwd", phase="bwd", flops=2.5 * op.flops, bytes=2.0 * op.bytes,
+                        backward_of=op.name, inputs=())]
+    return [replace(op, name=f"{op.name}_bwd", phase="bwd", flops=op.flops, bytes=op.bytes * 1.5,
+                    backward_of=op.name, inputs=())]
+
+
+def layer_training(model: ModelSpec, s: Shard, moe_layer: bool, recompute: str) -> list[Operator]:
+    """Forward, recompute and backward operators of one layer for one micro-batch."""
+    fwd = layer_forward(model, s, moe_layer)
+    if recompute == "full":
+        again = [replace(o, phase="recompute") for o in fwd]
+    elif recompute == "selective":
+        again = [replace(o, phase="recompute") for o in fwd if o.kind == ATTENTION]
+    else:
+        again = []
+    bwd = [b for o in reversed(fwd) for b in backward_of(o)]
+    return fwd + again + bwd
+
+
+def training_shard(case: Case) -> Shard:
+    w, p = case.workload, case.parallelism
+    assert isinstance(w, TrainingWorkload)
+    s_local = w.seq_len // p.cp
+    return Shard(tokens=w.micro_batch * s_local, batch=w.micro_batch, q_len=s_local, kv_len=w.seq_len,
+                 tp=p.tp, sp=p.sp, ep=p.ep, dtype_bytes=DTYPE_BYTES[case.precision], causal=True,
+                 hot_expert_factor=case.moe_hot_expert_factor)
+
+
+def prefill_shard(case: Case) -> Shard:
+    w, p = case.workload, case.parallelism
+    assert isinstance(w, InferenceWorkload)
+    return Shard(tokens=w.batch * w.prompt_tokens, batch=w.batch, q_len=w.prompt_tokens, kv_len=w.prompt_tokens,
+                 tp=p.tp, sp=False, ep=p.ep, dtype_bytes=DTYPE_BYTES[case.precision], causal=True,
+                 hot_expert_factor=case.moe_hot_expert_factor)
+
+
+def decode_shard(case: Case, context: int) -> Shard:
+    """One decode step with `context` tokens already in the KV cache."""
+    w, p = case.workload, case.parallelism
+    assert isinstance(w, InferenceWorkload)
+    return Shard(tokens=w.batch, batch=w.batch, q_len=1, kv_len=context + 1, tp=p.tp, sp=False, ep=p.ep,
+                 dtype_bytes=DTYPE_BYTES[case.precision], causal=False, decode=True,
+                 hot_expert_factor=case.moe_hot_expert_factor)
+
+
+def head_forward(model: ModelSpec, s: Shard) -> list[Operator]:
+    """Final norm, LM head GEMM (vocab split by TP) and softmax/cross-entropy, on the last stage."""
+    h, b = model.hidden, s.dtype_bytes
+    v = model.vocab // s.tp
+    return [
+        _pointwise("final_norm", "fwd", s.tokens * h, b, 1, 1, NORM_FLOPS),
+        _gemm("lm_head", "fwd", s.tokens, v, h, b, inputs=("final_norm",)),
+        _pointwise("cross_entropy", "fwd", s.tokens * v, 4, 1, 1, 5.0, inputs=("lm_head",)),
+    ]
+
+
+def embedding_forward(model: ModelSpec, s: Shard) -> list[Operator]:
+    """Token-embedding gather on the first stage (reads one row per token)."""
+    return [_pointwise("embedding", "fwd", s.tokens * model.hidden, s.dtype_bytes, 1, 1, 0.0)]
+
+
+def optimizer_step(local_params: float, state_bytes_per_param: float) -> Operator:
+    """Adam: read weights, grads, moments; write weights and moments (~ state bytes x 2 per parameter)."""
+    return Operator(name="optimizer", kind=POINTWISE, phase="optimizer", flops=12.0 * local_params,
+                    bytes=2.0 * state_bytes_per_param * local_params)

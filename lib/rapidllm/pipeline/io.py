@@ -1,0 +1,53 @@
+"""Deterministic, atomic table I/O for the pipeline stages."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from rapidllm.spec.case import Case, resolve_case
+
+
+def atomic_write(path: str | Path, writer: Callable[[str], None]) -> None:
+    """Write through a temporary file in the same folder and rename, so no partial output survives."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        writer(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_table(df: pd.DataFrame, path: str | Path) -> None:
+    """Parquet (or CSV by suffix) without the index; same frame -> same bytes."""
+    df = df.reset_index(drop=True)
+    if str(path).endswith(".csv"):
+        atomic_write(path, lambda tmp: df.to_csv(tmp, index=False, float_format="%.10g"))
+    else:
+        atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False, compression="zstd"))
+
+
+def write_npz(arrays: dict[str, np.ndarray], path: str | Path) -> None:
+    def writer(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+    atomic_write(path, writer)
+
+
+def shard_cases(cases_path: str | Path, shard: int) -> list[tuple[dict[str, Any], Case]]:
+    """(row, resolved Case) for the valid cases of one shard."""
+    df = pd.read_parquet(cases_path)
+    df = df[(df["shard"] == shard) & (df["status"] == "ok")]
+    out = []
+    for row in df.to_dict("records"):
+        out.append((row, resolve_case(json.loads(row["case_json"]), f"case {row['case_id']}")))
+    return out

@@ -1,0 +1,151 @@
+"""Experiments: a base case crossed with sweep lists and/or parallel-layout factorizations.
+
+Every combination becomes a row. A combination that is not a valid case (tp not dividing heads, batch
+not divisible, ...) stays as a row with status 'invalid' and the reason, so sweeps never lose cases
+silently. Names in the case are inlined from config/ so later stages need only the row.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from rapidllm.spec.case import resolve_case
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.named import resolve_named
+from rapidllm.spec.paths import config_dir, display
+from rapidllm.spec.schema import load_yaml, validate
+
+AXES = ("dp", "tp", "pp", "cp", "ep")
+NAMED_KINDS = ("model", "hardware", "network")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    source: str
+    base: dict
+    cross: dict[str, list]
+    cases: list[dict]
+    factorize: dict | None
+    shard_size: int
+
+
+def load_experiment(path: str | Path, default_shard_size: int = 64) -> Experiment:
+    source = display(path)
+    m = load_yaml(Path(path))
+    validate(m, "experiment", source)
+    return Experiment(name=m["name"], source=source, base=m["base"], cross=m.get("cross", {}),
+                      cases=m.get("cases", [{}]), factorize=m.get("factorize"),
+                      shard_size=m.get("shard_size", default_shard_size))
+
+
+def set_dotted(mapping: dict, key: str, value: Any) -> None:
+    *parents, leaf = key.split(".")
+    for p in parents:
+        mapping = mapping.setdefault(p, {})
+    mapping[leaf] = value
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def factorizations(gpus: int, axes: tuple[str, ...], bounds: dict[str, list[int]]) -> Iterator[dict[str, int]]:
+    """Every assignment of sizes to `axes` whose product is `gpus` (ep is not a factor: it lives in dp*tp*cp)."""
+    factor_axes = [a for a in axes if a != "ep"]
+    divisors = [d for d in range(1, gpus + 1) if gpus % d == 0]
+    for combo in itertools.product(divisors, repeat=len(factor_axes)):
+        if math.prod(combo) != gpus:
+            continue
+        sizes = dict(zip(factor_axes, combo))
+        if all(bounds.get(a, [1, gpus])[0] <= v <= bounds.get(a, [1, gpus])[1] for a, v in sizes.items()):
+            if "ep" in axes:
+                lo, hi = bounds.get("ep", [1, gpus])
+                for ep in divisors:
+                    if lo <= ep <= hi:
+                        yield {**sizes, "ep": ep}
+            else:
+                yield sizes
+
+
+def raw_cases(exp: Experiment) -> Iterator[tuple[str, dict]]:
+    """(label, partial case mapping) for every combination, in a deterministic order."""
+    keys = sorted(exp.cross)
+    layouts: list[dict[str, int]] = [{}]
+    if exp.factorize:
+        f = exp.factorize
+        layouts = list(factorizations(f["gpus"], tuple(f.get("axes", AXES)), f.get("bounds", {})))
+    for ci, extra in enumerate(exp.cases):
+        for values in itertools.product(*(exp.cross[k] for k in keys)):
+            for layout in layouts:
+                case = deep_merge(exp.base, {k: v for k, v in extra.items() if k not in ("label", "meta")})
+                for k, v in zip(keys, values):
+                    set_dotted(case, k, v)
+                for axis, size in layout.items():
+                    set_dotted(case, f"parallelism.{axis}", size)
+                parts = [str(extra.get("label", ci if len(exp.cases) > 1 else ""))] + \
+                        [f"{k.split('.')[-1]}={v}" for k, v in zip(keys, values) if not isinstance(v, dict)] + \
+                        [f"{a}{s}" for a, s in layout.items()]
+                yield " ".join(p for p in parts if p), {"case": case, "meta": extra.get("meta", {})}
+
+
+def count_cases(exp: Experiment) -> int:
+    return sum(1 for _ in raw_cases(exp))
+
+
+def inline_names(case: dict, source: str) -> dict:
+    """Replace model/hardware/network names by their validated mappings (so rows are self-contained)."""
+    out = dict(case)
+    for kind in NAMED_KINDS:
+        if kind in out:
+            mapping, _ = resolve_named(kind, out[kind], source, kind)
+            out[kind] = mapping
+    return out
+
+
+def referenced_spec_files(exp: Experiment) -> list[str]:
+    """config/ files an experiment reads, so the pipeline reruns it only when one of them changes."""
+    files = set()
+    for _, raw in raw_cases(exp):
+        for kind in NAMED_KINDS:
+            value = raw["case"].get(kind)
+            if isinstance(value, str):
+                files.add(str(config_dir(kind) / f"{value}.yaml"))
+    return sorted(files)
+
+
+def expand(exp: Experiment) -> list[dict]:
+    """One record per combination: case_id, status, reason, the inlined case JSON and flat columns."""
+    rows = []
+    for index, (label, raw) in enumerate(raw_cases(exp)):
+        row: dict[str, Any] = {"experiment": exp.name, "index": index, "label": label,
+                               "shard": index // exp.shard_size}
+        row.update({f"meta_{k}": v for k, v in raw["meta"].items()})
+        try:
+            case = resolve_case(raw["case"], f"{exp.source} case {index} ({label})")
+            inlined = inline_names(raw["case"], exp.source)
+            row.update(case_id=case.case_id, status="ok", reason="", case_json=json.dumps(inlined, sort_keys=True))
+            row.update(flat_columns(case))
+        except SpecError as err:
+            row.update(case_id="", status="invalid", reason=str(err), case_json=json.dumps(raw["case"], sort_keys=True, default=str))
+        rows.append(row)
+    return rows
+
+
+def flat_columns(case: Any) -> dict[str, Any]:
+    p, w = case.parallelism, case.workload
+    cols = {"model": case.model.name, "hardware": case.hardware.name, "network": case.network.name,
+            "precision": case.precision, "mode": w.mode, "world": p.world}
+    cols.update({a: getattr(p, a) for a in AXES})
+    cols.update(sp=p.sp, zero=p.zero, fsdp=p.fsdp, recompute=p.recompute, schedule=p.schedule,
+                virtual_stages=p.virtual_stages)
+    cols.update({k: v for k, v in w.__dict__.items() if k != "mode"})
+    return cols

@@ -1,0 +1,1 @@
+"""Reference tables -> cases, and error metrics against published measurements."""
