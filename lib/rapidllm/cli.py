@@ -13,6 +13,9 @@ from pathlib import Path
 
 from rapidllm.spec.errors import SpecError
 
+# Subcommands that live next to their model: each module has add_parser(subparsers).
+EXTRA_COMMANDS: tuple[str, ...] = ()
+
 JSON_KEYS = ("case_id", "status", "reason", "step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
              "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "peak_memory_bytes", "feasible")
 
@@ -90,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("suites", nargs="*", help="suite YAMLs (default: validation/suites/*.yaml)")
     v.add_argument("--out", default="results/validation", help="folder for per-suite CSVs")
     v.set_defaults(func=cmd_validate)
-    for module in ("rapidllm.ops.cli_gemm", "rapidllm.network.cli_collective"):
+    for module in EXTRA_COMMANDS:
         __import__(module, fromlist=["add_parser"]).add_parser(sub)
     return parser
 

@@ -1,27 +1,40 @@
 # Shared helpers for the rules: which studies exist, how many shards each has, and which library
 # modules each stage imports (declared as inputs, since Snakemake does not track imported code).
 import math
+import os
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
+
+from rapidllm.spec.errors import SpecError
 from rapidllm.spec.experiment import count_cases, load_experiment, referenced_spec_files
 from rapidllm.spec.schema import load_yaml, validate
 from rapidllm.validate.suites import load_suite
 
-validate(config, "config", "config/config.yaml")
+try:
+    validate(config, "config", "config/config.yaml")
+except SpecError as err:
+    raise WorkflowError(str(err)) from None
 SHARD_SIZE = int(config.get("shard_size", 64))
 LIB = Path("lib/rapidllm")
 
 
-def _study(name):
-    exp_path = Path("config/experiments") / f"{name}.yaml"
-    if exp_path.exists():
-        return str(exp_path), load_experiment(exp_path, SHARD_SIZE), None
-    suite_path = Path("validation/suites") / f"{name}.yaml"
-    suite = load_suite(suite_path)
-    return str(suite_path), suite.experiment, str(suite.reference.relative_to(Path.cwd().resolve()))
+def _study(name, key, folder):
+    path = Path(folder) / f"{name}.yaml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in Path(folder).glob("*.yaml")))
+        raise SpecError(f"config/config.yaml: {key}: unknown name {name!r}; known: {known}")
+    if key == "experiments":
+        return str(path), load_experiment(path, SHARD_SIZE), None
+    suite = load_suite(path)
+    return str(path), suite.experiment, os.path.relpath(suite.reference)
 
 
-STUDIES = {name: _study(name) for name in list(config["experiments"]) + list(config["suites"])}
+try:
+    STUDIES = {name: _study(name, "experiments", "config/experiments") for name in config["experiments"]}
+    STUDIES.update({name: _study(name, "suites", "validation/suites") for name in config["suites"]})
+except SpecError as err:
+    raise WorkflowError(str(err)) from None
 
 
 def study_file(w):

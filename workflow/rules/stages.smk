@@ -10,6 +10,8 @@ rule expand:
         study=study_file,
         kind=study_kind,
         shard_size=SHARD_SIZE,
+    log:
+        "results/logs/expand/{exp}.log",
     resources:
         mem_mb=1000,
         runtime=10,
@@ -25,6 +27,8 @@ rule price:
         code=code("ops"),
     output:
         "results/{exp}/ops/{shard}.parquet",
+    log:
+        "results/logs/price/{exp}/{shard}.log",
     resources:
         mem_mb=1000,
         runtime=10,
@@ -40,6 +44,8 @@ rule memory:
         code=code("memory", "ops"),
     output:
         "results/{exp}/memory/{shard}.parquet",
+    log:
+        "results/logs/memory/{exp}/{shard}.log",
     resources:
         mem_mb=1000,
         runtime=10,
@@ -56,6 +62,8 @@ rule trace:
         code=code("graph", "memory", "ops"),
     output:
         "results/{exp}/graphs/{shard}.npz",
+    log:
+        "results/logs/trace/{exp}/{shard}.log",
     resources:
         mem_mb=1000,
         runtime=10,
@@ -74,6 +82,8 @@ rule simulate:
         code=code("engine", "graph", "memory", "network", "ops"),
     output:
         "results/{exp}/sim/{shard}.parquet",
+    log:
+        "results/logs/simulate/{exp}/{shard}.log",
     resources:
         mem_mb=1000,
         runtime=10,
@@ -91,6 +101,8 @@ rule collect:
     output:
         parquet="results/{exp}/summary.parquet",
         csv="results/{exp}/summary.csv",
+    log:
+        "results/logs/collect/{exp}.log",
     resources:
         mem_mb=1000,
         runtime=10,

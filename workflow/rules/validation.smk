@@ -7,6 +7,8 @@ rule validate:
         code=code("validate", "pipeline"),
     output:
         "results/validation/{suite}.csv",
+    log:
+        "results/logs/validate/{suite}.log",
     resources:
         mem_mb=1000,
         runtime=10,
@@ -22,6 +24,8 @@ rule errors:
         code=code("validate", "pipeline"),
     output:
         report("results/validation/errors.csv", caption="../report/errors.rst", category="Validation"),
+    log:
+        "results/logs/errors.log",
     resources:
         mem_mb=1000,
         runtime=10,
@@ -38,6 +42,8 @@ rule figure_suite:
     output:
         png=report("results/figures/{suite}.png", caption="../report/suite_figure.rst", category="Validation"),
         pdf="results/figures/{suite}.pdf",
+    log:
+        "results/logs/figures/{suite}.log",
     resources:
         mem_mb=1000,
         runtime=10,

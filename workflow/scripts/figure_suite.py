@@ -1,4 +1,7 @@
 """Snakemake adapter: one suite's rows -> predicted vs measured figure (PNG + PDF)."""
+from rapidllm.pipeline.io import log_to
+
+log_to(snakemake.log[0])  # noqa: F821
 from pathlib import Path
 
 import pandas as pd

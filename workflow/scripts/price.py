@@ -1,4 +1,7 @@
 """Snakemake adapter: one shard of cases -> operator prices."""
+from rapidllm.pipeline.io import log_to
+
+log_to(snakemake.log[0])  # noqa: F821
 from rapidllm.pipeline.stages import run_price
 
 run_price(snakemake.input.cases, int(snakemake.wildcards.shard), snakemake.output[0])  # noqa: F821

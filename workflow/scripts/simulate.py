@@ -1,4 +1,7 @@
 """Snakemake adapter: prices + memory + graph of a shard -> step time, latency and breakdown."""
+from rapidllm.pipeline.io import log_to
+
+log_to(snakemake.log[0])  # noqa: F821
 from rapidllm.pipeline.stages import run_simulate
 
 i = snakemake.input  # noqa: F821

@@ -24,10 +24,21 @@ class MemoryResult:
     kv_cache: float
     framework: float
     capacity: float
+    step_transient: float = 0.0    # bytes alive only in the optimizer step (ZeRO buffers), beside persistent
+    stage: int = 0                 # pipeline stage these bytes belong to (the worst one by default)
+
+    @property
+    def persistent(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.kv_cache
+
+    @property
+    def optimizer_phase(self) -> float:
+        """Allocated bytes at the optimizer step, after the activations are gone (framework excluded)."""
+        return self.weights + self.gradients + self.optimizer + self.step_transient
 
     @property
     def peak(self) -> float:
-        return self.weights + self.gradients + self.optimizer + self.activations + self.kv_cache + self.framework
+        return self.persistent + max(self.activations, self.step_transient) + self.framework
 
     @property
     def feasible(self) -> bool:

@@ -90,7 +90,6 @@ def run_schedule(topo: Topology, sched: Schedule, release: np.ndarray, utilizati
     router = router or Router(topo)
     if not len(sched):
         return np.zeros(0), np.zeros(topo.n_links), 0
-    sched.check()
     route_of, ptr, links = route_table(router, sched.src, sched.dst)
     bw = np.where(topo.alive, topo.bandwidth * utilization, 1.0)
     return simulate_kernel(route_of, sched.nbytes, release.astype(np.float64), sched.dep_ptr, sched.dep_idx,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 
 @dataclass
@@ -99,18 +100,38 @@ def _chain_ids(n: int, steps: int, chunks: int) -> tuple[np.ndarray, np.ndarray,
     return c.ravel(), t.ravel(), p.ravel()
 
 
+@njit(cache=True)
+def _ring_arrays(g, steps, chunks, size):
+    n = len(g)
+    total = chunks * steps * n
+    src = np.empty(total, np.int32)
+    dst = np.empty(total, np.int32)
+    nbytes = np.full(total, size)
+    chunk = np.empty(total, np.int32)
+    dep_ptr = np.zeros(total + 1, np.int64)
+    dep_idx = np.empty(chunks * (steps - 1) * n, np.int32)
+    i = 0
+    k = 0
+    for c in range(chunks):
+        for t in range(steps):
+            for p in range(n):
+                src[i] = g[p]
+                dst[i] = g[(p + 1) % n]
+                chunk[i] = c
+                if t > 0:
+                    dep_idx[k] = i - n - p + (p + n - 1) % n
+                    k += 1
+                i += 1
+                dep_ptr[i] = k
+    return src, dst, nbytes, chunk, dep_ptr, dep_idx
+
+
 def ring(group: list[int], nbytes_per_transfer: float, steps: int, chunks: int) -> Schedule:
-    """`steps` ring steps: at step t position p sends to p+1, after receiving step t-1 from p-1."""
-    n = len(group)
-    g = np.asarray(group, dtype=np.int32)
-    c, t, p = _chain_ids(n, steps, chunks)
-    ids = np.arange(len(p))
-    has = t > 0
-    dep_ptr = np.zeros(len(p) + 1, dtype=np.int64)
-    dep_ptr[1:] = np.cumsum(has)
-    dep_idx = (ids - n + ((p - 1) % n - p))[has].astype(np.int32)
-    return Schedule(g[p], g[(p + 1) % n], np.full(len(p), nbytes_per_transfer), c.astype(np.int32),
-                    dep_ptr, dep_idx)
+    """`steps` ring steps: at step t position p sends to p+1, after receiving step t-1 from p-1.
+
+    Transfer id = (chunk * steps + step) * n + position.
+    """
+    return Schedule(*_ring_arrays(np.asarray(group, dtype=np.int32), steps, chunks, float(nbytes_per_transfer)))
 
 
 def ring_collective(op: str, group: list[int], nbytes: float, chunks: int) -> Schedule:

@@ -151,7 +151,8 @@ class Router:
         dead = [i for i in np.flatnonzero(~self.topo.alive)
                 if (int(self.topo.src[i]) in reach) != (int(self.topo.dst[i]) in reach)]
         names = "; ".join(self.topo.link_name(int(i)) for i in dead) or "none"
-        return (f"network {self.topo.name!r}: rank {b} is cut off from rank {a} by failed links: {names}")
+        return (f"network {self.topo.name!r}: no route from rank {a} to {self.topo.node_name(b)}; "
+                f"failed links cut the group apart: {names}")
 
 
 def _unflat(i: int, shape: tuple[int, ...]) -> list[int]:

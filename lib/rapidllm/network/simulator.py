@@ -12,99 +12,98 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
-def _less(ta: float, ia: int, tb: float, ib: int) -> bool:
-    return ta < tb or (ta == tb and ia < ib)
+@njit(cache=True, inline="always")
+def _less(ta, ka, tb, kb) -> bool:
+    return ta < tb or (ta == tb and ka < kb)
 
 
 @njit(cache=True)
-def _push(ht, hi, hh, size, t, i, h):
-    if size == len(ht):
-        nt = np.empty(2 * size, np.float64)
-        ni = np.empty(2 * size, np.int32)
-        nh = np.empty(2 * size, np.int32)
-        nt[:size] = ht
-        ni[:size] = hi
-        nh[:size] = hh
-        ht, hi, hh = nt, ni, nh
-    k = size
-    while k > 0:
-        p = (k - 1) >> 1
-        if _less(t, i, ht[p], hi[p]):
-            ht[k] = ht[p]
-            hi[k] = hi[p]
-            hh[k] = hh[p]
-            k = p
-        else:
-            break
-    ht[k] = t
-    hi[k] = i
-    hh[k] = h
-    return ht, hi, hh, size + 1
-
-
-@njit(cache=True)
-def _pop_fix(ht, hi, hh, size):
-    """Remove the root (already read by the caller); returns the new size."""
-    size -= 1
-    t, i, h = ht[size], hi[size], hh[size]
-    k = 0
+def _sift_down(ht, hk, size, t, k):
+    """Place (t, k) at the root of a heap of `size` entries and sift it down."""
+    pos = 0
     while True:
-        c = 2 * k + 1
+        c = 2 * pos + 1
         if c >= size:
             break
-        if c + 1 < size and _less(ht[c + 1], hi[c + 1], ht[c], hi[c]):
+        if c + 1 < size and _less(ht[c + 1], hk[c + 1], ht[c], hk[c]):
             c += 1
-        if _less(ht[c], hi[c], t, i):
-            ht[k] = ht[c]
-            hi[k] = hi[c]
-            hh[k] = hh[c]
-            k = c
+        if _less(ht[c], hk[c], t, k):
+            ht[pos] = ht[c]
+            hk[pos] = hk[c]
+            pos = c
         else:
             break
-    ht[k] = t
-    hi[k] = i
-    hh[k] = h
-    return size
+    ht[pos] = t
+    hk[pos] = k
+
+
+@njit(cache=True)
+def _sift_up(ht, hk, pos, t, k):
+    while pos > 0:
+        p = (pos - 1) >> 1
+        if _less(t, k, ht[p], hk[p]):
+            ht[pos] = ht[p]
+            hk[pos] = hk[p]
+            pos = p
+        else:
+            break
+    ht[pos] = t
+    hk[pos] = k
 
 
 @njit(cache=True)
 def simulate_kernel(route_of, nbytes, release, dep_ptr, dep_idx, route_ptr, route_links, link_bw, link_lat):
-    """Returns (finish time per transfer, busy seconds per link, number of link events)."""
+    """Returns (finish time per transfer, busy seconds per link, number of link events).
+
+    Heap entries are (time, key) with key = transfer id * hop_base + hop, so ordering by key is ordering by
+    transfer id (one event per transfer is in flight). Each popped event yields at most one event of its own
+    (next hop) plus released successors; the first new event replaces the root (one sift instead of two).
+    """
     n = len(route_of)
-    n_links = len(link_bw)
-    # successors (CSR) from dependency lists
-    scount = np.zeros(n + 1, np.int64)
+    hop_base = 1
+    for r in range(len(route_ptr) - 1):
+        if route_ptr[r + 1] - route_ptr[r] + 1 > hop_base:
+            hop_base = route_ptr[r + 1] - route_ptr[r] + 1
+    # successors (CSR): count, inclusive prefix sum (end pointers), then fill backwards so each cursor
+    # ends at its list's start; successors come out in ascending id order
+    sptr = np.zeros(n + 1, np.int64)
     for k in range(len(dep_idx)):
-        scount[dep_idx[k] + 1] += 1
-    sptr = np.cumsum(scount)
-    fill = sptr[:-1].copy()
+        if dep_idx[k] < 0 or dep_idx[k] >= n:
+            raise ValueError("schedule dependency out of range")
+        sptr[dep_idx[k]] += 1
+    for i in range(1, n):
+        sptr[i] += sptr[i - 1]
+    sptr[n] = len(dep_idx)
     succ = np.empty(len(dep_idx), np.int32)
     remaining = np.empty(n, np.int32)
-    for i in range(n):
+    for i in range(n - 1, -1, -1):
         remaining[i] = dep_ptr[i + 1] - dep_ptr[i]
-        for k in range(dep_ptr[i], dep_ptr[i + 1]):
+        for k in range(dep_ptr[i + 1] - 1, dep_ptr[i] - 1, -1):
             d = dep_idx[k]
-            succ[fill[d]] = i
-            fill[d] += 1
-    ready = release.copy()
-    finish = np.full(n, np.inf)
-    free = np.zeros(n_links)
-    busy = np.zeros(n_links)
+            if d < 0 or d >= i:
+                raise ValueError("schedule dependencies must point to earlier transfers")
+            sptr[d] -= 1
+            succ[sptr[d]] = i
+    when = release.astype(np.float64)        # ready time until done, then finish time
+    free = np.zeros(len(link_bw))
+    busy = np.zeros(len(link_bw))
     cap = 1024
     ht = np.empty(cap, np.float64)
-    hi = np.empty(cap, np.int32)
-    hh = np.empty(cap, np.int32)
+    hk = np.empty(cap, np.int64)
     size = 0
     for i in range(n):
         if remaining[i] == 0:
-            ht, hi, hh, size = _push(ht, hi, hh, size, ready[i], i, 0)
+            if size == cap:
+                ht, hk, cap = _grow(ht, hk, cap)
+            _sift_up(ht, hk, size, when[i], i * hop_base)
+            size += 1
     events = 0
     while size > 0:
         t = ht[0]
-        i = hi[0]
-        h = hh[0]
-        size = _pop_fix(ht, hi, hh, size)
+        key = hk[0]
+        i = key // hop_base
+        h = key - i * hop_base
+        root_free = True                     # the root slot still holds the event just taken
         r = route_of[i]
         a = route_ptr[r]
         nh = route_ptr[r + 1] - a
@@ -122,58 +121,35 @@ def simulate_kernel(route_of, nbytes, release, dep_ptr, dep_idx, route_ptr, rout
             if h + 1 == nh:
                 done = arrive
             else:
-                ht, hi, hh, size = _push(ht, hi, hh, size, arrive, i, h + 1)
+                _sift_down(ht, hk, size, arrive, key + 1)
+                root_free = False
         if done >= 0.0:
-            finish[i] = done
+            when[i] = done
             for k in range(sptr[i], sptr[i + 1]):
                 s = succ[k]
-                if done > ready[s]:
-                    ready[s] = done
+                if done > when[s]:
+                    when[s] = done
                 remaining[s] -= 1
                 if remaining[s] == 0:
-                    ht, hi, hh, size = _push(ht, hi, hh, size, ready[s], s, 0)
-    return finish, busy, events
+                    if root_free:
+                        _sift_down(ht, hk, size, when[s], s * hop_base)
+                        root_free = False
+                    else:
+                        if size == cap:
+                            ht, hk, cap = _grow(ht, hk, cap)
+                        _sift_up(ht, hk, size, when[s], s * hop_base)
+                        size += 1
+        if root_free:
+            size -= 1
+            if size > 0:
+                _sift_down(ht, hk, size, ht[size], hk[size])
+    return when, busy, events
 
 
-def simulate_py(route_of, nbytes, release, dep_ptr, dep_idx, route_ptr, route_links, link_bw, link_lat):
-    """Same contract as simulate_kernel, pure Python with heapq (reference for tests)."""
-    import heapq
-
-    n = len(route_of)
-    succ: list[list[int]] = [[] for _ in range(n)]
-    remaining = [0] * n
-    for i in range(n):
-        for k in range(dep_ptr[i], dep_ptr[i + 1]):
-            succ[int(dep_idx[k])].append(i)
-            remaining[i] += 1
-    ready = [float(x) for x in release]
-    finish = [float("inf")] * n
-    free = [0.0] * len(link_bw)
-    busy = [0.0] * len(link_bw)
-    heap = [(ready[i], i, 0) for i in range(n) if remaining[i] == 0]
-    heapq.heapify(heap)
-    events = 0
-    while heap:
-        t, i, h = heapq.heappop(heap)
-        r = int(route_of[i])
-        links = route_links[route_ptr[r]:route_ptr[r + 1]]
-        if len(links) == 0:
-            done = t
-        else:
-            link = int(links[h])
-            start = max(t, free[link])
-            dur = nbytes[i] / link_bw[link]
-            free[link] = start + dur
-            busy[link] += dur
-            events += 1
-            if h + 1 < len(links):
-                heapq.heappush(heap, (start + dur + link_lat[link], i, h + 1))
-                continue
-            done = start + dur + link_lat[link]
-        finish[i] = done
-        for s in succ[i]:
-            ready[s] = max(ready[s], done)
-            remaining[s] -= 1
-            if remaining[s] == 0:
-                heapq.heappush(heap, (ready[s], s, 0))
-    return np.array(finish), np.array(busy), events
+@njit(cache=True)
+def _grow(ht, hk, cap):
+    nt = np.empty(2 * cap, np.float64)
+    nk = np.empty(2 * cap, np.int64)
+    nt[:cap] = ht
+    nk[:cap] = hk
+    return nt, nk, 2 * cap

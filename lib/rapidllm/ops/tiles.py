@@ -118,7 +118,15 @@ def _catalog(limits: SMLimits, in_bytes: int, warpgroup: bool) -> Catalog:
     a = np.array(_all_candidates(in_bytes, warpgroup), dtype=np.int64)
     occ = occupancy(limits, a[:, 7], a[:, 8], a[:, 9])
     keep = occ > 0
-    a, occ = a[keep], occ[keep]
+    # Exact pruning: among candidates equal but for the stage count and with the same occupancy, the
+    # deepest pipeline is never slower (stages only enter the price through latency hiding).
+    best: dict[tuple, int] = {}
+    for i in np.flatnonzero(keep):
+        key = (*a[i, [0, 1, 2, 3, 4, 6, 7]].tolist(), int(occ[i]))
+        if key not in best or a[i, 5] > a[best[key], 5]:
+            best[key] = i
+    idx = np.array(sorted(best.values()), dtype=np.int64)
+    a, occ = a[idx], occ[idx]
     cols = [np.ascontiguousarray(a[:, j]) for j in range(a.shape[1])]
     return Catalog(*cols, occupancy=np.ascontiguousarray(occ))
 

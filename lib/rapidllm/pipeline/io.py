@@ -51,3 +51,12 @@ def shard_cases(cases_path: str | Path, shard: int) -> list[tuple[dict[str, Any]
     for row in df.to_dict("records"):
         out.append((row, resolve_case(json.loads(row["case_json"]), f"case {row['case_id']}")))
     return out
+
+
+def log_to(path: str | Path) -> None:
+    """Send this process's stdout and stderr to a Snakemake job log (warnings and progress end up there)."""
+    import sys
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "w")  # noqa: SIM115 - lives for the whole short-lived job process
+    sys.stdout = sys.stderr = handle

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 from rapidllm.spec.case import resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
-from rapidllm.spec.paths import config_dir, display
+from rapidllm.spec.paths import config_dir, display, project_root
 from rapidllm.spec.schema import load_yaml, validate
 
 AXES = ("dp", "tp", "pp", "cp", "ep")
@@ -112,13 +112,14 @@ def inline_names(case: dict, source: str) -> dict:
 
 
 def referenced_spec_files(exp: Experiment) -> list[str]:
-    """config/ files an experiment reads, so the pipeline reruns it only when one of them changes."""
+    """config/ files an experiment reads (relative to the project root), so the pipeline reruns it only
+    when one of them changes."""
     files = set()
     for _, raw in raw_cases(exp):
         for kind in NAMED_KINDS:
             value = raw["case"].get(kind)
             if isinstance(value, str):
-                files.add(str(config_dir(kind) / f"{value}.yaml"))
+                files.add(str((config_dir(kind) / f"{value}.yaml").relative_to(project_root())))
     return sorted(files)
 
 

@@ -1,0 +1,126 @@
+"""Activation liveness over the operator model's own per-layer operator lists.
+
+Every forward operator allocates its output; a tensor is freed after its last forward consumer unless a
+backward operator needs it. What backward needs is derived from the operator's kind and its `inputs`:
+a GEMM keeps its input (for the weight gradient), attention keeps Q/K/V, its output and the softmax
+statistics (plus the s² score/softmax tensors when it is not FlashAttention), a norm and an activation
+keep their input, the loss keeps its fp32 probabilities; residual adds, rotary and token permutes keep
+nothing. Sequence-parallel norms produce sequence-sharded tensors, which is what the following GEMM keeps
+(Megatron re-gathers them in backward), so SP and CP sharding come from the operator shapes themselves.
+A framework may instead keep the all-gathered input (`keep_gathered`, as nanotron does).
+Recompute: `selective` drops what the attention core keeps besides its inputs and output; `full` keeps
+only each layer's input and rematerializes one layer at a time during backward.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rapidllm.ops.operators import ATTENTION, GEMM, Operator
+
+NORMS = ("norm1", "norm2", "final_norm")
+LAYER_INPUT = "<layer input>"
+
+
+@dataclass(frozen=True)
+class LayerLiveness:
+    """Activation bytes of one layer (or head) for one micro-batch on one rank."""
+    stored: float            # kept from the forward until this layer's backward
+    forward_peak: float      # extra bytes alive at the worst moment of the forward (beyond stored)
+    backward_peak: float     # extra bytes alive at the worst moment of the backward (beyond stored)
+    input_bytes: float       # the layer input (what full recompute keeps)
+
+
+def _size(op: Operator) -> float:
+    return op.out_bytes * op.count
+
+
+def _saved_inputs(op: Operator) -> tuple[str, ...]:
+    """Names of tensors the backward of `op` reads (derived from its kind, name and inputs)."""
+    inputs = op.inputs or (LAYER_INPUT,)
+    if op.kind == GEMM and op.name.startswith("expert") and op.name.endswith("_up"):
+        return ("permute",)             # routed experts read slices of the permuted tokens
+    if op.kind in (GEMM, ATTENTION):
+        return inputs
+    if op.name in NORMS or op.name.endswith("_act"):
+        return inputs
+    return ()
+
+
+def attention_extra(op: Operator, flash: bool, recompute: str, dropout: bool) -> float:
+    """Bytes the attention core keeps beyond Q/K/V and its output: softmax stats or the s² tensors."""
+    a = op.attention
+    assert a is not None
+    rows = a.batch * a.q_heads * a.q_len
+    if flash or recompute in ("selective", "full"):
+        return 4.0 * rows if flash else 0.0          # fp32 log-sum-exp per query row
+    scores = rows * a.kv_len
+    per = op.dtype_bytes * scores                     # softmax output
+    if dropout:
+        per += scores + op.dtype_bytes * scores       # dropout mask (1 B) and dropout output
+    return per
+
+
+def layer_liveness(ops: list[Operator], flash: bool = True, recompute: str = "none",
+                   dropout: bool = False, keep_gathered: bool = False) -> LayerLiveness:
+    """Walk one layer's forward operators in order: allocate outputs, free after the last consumer."""
+    fwd = [o for o in ops if o.phase == "fwd"]
+    sizes = {o.name: _size(o) for o in fwd}
+    first = fwd[0]
+    in_bytes = _size(first) if first.name in NORMS else float(first.out_bytes)
+    sizes[LAYER_INPUT] = in_bytes
+    saved: dict[str, float] = {}
+    extra = 0.0
+    for o in fwd:
+        for name in _saved_inputs(o):
+            size = sizes.get(name, 0.0)
+            if keep_gathered and o.kind == GEMM and o.gemm and name in NORMS:
+                size = max(size, o.gemm[1] * o.gemm[3] * o.dtype_bytes)   # all-gathered SP input kept
+            saved[name] = max(saved.get(name, 0.0), size)
+        if o.kind == ATTENTION:
+            saved[o.name] = sizes[o.name]
+            extra += attention_extra(o, flash, recompute, dropout)
+        if dropout and o.name.startswith("residual"):
+            extra += sizes[o.name] / o.dtype_bytes    # 1-byte mask of the residual dropout
+        if o.name == "cross_entropy":
+            saved[o.name] = sizes[o.name]
+    stored_full = sum(saved.values()) + extra
+    fwd_extra = _walk(fwd, sizes, set(saved))
+    # Backward: the gradient w.r.t. an output and w.r.t. its input are alive together, plus a GEMM's
+    # half-precision weight gradient before it is added into the gradient buffer.
+    bwd_extra = 0.0
+    for o in reversed(fwd):
+        grad_in = sum(sizes.get(n, 0.0) for n in (o.inputs or (LAYER_INPUT,)))
+        wgrad = 0.0
+        if o.kind == GEMM and o.gemm:
+            _, _, n, k = o.gemm
+            wgrad = n * k * o.dtype_bytes * o.count
+        bwd_extra = max(bwd_extra, sizes[o.name] + grad_in + wgrad)
+    if recompute == "full":
+        # Only the layer input is kept; backward rematerializes this layer's stored tensors first.
+        return LayerLiveness(in_bytes, fwd_extra + stored_full, stored_full - in_bytes + bwd_extra, in_bytes)
+    return LayerLiveness(stored_full, fwd_extra, bwd_extra, in_bytes)
+
+
+def _walk(fwd: list[Operator], sizes: dict[str, float], keep: set[str]) -> float:
+    """Largest sum of alive tensors not in `keep`, allocating outputs and freeing after last use."""
+    last_use: dict[str, int] = {}
+    for i, o in enumerate(fwd):
+        for name in o.inputs or (LAYER_INPUT,):
+            last_use[name] = i
+    live: dict[str, float] = {LAYER_INPUT: sizes[LAYER_INPUT]}
+    peak = 0.0
+    for i, o in enumerate(fwd):
+        live[o.name] = sizes[o.name]
+        peak = max(peak, sum(v for k, v in live.items() if k not in keep))
+        for name in o.inputs or (LAYER_INPUT,):
+            if last_use.get(name) == i and name not in keep:
+                live.pop(name, None)
+    return peak
+
+
+def forward_working_set(ops: list[Operator]) -> float:
+    """Inference: largest set of tensors alive at once in one forward pass (nothing kept for backward)."""
+    fwd = [o for o in ops if o.phase == "fwd"]
+    sizes = {o.name: _size(o) for o in fwd}
+    sizes[LAYER_INPUT] = float(fwd[0].out_bytes * fwd[0].count)
+    return _walk(fwd, sizes, set())

@@ -1,0 +1,142 @@
+"""Liveness-based per-rank memory of a case: `memory_for_case(case) -> MemoryResult`.
+
+Training: persistent state of each pipeline stage (memory/state.py), plus a walk over the stage's
+schedule (GPipe, 1F1B, interleaved 1F1B) in which every forward of a micro-batch adds the activations
+the layer walk says backward needs (memory/liveness.py, over the operator model's own lists) and every
+backward frees them; the transient working set of the running forward/backward, ZeRO-3/FSDP layer
+gathers and allocator-visible runtime buffers sit on top. Inference: weights, the KV cache after the last
+generated token (GQA: KV heads per TP rank; MLA: the compressed latent plus the rope key) and the largest
+prefill working set. The framework overhead outside the allocator is hw.framework_memory (one constant
+per device, documented in config/hardware). The reported stage is the one with the highest peak.
+"""
+from __future__ import annotations
+
+from rapidllm.memory.closed_form import MemoryResult
+from rapidllm.memory.liveness import LayerLiveness, forward_working_set, layer_liveness
+from rapidllm.memory.state import ZERO_PAPER, Conventions, stage_layer_counts, stage_params, state_bytes
+from rapidllm.ops import workload as wl
+from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
+from rapidllm.spec.hardware import DTYPE_BYTES
+
+
+def layer_kinds(case: Case) -> list[tuple[bool, float]]:
+    """(is_moe, fraction of layers) for the layer kinds of the model."""
+    m = case.model
+    if not m.moe:
+        return [(False, 1.0)]
+    frac = m.moe_layer_count() / m.layers
+    return [(k, f) for k, f in ((False, 1 - frac), (True, frac)) if f > 0]
+
+
+def training_liveness(case: Case, conv: Conventions = ZERO_PAPER) -> tuple[LayerLiveness, LayerLiveness]:
+    """(average transformer layer, LM head) liveness for one micro-batch on one rank."""
+    p, flash = case.parallelism, case.attention_impl == "flash"
+    shard = wl.training_shard(case)
+    stored = fwd = bwd = inp = 0.0
+    for is_moe, frac in layer_kinds(case):
+        lv = layer_liveness(wl.layer_forward(case.model, shard, is_moe), flash, p.recompute, conv.dropout,
+                            conv.sp_keep_gathered and p.sp)
+        stored += frac * lv.stored
+        inp += frac * lv.input_bytes
+        fwd, bwd = max(fwd, lv.forward_peak), max(bwd, lv.backward_peak)
+    head = layer_liveness(wl.head_forward(case.model, shard), flash, "none", False)
+    logits_bf16 = 2.0 * shard.tokens * case.model.vocab / p.tp
+    if conv.fused_loss:
+        grad_h = 2.0 * shard.tokens * case.model.hidden
+        head = LayerLiveness(head.stored - logits_bf16, 0.0, grad_h, head.input_bytes)
+    if conv.loss_fp32_copies:
+        logits = 4.0 * shard.tokens * case.model.vocab / p.tp * conv.loss_fp32_copies
+        head = LayerLiveness(head.stored, head.forward_peak + logits, head.backward_peak + logits, head.input_bytes)
+    return LayerLiveness(stored, fwd, bwd, inp), head
+
+
+def schedule_actions(schedule: str, pp: int, stage: int, m: int, v: int = 1) -> list[tuple[str, int]]:
+    """The stage's ordered ('F'|'B', chunk-microbatch) actions; interleaving counts model chunks."""
+    if pp == 1 or schedule == "gpipe":
+        if pp == 1:
+            return [a for i in range(m) for a in (("F", i), ("B", i))]
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    total = m * v
+    warm = min((pp - stage - 1) * 2 + (v - 1) * pp if v > 1 else pp - stage - 1, total)
+    acts = [("F", i) for i in range(warm)]
+    f, b = warm, 0
+    while b < total:
+        if f < total:
+            acts.append(("F", f))
+            f += 1
+        acts.append(("B", b))
+        b += 1
+    return acts
+
+
+def activation_peak(case: Case, stage: int, layer: LayerLiveness, head: LayerLiveness,
+                    layers: int) -> float:
+    """Walk the stage's schedule: forwards add stored activations, backwards free them."""
+    p, w = case.parallelism, case.workload
+    assert isinstance(w, TrainingWorkload)
+    last = stage == p.pp - 1
+    v = p.virtual_stages if p.schedule == "interleaved" and p.pp > 1 else 1
+    chunk_layers = layers / v
+    per_chunk = chunk_layers * layer.stored
+    head_stored = head.stored if last else 0.0
+    fwd_extra = max(layer.forward_peak, head.forward_peak if last else 0.0)
+    bwd_extra = max(layer.backward_peak, head.backward_peak if last else 0.0)
+    if p.recompute == "full":
+        per_chunk = chunk_layers * layer.input_bytes
+    held = peak = 0.0
+    for kind, i in schedule_actions(p.schedule, p.pp, stage, max(w.microbatches(p.dp), 1), v):
+        extra = head_stored if (last and (i % v == v - 1)) else 0.0
+        if kind == "F":
+            peak = max(peak, held + fwd_extra)
+            held += per_chunk + extra
+        else:
+            peak = max(peak, held + bwd_extra)
+            held -= per_chunk + extra
+    return max(peak, held)
+
+
+def _training_stage(case: Case, stage: int, conv: Conventions, layer: LayerLiveness,
+                    head: LayerLiveness) -> MemoryResult:
+    hw, w = case.hardware, case.workload
+    assert isinstance(w, TrainingWorkload)
+    st = state_bytes(case, stage, conv)
+    layers = stage_layer_counts(case.model, case.parallelism.pp, conv)[stage]
+    acts = activation_peak(case, stage, layer, head, layers) + st.gathered_layer + conv.runtime_allocated
+    step = st.step_transient + conv.runtime_allocated + conv.step_hidden_bytes * w.micro_batch * w.seq_len * case.model.hidden
+    return MemoryResult(st.weights, st.gradients, st.optimizer, acts, 0.0, hw.framework_memory,
+                        hw.hbm_capacity, step_transient=step, stage=stage)
+
+
+def kv_cache_per_token(case: Case) -> float:
+    """KV-cache bytes per token per layer on one TP rank (GQA/MQA: KV heads; MLA: latent + rope key)."""
+    m, p = case.model, case.parallelism
+    if m.attention == "mla" and m.mla:
+        width = m.mla.kv_lora_rank + m.mla.qk_rope_head_dim
+    else:
+        width = 2 * max(m.kv_heads // p.tp, 1) * m.head_dim
+    return width * DTYPE_BYTES[case.precision]
+
+
+def _inference_stage(case: Case, stage: int, conv: Conventions) -> MemoryResult:
+    m, p, hw, w = case.model, case.parallelism, case.hardware, case.workload
+    assert isinstance(w, InferenceWorkload)
+    sp = stage_params(case, stage, conv)
+    weights = sp.total * DTYPE_BYTES[case.precision]
+    kv = kv_cache_per_token(case) * sp.layers * w.batch * (w.prompt_tokens + w.output_tokens)
+    shard = wl.prefill_shard(case)
+    work = max(forward_working_set(wl.layer_forward(m, shard, is_moe)) for is_moe, _ in layer_kinds(case))
+    if stage == p.pp - 1:
+        work = max(work, forward_working_set(wl.head_forward(m, shard)))
+    return MemoryResult(weights, 0.0, 0.0, work + conv.runtime_allocated, kv, hw.framework_memory,
+                        hw.hbm_capacity, stage=stage)
+
+
+def memory_for_case(case: Case, conventions: Conventions = ZERO_PAPER, stage: int | None = None) -> MemoryResult:
+    """Per-rank memory of `stage` (default: the pipeline stage with the highest peak)."""
+    stages = range(case.parallelism.pp) if stage is None else [stage]
+    if case.training:
+        layer, head = training_liveness(case, conventions)
+        results = [_training_stage(case, s, conventions, layer, head) for s in stages]
+    else:
+        results = [_inference_stage(case, s, conventions) for s in stages]
+    return max(results, key=lambda r: r.peak)

@@ -1,0 +1,138 @@
+"""Persistent per-rank state: weights, gradients and optimizer state of one pipeline stage.
+
+Parameters are placed the Megatron way: transformer layers split over pipeline stages, the token
+embedding on the first stage, final norm and LM head on the last (a tied head keeps its own copy of the
+embedding there when pp > 1), everything divided by TP, routed experts also by EP. Mixed-precision Adam
+(Rajbhandari et al. 2020) keeps half-precision weights (2 B) and gradients (2 B, or a 4 B fp32
+accumulation buffer), fp32 master weights (4 B) and two fp32 moments (8 B). ZeRO-1 shards the optimizer
+state over the data-parallel group, ZeRO-2 (FSDP shard_grad_op) also the gradients, ZeRO-3 (FSDP
+full_shard) also the weights. `Conventions` records where a framework departs from that (e.g. nanotron
+keeps full fp32 master weights under ZeRO-1); they are per framework, never per case.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rapidllm.ops.params import attention_params, mlp_params, norm_params
+from rapidllm.spec.case import Case
+from rapidllm.spec.hardware import DTYPE_BYTES
+from rapidllm.spec.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class Conventions:
+    """Framework conventions the memory model follows (defaults: the ZeRO paper / Megatron-LM)."""
+    master_shard_stage: int = 1        # ZeRO stage from which fp32 master weights are sharded
+    ddp_half_grads: bool = False       # DDP keeps half-precision grads beside the fp32 accumulator (zero 0)
+    zero_step_bytes: float = 6.0       # step buffers per sharded parameter (fp32 grad shard + half gather)
+    step_hidden_bytes: float = 0.0     # bytes x micro_batch x seq x hidden alive in the optimizer phase
+    runtime_allocated: float = 0.0     # allocator-visible runtime buffers (workspaces), bytes
+    dropout: bool = False              # dropout masks stored for backward (Korthikanti et al. count them)
+    fused_loss: bool = False           # fused cross entropy: keeps bf16 logits, gradient written in place
+    loss_fp32_copies: int = 0          # extra fp32 vocab-sized copies alive in the loss (upcast logits)
+    sp_keep_gathered: bool = False     # SP: backward keeps the all-gathered GEMM input (no re-gather)
+    stage_layers: tuple[int, ...] | None = None   # layers per pipeline stage; None = even split
+
+
+ZERO_PAPER = Conventions()
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters one rank of a pipeline stage holds after TP/PP/EP partitioning (before ZeRO)."""
+    dense: float        # replicated across the data-parallel group
+    experts: float      # routed experts, replicated over dp*cp/ep ranks
+    layers: int
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.experts
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    weights: float
+    gradients: float
+    optimizer: float
+    step_transient: float     # extra bytes alive only during the optimizer step
+    gathered_layer: float     # ZeRO-3/FSDP: one layer's full weights materialized transiently
+
+
+def stage_layer_counts(model: ModelSpec, pp: int, conv: Conventions = ZERO_PAPER) -> tuple[int, ...]:
+    """Transformer layers per pipeline stage (even split, earlier stages take any remainder)."""
+    if conv.stage_layers is not None:
+        assert len(conv.stage_layers) == pp and sum(conv.stage_layers) == model.layers
+        return conv.stage_layers
+    base, extra = divmod(model.layers, pp)
+    return tuple(base + (1 if i < extra else 0) for i in range(pp))
+
+
+def layer_params(model: ModelSpec, tp: int, ep: int) -> tuple[float, float]:
+    """(dense, routed-expert) parameters of one average transformer layer on one TP/EP rank."""
+    dense = attention_params(model) / tp + 2 * norm_params(model)
+    experts = 0.0
+    if model.moe:
+        moe, frac = model.moe, model.moe_layer_count() / model.layers
+        shared_ffn = moe.shared_expert_ffn or moe.expert_ffn
+        dense += frac * (moe.shared_experts * mlp_params(model, shared_ffn) / tp + model.hidden * moe.experts)
+        dense += (1 - frac) * mlp_params(model, model.ffn) / tp
+        experts = frac * moe.experts * mlp_params(model, moe.expert_ffn) / (tp * ep)
+    else:
+        dense += mlp_params(model, model.ffn) / tp
+    return dense, experts
+
+
+def stage_params(case: Case, stage: int, conv: Conventions = ZERO_PAPER) -> StageParams:
+    """Parameters of one rank of `stage` (embedding first, head last, tied head duplicated when pp > 1)."""
+    m, p = case.model, case.parallelism
+    layers = stage_layer_counts(m, p.pp, conv)[stage]
+    dense_l, expert_l = layer_params(m, p.tp, p.ep)
+    embed = m.vocab * m.hidden / p.tp + (m.max_seq_len * m.hidden if m.position == "learned" else 0)
+    dense = layers * dense_l
+    if stage == 0:
+        dense += embed
+    if stage == p.pp - 1:
+        dense += norm_params(m)
+        if not m.tied_embeddings:
+            dense += m.vocab * m.hidden / p.tp
+        elif p.pp > 1:
+            dense += m.vocab * m.hidden / p.tp
+    return StageParams(dense=dense, experts=layers * expert_l, layers=layers)
+
+
+def zero_stage(case: Case) -> int:
+    """Effective ZeRO stage: FSDP full_shard is 3, shard_grad_op is 2."""
+    p = case.parallelism
+    return 3 if p.fsdp == "full_shard" else 2 if p.fsdp == "shard_grad_op" else p.zero
+
+
+def state_bytes(case: Case, stage: int = 0, conv: Conventions = ZERO_PAPER) -> StateBytes:
+    """Weights, gradients, optimizer state and step/gather transients of one rank of `stage`."""
+    p = case.parallelism
+    sp = stage_params(case, stage, conv)
+    z = zero_stage(case)
+    wb = float(DTYPE_BYTES[case.precision])
+    half = wb if wb < 4 else 0.0
+    dp_dense = p.dp * p.cp
+    dp_expert = max(dp_dense // p.ep, 1)
+
+    def sharded(nbytes: float, from_stage: int) -> float:
+        if z < from_stage:
+            return nbytes * sp.total
+        return nbytes * (sp.dense / dp_dense + sp.experts / dp_expert)
+
+    weights = sharded(wb, 3)
+    if wb >= 4:                     # fp32 training: no master copy, 4 B grads, 8 B moments
+        grads, optim = sharded(4.0, 2), sharded(8.0, 1)
+    else:
+        gb = 4.0 if p.fp32_grad_accum else wb
+        grads = sharded(gb, 2)
+        if p.fp32_grad_accum and conv.ddp_half_grads and z == 0 and dp_dense > 1:
+            grads += half * sp.total
+        optim = sharded(4.0, max(conv.master_shard_stage, 1)) + sharded(8.0, 1)
+    step = conv.zero_step_bytes * (sp.dense / dp_dense + sp.experts / dp_expert) if z >= 1 else 0.0
+    gathered = 0.0
+    if z >= 3 and sp.layers:
+        per_layer = sp.total / sp.layers
+        gathered = 2 * per_layer * wb * (1 - 1 / dp_dense)   # current layer + prefetched next one
+    return StateBytes(weights, grads, optim, step, gathered)

@@ -1,0 +1,103 @@
+"""`rapidllm collective`: time one collective on a named or file network with the link-queue simulator."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+
+from rapidllm.network.api import DEFAULT_CHUNKS, simulate_collective
+from rapidllm.network.collectives import SUPPORTED
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.named import resolve_named
+from rapidllm.spec.network import FaultSpec, NetworkSpec
+from rapidllm.units import UnitError, parse_quantity
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("collective", help="simulate one collective on a network",
+                              description="Simulate one collective with the link-queue network model.")
+    p.add_argument("--network", required=True, help="network name (config/networks/NAME.yaml)")
+    p.add_argument("--op", default="all_reduce", choices=sorted(SUPPORTED))
+    p.add_argument("--bytes", required=True, help="message size with a unit, e.g. 1GiB or '64 MB'")
+    p.add_argument("--ranks", default=None,
+                   help="rank count N (ranks 0..N-1) or a comma list of rank ids (send_recv: SRC,DST)")
+    p.add_argument("--algorithm", default="auto",
+                   help="auto, ring, direct, halving_doubling, tree, hierarchical")
+    p.add_argument("--chunks", type=int, default=DEFAULT_CHUNKS, help="pipelined chunks per collective")
+    p.add_argument("--utilization", type=float, default=None, help="link bandwidth factor (default: network's)")
+    p.add_argument("--fault", action="append", default=[], metavar="A,B,FACTOR|A,B,dead",
+                   help="degrade (factor in (0,1]) or kill the link between nodes A and B; repeatable")
+    p.add_argument("--json", action="store_true", help="print a JSON object")
+    p.set_defaults(func=run)
+    return p
+
+
+def parse_fault(text: str) -> FaultSpec:
+    parts = [x.strip() for x in text.split(",")]
+    try:
+        a, b, what = int(parts[0]), int(parts[1]), parts[2]
+        if len(parts) != 3:
+            raise ValueError
+        if what.lower() in ("dead", "failed"):
+            return FaultSpec(link=(a, b), failed=True)
+        factor = float(what)
+    except (ValueError, IndexError):
+        raise SpecError(f"--fault: {text!r} is not A,B,FACTOR or A,B,dead (A, B global node ids)") from None
+    if not 0 < factor <= 1:
+        raise SpecError(f"--fault: bandwidth factor {factor} must be in (0, 1]")
+    return FaultSpec(link=(a, b), bandwidth_factor=factor)
+
+
+def _ranks(text: str | None) -> int | list[int] | None:
+    if text is None:
+        return None
+    try:
+        vals = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise SpecError(f"--ranks: {text!r} is not a count or a comma list of rank ids") from None
+    return vals[0] if len(vals) == 1 else vals
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        mapping, where = resolve_named("network", args.network, "--network", "network")
+        net = NetworkSpec.from_mapping(mapping, where)
+        ranks = _ranks(args.ranks)
+        world = ranks if isinstance(ranks, int) else (max(ranks) + 1 if ranks else 1)
+        net = net.sized_for(world, where) if net.dimensions[-1].size == 0 else net
+        net = replace(net, faults=net.faults + tuple(parse_fault(f) for f in args.fault))
+        try:
+            nbytes = parse_quantity(args.bytes, "bytes")
+        except UnitError as e:
+            raise SpecError(f"--bytes: {e}") from None
+        res = simulate_collective(net, args.op, nbytes, ranks, algorithm=args.algorithm, chunks=args.chunks,
+                                  utilization=args.utilization)
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = {"network": net.name, "op": args.op, "bytes": nbytes, "ranks": ranks if ranks is not None else net.total_size,
+           "algorithm": res.algorithm, "chunks": res.chunks, "time_s": res.time_s,
+           "algbw_bytes_per_s": res.algbw, "busbw_bytes_per_s": res.busbw, "busiest_link": res.busiest_link,
+           "busiest_link_busy_s": float(res.link_busy.max()) if len(res.link_busy) else 0.0,
+           "link_events": int(res.events)}
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"{args.op} of {nbytes:.6g} B on {net.name} ({out['ranks']} ranks, {res.algorithm}, {res.chunks} chunks)")
+        print(f"  time_s             {res.time_s:.6g}")
+        print(f"  algbw              {res.algbw / 1e9:.2f} GB/s")
+        print(f"  busbw              {res.busbw / 1e9:.2f} GB/s")
+        print(f"  busiest link       {res.busiest_link} ({out['busiest_link_busy_s']:.6g} s busy)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rapidllm")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,180 @@
+"""Attention as composite kernels: FlashAttention (forward/backward), naive attention, decode.
+
+FlashAttention keeps the score tile on chip, so its HBM traffic is Q, O and K/V only — but K and V are
+re-read once per query block (FlashAttention-1 analysis, Dao et al. 2022, Thm 2: Theta(N^2 d^2 / M)
+accesses for SRAM size M), which the Optimus-extension review (§major-1) asks to be counted explicitly.
+We count every re-read (`kv_reread_bytes`, block size from shared memory) and charge it to HBM unless the
+K/V of the heads a wave is working on fits in L2, in which case a wave's re-reads are L2 hits. Naive
+attention writes the score matrix S and the probabilities P to HBM and reads them back.
+Head shapes: MHA (kv_heads == q_heads), GQA/MQA (fewer kv heads, shared by a group of q heads),
+MLA (head_dim_qk != head_dim_v; `kv_shared=True` for the absorbed form whose V is a slice of the cached
+latent K). Timing: launch + max(tensor math + softmax on the vector/SFU units, HBM, L2) — the softmax is
+not overlapped with the MMAs (FlashAttention-2 behaviour; FA3's ping-pong overlap is not modelled).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rapidllm.ops.gemm import price_gemms
+from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec
+
+IMPLS = ("flash", "naive")
+MAX_BLOCK = 128          # register-file limit on the query block (FA2 uses 64-128)
+VEC_OPS_FWD = 8.0        # scale, running max, subtract, sum (4 fp32 ops = 8 FLOP-equivalents of an FMA rate)
+VEC_OPS_BWD = 12.0       # recompute P (scale, subtract) and dS = P * (dP - D) (3 ops), 6 FLOP-equivalents x2
+SFU_RATIO = 8.0          # exp throughput: 16 SFU lanes vs 64 FP32 FMA lanes (x2 FLOP) per SM, sm_80/sm_90
+
+
+@dataclass(frozen=True)
+class AttentionPrice:
+    """Seconds, tensor FLOPs and HBM bytes of one attention kernel (plus the terms that bound it)."""
+    time_s: float
+    flops: float
+    hbm_bytes: float
+    compute_s: float = 0.0
+    hbm_s: float = 0.0
+    block: int = 0                   # query block (forward) / key block (backward) rows
+    kv_reread_bytes: float = 0.0     # every K/V (forward) or Q/dO (backward) block load, L2 hits included
+
+
+def visible_pairs(q_len: int, kv_len: int, causal: bool) -> float:
+    """(query, key) pairs that are computed; causal queries are the last q_len positions of kv_len."""
+    if not causal:
+        return float(q_len) * kv_len
+    q = min(q_len, kv_len)
+    return float(q) * (kv_len - q) + q * (q + 1) / 2.0 + float(q_len - q) * kv_len
+
+
+def block_rows(hw: HardwareSpec, head_dim: int, dtype: str, tiles: int) -> int:
+    """Block rows that fit in shared memory: FlashAttention's B = M / (tiles * d), capped, power of two."""
+    m = hw.limits.max_shared_memory_per_block / DTYPE_BYTES[dtype]
+    b = min(MAX_BLOCK, int(m // (tiles * head_dim)))
+    return max(16, 2 ** int(math.log2(max(b, 1))))
+
+
+def _softmax_s(hw: HardwareSpec, elements: float, vec_ops: float) -> float:
+    """Score-element work on the CUDA cores: vec_ops FLOP-equivalents plus one exp on the SFUs."""
+    return elements * (vec_ops + SFU_RATIO) / hw.vector_flops
+
+
+def _hbm_rereads(hw: HardwareSpec, ctas: int, span: int, head_bytes: float,
+                 block_bytes: float) -> float:
+    """How many times each streamed head is read from HBM when `span` CTAs each read it.
+
+    The CTAs of one wave that share a head (block index fastest in the grid) start together and stream the head at the same pace, so L2 must hold only the window
+    between the leading and the lagging CTA (at most one block per CTA sharing it). If the windows of
+    the heads in flight fit in L2, the wave's re-reads are L2 hits; otherwise every read misses.
+    """
+    wave = min(ctas, hw.sm_count)                    # one attention CTA per SM (shared memory bound)
+    heads_in_flight = max(1, math.ceil(wave / span))
+    if heads_in_flight * min(head_bytes, min(span, wave) * block_bytes) <= hw.l2_size:
+        return float(math.ceil(span / wave))
+    return float(span)
+
+
+def _wave_factor(hw: HardwareSpec, ctas: int) -> float:
+    """Partial-last-wave inflation of the math time (one CTA per SM)."""
+    return math.ceil(ctas / hw.sm_count) * hw.sm_count / ctas if ctas else 1.0
+
+
+def _check(q_heads: int, kv_heads: int, impl: str) -> int:
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, not {impl!r}")
+    if kv_heads < 1 or q_heads % kv_heads:
+        raise ValueError(f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads})")
+    return q_heads // kv_heads
+
+
+def _naive(hw, batch, q_heads, kv_heads, q_len, kv_len, dqk, dv, dtype, backward) -> AttentionPrice:
+    """Unfused attention: batched GEMMs priced by the tile model; S and P round-trip through HBM."""
+    b, bh = DTYPE_BYTES[dtype], batch * q_heads
+    shapes = ([(bh, q_len, kv_len, dqk), (bh, q_len, dv, kv_len)] if not backward else
+              [(bh, q_len, kv_len, dv), (bh, kv_len, dv, q_len), (bh, q_len, dqk, kv_len), (bh, kv_len, dqk, q_len)])
+    g = price_gemms(hw, *[[s[i] for s in shapes] for i in range(4)], dtype)
+    scores = float(bh) * q_len * kv_len          # masking is applied after a full QK^T GEMM
+    # forward: softmax reads S, writes P; backward: dS = P * (dP - D) reads P and dP, writes dS
+    pw_bytes = scores * b * (2 if not backward else 3)
+    pw_s = hw.launch_overhead_s + max(pw_bytes / (hw.hbm_bandwidth * hw.utilization.hbm),
+                                      _softmax_s(hw, scores, VEC_OPS_BWD if backward else VEC_OPS_FWD))
+    return AttentionPrice(time_s=float(g.time_s.sum()) + pw_s, flops=float(g.flops.sum()),
+                          hbm_bytes=float(g.hbm_bytes.sum()) + pw_bytes, compute_s=float(g.compute_s.sum()),
+                          hbm_s=float(g.hbm_s.sum()) + pw_bytes / (hw.hbm_bandwidth * hw.utilization.hbm))
+
+
+def attention_forward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int,
+                      head_dim_qk: int, head_dim_v: int, causal: bool = True, dtype: str = "bf16",
+                      impl: str = "flash", kv_shared: bool = False, training: bool = True) -> AttentionPrice:
+    """Forward attention; `training` adds the log-sum-exp the backward pass needs."""
+    group = _check(q_heads, kv_heads, impl)
+    if impl == "naive":
+        return _naive(hw, batch, q_heads, kv_heads, q_len, kv_len, head_dim_qk, head_dim_v, dtype, False)
+    b = DTYPE_BYTES[dtype]
+    pairs = batch * q_heads * visible_pairs(q_len, kv_len, causal)
+    flops = 2.0 * pairs * (head_dim_qk + head_dim_v)
+    br = block_rows(hw, max(head_dim_qk, head_dim_v), dtype, 4)
+    # the q heads of a GQA group are packed into the rows of one block (decode: one CTA per kv head)
+    n_qb = math.ceil(q_len * group / br)
+    ctas = batch * kv_heads * n_qb
+    vis = pairs / (float(batch) * q_heads * q_len * kv_len)               # share of K/V a block reads
+    kv_head = kv_len * (head_dim_qk if kv_shared else head_dim_qk + head_dim_v) * b
+    reread = float(batch) * kv_heads * n_qb * kv_head * vis
+    kv_hbm = batch * kv_heads * kv_head * vis * _hbm_rereads(hw, ctas, n_qb, kv_head, kv_head * br / kv_len)
+    hbm = kv_hbm + float(batch) * q_heads * q_len * ((head_dim_qk + head_dim_v) * b + (4 if training else 0))
+    compute = flops / (hw.peak_flops(dtype) * hw.utilization.compute)
+    math_s = (compute + _softmax_s(hw, pairs, VEC_OPS_FWD)) * _wave_factor(hw, ctas)
+    hbm_s = hbm / (hw.hbm_bandwidth * hw.utilization.hbm)
+    t = hw.launch_overhead_s + max(math_s, hbm_s, (reread + hbm - kv_hbm) / hw.l2_bandwidth)
+    return AttentionPrice(t, flops, hbm, compute, hbm_s, br, reread)
+
+
+def attention_backward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int,
+                       head_dim_qk: int, head_dim_v: int, causal: bool = True, dtype: str = "bf16",
+                       impl: str = "flash", kv_shared: bool = False) -> AttentionPrice:
+    """Backward attention (FlashAttention-2 order: CTAs own key blocks and stream Q, dO, dQ past them).
+
+    Five GEMM-like products (S, dP, dV, dK, dQ) = 2.5x the forward math; plus the D = rowsum(dO*O)
+    preprocessing pass. dQ is accumulated in fp32 (read + write) once per key block.
+    """
+    _check(q_heads, kv_heads, impl)
+    if impl == "naive":
+        return _naive(hw, batch, q_heads, kv_heads, q_len, kv_len, head_dim_qk, head_dim_v, dtype, True)
+    b = DTYPE_BYTES[dtype]
+    dqk, dv = head_dim_qk, head_dim_v
+    pairs = batch * q_heads * visible_pairs(q_len, kv_len, causal)
+    flops = 2.0 * pairs * (2 * dqk + 3 * dv)         # S, dQ, dK use d_qk; dP, dV use d_v
+    bc = block_rows(hw, max(dqk, dv), dtype, 8)                            # K, V, dK, dV blocks stay on chip
+    n_kb = math.ceil(kv_len / bc)
+    ctas = batch * q_heads * n_kb                                          # one CTA per (q head, key block)
+    vis = pairs / (float(batch) * q_heads * q_len * kv_len)
+    # per q head streamed past every key block: Q, dO (dtype), lse + D (fp32), dQ accumulator (fp32 r+w)
+    q_head = q_len * ((dqk + dv) * b + 8 + 2 * dqk * 4)
+    reread = float(batch) * q_heads * n_kb * q_head * vis
+    q_hbm = batch * q_heads * q_head * vis * _hbm_rereads(hw, ctas, n_kb, q_head, q_head * bc / q_len)
+    kv_once = float(batch) * kv_heads * kv_len * (dqk + dv) * b * 2      # read K, V; write dK, dV
+    if kv_shared:
+        kv_once = float(batch) * kv_heads * kv_len * dqk * b * 2
+    pre = float(batch) * q_heads * q_len * (2 * dv * b + 4)               # D = rowsum(dO * O)
+    dq_out = float(batch) * q_heads * q_len * dqk * b                      # fp32 dQ -> dtype
+    hbm = q_hbm + kv_once + pre + dq_out
+    compute = flops / (hw.peak_flops(dtype) * hw.utilization.compute)
+    math_s = (compute + _softmax_s(hw, pairs, VEC_OPS_BWD)) * _wave_factor(hw, ctas)
+    hbm_s = hbm / (hw.hbm_bandwidth * hw.utilization.hbm)
+    t = 3 * hw.launch_overhead_s + max(math_s, hbm_s, (reread + hbm - q_hbm) / hw.l2_bandwidth)
+    return AttentionPrice(t, flops, hbm, compute, hbm_s, bc, reread)
+
+
+def decode_attention(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int, kv_len: int,
+                     head_dim_qk: int, head_dim_v: int, dtype: str = "bf16", impl: str = "flash",
+                     kv_shared: bool = False, q_len: int = 1) -> AttentionPrice:
+    """One decode step: q_len new tokens per sequence attend to a KV cache of kv_len (read once per group)."""
+    return attention_forward(hw, batch, q_heads, kv_heads, q_len, kv_len, head_dim_qk, head_dim_v,
+                             causal=q_len > 1, dtype=dtype, impl=impl, kv_shared=kv_shared, training=False)
+
+
+def attention(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int,
+              head_dim_qk: int, head_dim_v: int, causal: bool, dtype: str, impl: str,
+              backward: bool = False) -> AttentionPrice:
+    """The brief's uniform entry point: forward (or backward) attention of one layer on one device."""
+    fn = attention_backward if backward else attention_forward
+    return fn(hw, batch, q_heads, kv_heads, q_len, kv_len, head_dim_qk, head_dim_v, causal, dtype, impl)

@@ -1,0 +1,103 @@
+"""Attention composite kernels: FLOP counts, HBM byte accounting, head layouts, decode."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from rapidllm.ops.attention import (attention, attention_backward, attention_forward, block_rows,
+                                    decode_attention, visible_pairs)
+from test_gemm_kernel import make_hw
+
+
+def test_visible_pairs():
+    assert visible_pairs(4, 4, False) == 16
+    assert visible_pairs(4, 4, True) == 10            # lower triangle incl. diagonal
+    assert visible_pairs(1, 100, True) == 100          # a decode query sees the whole cache
+    assert visible_pairs(2, 10, True) == 9 + 10
+
+
+def test_forward_flops_and_causal_halving():
+    hw = make_hw()
+    full = attention_forward(hw, 2, 32, 32, 4096, 4096, 128, 128, causal=False)
+    assert full.flops == 4 * 2 * 32 * 4096 * 4096 * 128
+    half = attention_forward(hw, 2, 32, 32, 4096, 4096, 128, 128, causal=True)
+    assert half.flops / full.flops == pytest.approx(0.5, rel=1e-3)
+    assert half.time_s < 0.6 * full.time_s
+    bwd = attention_backward(hw, 2, 32, 32, 4096, 4096, 128, 128, causal=False)
+    assert bwd.flops == pytest.approx(2.5 * full.flops)
+
+
+def test_kv_reread_once_per_query_block():
+    """FlashAttention-1 accounting: every query block loads all (visible) K and V."""
+    hw = make_hw()
+    L, d = 8192, 128
+    br = block_rows(hw, d, "bf16", 4)
+    assert 16 <= br <= 128 and br & (br - 1) == 0
+    p = attention_forward(hw, 1, 16, 16, L, L, d, d, causal=False)
+    assert p.block == br
+    assert p.kv_reread_bytes == pytest.approx(16 * (L / br) * L * 2 * d * 2)
+    # compulsory traffic: Q, K, V read once, O written once, plus the fp32 log-sum-exp
+    compulsory = 16 * L * d * 2 * 4 + 16 * L * 4
+    assert p.hbm_bytes >= compulsory * (1 - 1e-9)
+    # with no L2 every re-read comes from HBM
+    no_l2 = attention_forward(replace(hw, l2_size=0.0), 1, 16, 16, L, L, d, d, causal=False)
+    assert no_l2.hbm_bytes == pytest.approx(p.kv_reread_bytes + 16 * L * (2 * d * 2 + 4))
+    assert no_l2.time_s >= p.time_s
+    # smaller shared memory -> smaller blocks -> more re-reads
+    small = replace(hw, limits=replace(hw.limits, max_shared_memory_per_block=32 * 1024))
+    assert attention_forward(small, 1, 16, 16, L, L, d, d, causal=False).kv_reread_bytes > p.kv_reread_bytes
+
+
+def test_flash_beats_naive_and_moves_fewer_bytes():
+    hw = make_hw()
+    for L in (1024, 4096, 16384):
+        f = attention_forward(hw, 4, 32, 32, L, L, 128, 128, True, "bf16", "flash")
+        n = attention_forward(hw, 4, 32, 32, L, L, 128, 128, True, "bf16", "naive")
+        assert f.time_s < n.time_s and f.hbm_bytes < n.hbm_bytes
+        # naive writes S and reads it back (plus P): at least 2 * B*H*L^2 * bytes
+        assert n.hbm_bytes >= 2 * 4 * 32 * L * L * 2
+    fb = attention_backward(hw, 4, 32, 32, 4096, 4096, 128, 128, True, "bf16", "flash")
+    nb = attention_backward(hw, 4, 32, 32, 4096, 4096, 128, 128, True, "bf16", "naive")
+    assert fb.time_s < nb.time_s
+
+
+def test_gqa_mqa_mla_shapes():
+    hw = make_hw()
+    mha = decode_attention(hw, 8, 32, 32, 8192, 128, 128)
+    gqa = decode_attention(hw, 8, 32, 8, 8192, 128, 128)
+    mqa = decode_attention(hw, 8, 32, 1, 8192, 128, 128)
+    # decode reads the KV cache once per kv head: bytes scale with kv_heads
+    cache = 8 * 8192 * 256 * 2
+    assert mha.hbm_bytes == pytest.approx(32 * cache, rel=0.01)
+    assert gqa.hbm_bytes == pytest.approx(8 * cache, rel=0.02)
+    assert mha.time_s > gqa.time_s > mqa.time_s
+    assert mha.flops == gqa.flops == mqa.flops
+    # MLA (absorbed): one latent head of 512 + 64 rope dims, V is a slice of the cached latent
+    mla = decode_attention(hw, 8, 128, 1, 8192, 576, 512, kv_shared=True)
+    assert mla.hbm_bytes == pytest.approx(8 * 8192 * 576 * 2 + 8 * 128 * (576 + 512) * 2, rel=1e-3)
+    assert mla.flops == 2 * 8 * 128 * 8192 * (576 + 512)
+    # MLA training shapes: d_qk = 192, d_v = 128
+    f = attention_forward(hw, 1, 128, 128, 4096, 4096, 192, 128, causal=False)
+    assert f.flops == 2 * 128 * 4096 * 4096 * (192 + 128)
+    with pytest.raises(ValueError):
+        attention_forward(hw, 1, 32, 5, 128, 128, 64, 64)
+    with pytest.raises(ValueError):
+        attention_forward(hw, 1, 32, 8, 128, 128, 64, 64, impl="sparse")
+
+
+def test_decode_is_bandwidth_bound_and_uniform_entry_point():
+    hw = make_hw()
+    d = decode_attention(hw, 64, 32, 8, 4096, 128, 128)
+    assert d.hbm_s > d.compute_s
+    assert d.time_s == pytest.approx(hw.launch_overhead_s + d.hbm_bytes / hw.hbm_bandwidth, rel=0.05)
+    a = attention(hw, 1, 32, 8, 2048, 2048, 128, 128, True, "bf16", "flash")
+    assert a == attention_forward(hw, 1, 32, 8, 2048, 2048, 128, 128, True, "bf16", "flash")
+    assert attention(hw, 1, 32, 8, 2048, 2048, 128, 128, True, "bf16", "flash", backward=True).time_s > a.time_s
+
+
+def test_long_context_scales_quadratically():
+    hw = make_hw()
+    t1 = attention_forward(hw, 1, 32, 8, 8192, 8192, 128, 128).time_s
+    t2 = attention_forward(hw, 1, 32, 8, 16384, 16384, 128, 128).time_s
+    assert 3.5 < t2 / t1 < 4.3

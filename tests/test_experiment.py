@@ -1,0 +1,46 @@
+"""Sweep expansion: factorizations, crossing, invalid rows kept with reasons, stable case ids."""
+import math
+
+import yaml
+
+from rapidllm.spec.case import resolve_case
+from rapidllm.spec.experiment import expand, factorizations, load_experiment
+from conftest import ROOT
+
+
+def _ordered_factorizations(n_twos: int, parts: int) -> int:
+    """Ways to write 2**n_twos as an ordered product of `parts` factors: C(n + parts - 1, parts - 1)."""
+    return math.comb(n_twos + parts - 1, parts - 1)
+
+
+def test_factorization_count_closed_form() -> None:
+    assert len(list(factorizations(64, ("dp", "tp", "pp"), {}))) == _ordered_factorizations(6, 3)
+    assert len(list(factorizations(1024, ("dp", "tp", "pp", "cp"), {}))) == _ordered_factorizations(10, 4)
+    bounded = list(factorizations(64, ("dp", "tp", "pp"), {"tp": [1, 8]}))
+    assert len(bounded) == sum(7 - a for a in range(4))
+    assert all(math.prod(f.values()) == 64 for f in bounded)
+
+
+def test_llama_layouts_keep_invalid_rows_with_reasons() -> None:
+    exp = load_experiment(ROOT / "config" / "experiments" / "llama70b-layouts.yaml")
+    rows = expand(exp)
+    assert len(rows) == 2 * 22
+    invalid = [r for r in rows if r["status"] == "invalid"]
+    # pp in {32, 64} cannot divide 80 layers: (tp, dp) pairs with tp*dp*pp = 64 -> 3 layouts, x2 recompute.
+    assert len(invalid) == 6
+    assert all("does not divide layers 80" in r["reason"] for r in invalid)
+    ok_ids = [r["case_id"] for r in rows if r["status"] == "ok"]
+    assert len(set(ok_ids)) == len(ok_ids)
+
+
+def test_case_id_is_stable_and_ignores_the_label(gpt_case) -> None:
+    a = resolve_case(gpt_case, "a.yaml")
+    b = resolve_case({**gpt_case, "name": "another label"}, "b.yaml")
+    c = resolve_case({**gpt_case, "parallelism": {**gpt_case["parallelism"], "recompute": "full"}}, "c.yaml")
+    assert a.case_id == b.case_id != c.case_id
+
+
+def test_named_and_inline_specs_give_the_same_case(gpt_case) -> None:
+    inline_model = yaml.safe_load((ROOT / "config" / "models" / "gpt-175b.yaml").read_text())
+    inline_model["name"] = "gpt-175b"
+    assert resolve_case({**gpt_case, "model": inline_model}, "x").case_id == resolve_case(gpt_case, "x").case_id

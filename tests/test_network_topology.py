@@ -1,0 +1,82 @@
+"""Topology construction, node naming, faults and rank mapping."""
+import numpy as np
+import pytest
+
+from rapidllm.network.mapping import RankMapping
+from rapidllm.network.topology import build_topology
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.network import DimensionSpec, FaultSpec, NetworkSpec
+
+
+def net(*dims, **kw):
+    return NetworkSpec("t", tuple(DimensionSpec(f"d{i}", *d[:2], 100e9, 1e-6, *d[2:]) for i, d in enumerate(dims)), **kw)
+
+
+@pytest.mark.parametrize("dim, links", [
+    (("ring", 8), 16), (("ring", 2), 2), (("ring", 1), 0), (("fully_connected", 5), 20), (("switch", 8), 16),
+    (("mesh", 12, (4, 3)), 2 * (3 * 3 + 4 * 2)), (("torus", 12, (4, 3)), 2 * (4 * 3 + 3 * 4)),
+    (("torus", 8, (2, 4)), 2 * (4 * 1 + 2 * 4)), (("kingmesh", 9, (3, 3)), 2 * (12 + 8)),
+    (("mesh", 27, (3, 3, 3)), 2 * 3 * 18),
+])
+def test_link_counts(dim, links):
+    assert build_topology(net(dim)).n_links == links
+
+
+def test_stacked_dimensions_and_switch_names():
+    t = build_topology(net(("switch", 4), ("ring", 3)))
+    assert t.n_ranks == 12 and t.n_nodes == 12 + 3
+    assert t.coords(7) == (3, 1) and t.rank_of((3, 1)) == 7
+    sw = t.switch_node(0, "switch", 0, line=2)
+    assert sw == 14 and "switch line 2" in t.node_name(sw)
+    assert (7, t.switch_node(0, "switch", 0, line=1)) in t.link_of
+    assert (3, 7) in t.link_of and (7, 11) in t.link_of and (11, 3) in t.link_of   # ring along dim 1
+    with pytest.raises(KeyError):
+        t.switch_node(1, "switch")
+
+
+def test_fat_tree_rail_optimized_leaves_and_nonblocking_uplinks():
+    t = build_topology(net(("switch", 2), ("fat_tree", 8, (), 4, 2, True)))
+    ft = t.fat_tree[1]
+    assert len(ft["spines"]) == 2
+    leaves = {ft["leaf_of"][r] for r in range(16)}
+    assert len(leaves) == 4                             # 2 rails x 2 leaves
+    assert ft["leaf_of"][0] != ft["leaf_of"][1]         # ranks 0 and 1 are on different rails
+    up = t.link_of[(ft["leaf_of"][0], ft["spines"][0])]
+    assert t.bandwidth[up] == pytest.approx(100e9 * 4 / 2)
+
+
+def test_faults_soft_hard_and_unknown_link():
+    f = (FaultSpec((0, 1), bandwidth_factor=0.25, extra_latency_s=2e-6), FaultSpec((2, 3), failed=True))
+    t = build_topology(net(("ring", 4), faults=f))
+    for a, b in ((0, 1), (1, 0)):
+        i = t.link_of[(a, b)]
+        assert t.bandwidth[i] == 25e9 and t.latency[i] == pytest.approx(3e-6)
+    assert not t.alive[t.link_of[(2, 3)]] and not t.alive[t.link_of[(3, 2)]]
+    assert np.sum(~t.alive) == 2
+    with pytest.raises(SpecError, match=r"link \[0, 2\] does not exist"):
+        build_topology(net(("ring", 4), faults=(FaultSpec((0, 2), failed=True),)))
+
+
+def test_unresolved_auto_size_is_an_error():
+    with pytest.raises(SpecError, match="unresolved"):
+        build_topology(net(("switch", 8), ("fat_tree", 0)))
+
+
+def test_rank_mapping_groups_and_dimensions():
+    n = net(("switch", 8), ("ring", 4))
+    m = RankMapping(n, {"tp": 4, "dp": 2, "pp": 4})
+    assert m.world == 32
+    assert m.group_ranks("tp", 5) == [4, 5, 6, 7]
+    assert m.group_ranks("dp", 1) == [1, 5]
+    assert m.group_ranks("pp", 0) == [0, 8, 16, 24]
+    assert m.group_dimensions("tp") == (0,) and m.group_dimensions("pp") == (1,)
+    assert m.dim_coords(13) == (5, 1)
+    assert m.rank(m.parallel_coords(27)) == 27
+    with pytest.raises(SpecError):
+        RankMapping(n, {"tp": 64})
+
+
+def test_axis_order_changes_layout():
+    n = NetworkSpec("t", (DimensionSpec("d0", "switch", 4, 1e9, 0.0),), axis_order=("dp", "tp", "cp", "ep", "pp"))
+    m = RankMapping(n, {"tp": 2, "dp": 2})
+    assert m.group_ranks("dp", 0) == [0, 1] and m.group_ranks("tp", 0) == [0, 2]

@@ -1,0 +1,94 @@
+"""Bad input: one clear message naming file, key and what is allowed; exit 2; no traceback, no output."""
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rapidllm.cli import main
+from rapidllm.spec.case import resolve_case
+from rapidllm.spec.errors import SpecError
+
+
+def _run(tmp_path: Path, case: dict, capsys: pytest.CaptureFixture) -> tuple[int, str]:
+    path = tmp_path / "case.yaml"
+    path.write_text(yaml.safe_dump(case))
+    code = main(["predict", str(path), "--json"])
+    captured = capsys.readouterr()
+    return code, captured.err.strip()
+
+
+def test_unknown_model_lists_known(tmp_path, gpt_case, capsys) -> None:
+    code, err = _run(tmp_path, {**gpt_case, "model": "gpt-9000"}, capsys)
+    assert code == 2
+    assert "case.yaml: model: unknown model 'gpt-9000'; known: " in err
+    assert "gpt-175b" in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_missing_key(tmp_path, gpt_case, capsys) -> None:
+    case = dict(gpt_case)
+    del case["workload"]
+    code, err = _run(tmp_path, case, capsys)
+    assert code == 2 and err.endswith("(top level): missing key 'workload'")
+
+
+def test_wrong_unit_in_inline_hardware(tmp_path, gpt_case, capsys) -> None:
+    case = dict(gpt_case)
+    case["hardware"] = {**case["hardware"], "hbm_bandwidth": "3.35 TB"}
+    code, err = _run(tmp_path, case, capsys)
+    assert code == 2
+    assert "hbm_bandwidth: '3.35 TB' is not a bandwidth; use a unit like" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_wrong_unit_in_named_file_names_that_file(tmp_path, monkeypatch, gpt_case, capsys) -> None:
+    from conftest import ROOT
+    import shutil
+
+    root = tmp_path / "root"
+    shutil.copytree(ROOT / "config", root / "config")
+    shutil.copytree(ROOT / "workflow" / "schemas", root / "workflow" / "schemas")
+    hw = root / "config" / "hardware" / "h100-sxm5-80gb.yaml"
+    hw.write_text(hw.read_text().replace("hbm_bandwidth: 3.35 TB/s", "hbm_bandwidth: 3.35 TB"))
+    monkeypatch.setenv("RAPIDLLM_ROOT", str(root))
+    from rapidllm.spec import schema
+    schema._validator.cache_clear()
+    code, err = _run(tmp_path, {**gpt_case, "hardware": "h100-sxm5-80gb"}, capsys)
+    schema._validator.cache_clear()
+    assert code == 2
+    assert err.endswith("h100-sxm5-80gb.yaml: hbm_bandwidth: '3.35 TB' is not a bandwidth; use a unit like '2.0 TB/s', '450 GB/s', '200 Gb/s'")
+
+
+def test_tp_not_dividing_heads(tmp_path, gpt_case, capsys) -> None:
+    case = {**gpt_case, "parallelism": {**gpt_case["parallelism"], "tp": 7, "pp": 1}}
+    code, err = _run(tmp_path, case, capsys)
+    assert code == 2 and err.endswith("case.yaml: parallelism.tp: tp 7 does not divide heads 96 of gpt-175b")
+
+
+def test_world_size_mismatch(tmp_path, gpt_case, capsys) -> None:
+    case = {**gpt_case, "network": "dgx-a100", "parallelism": {"tp": 8, "dp": 2}}
+    code, err = _run(tmp_path, case, capsys)
+    assert code == 2
+    assert err.endswith("case.yaml: network: network 'dgx-a100' holds 8 ranks but the parallel layout needs 16")
+
+
+def test_enum_lists_allowed(gpt_case) -> None:
+    case = {**gpt_case, "parallelism": {**gpt_case["parallelism"], "recompute": "sometimes"}}
+    with pytest.raises(SpecError) as err:
+        resolve_case(case, "x.yaml")
+    assert str(err.value) == "x.yaml: parallelism.recompute: 'sometimes' is not allowed; allowed: none, selective, full"
+
+
+def test_every_problem_reported(gpt_case) -> None:
+    case = {**gpt_case, "precision": "int3", "parallelism": {"tp": "8", "bogus": 1}}
+    with pytest.raises(SpecError) as err:
+        resolve_case(case, "x.yaml")
+    assert len(err.value.lines) == 3
+
+
+def test_sweep_with_bad_experiment_writes_nothing(tmp_path, capsys) -> None:
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump({"name": "bad", "base": {}, "cross": {"parallelism.tp": []}}))
+    out = tmp_path / "out.csv"
+    assert main(["sweep", str(exp), "--out", str(out)]) == 2
+    assert "cross.parallelism.tp" in capsys.readouterr().err
+    assert not out.exists()
