@@ -30,7 +30,7 @@ def output_dtype(dtype: str) -> str:
 
 def memory_latency_s(hw: HardwareSpec) -> float:
     """Global-memory latency: the spec's value if it has one, else MEMORY_LATENCY_CYCLES at its clock."""
-    return float(getattr(hw, "memory_latency_s", 0.0) or MEMORY_LATENCY_CYCLES / hw.clock_hz)
+    return float(hw.memory_latency_s or MEMORY_LATENCY_CYCLES / hw.clock_hz)
 
 
 @dataclass(frozen=True)

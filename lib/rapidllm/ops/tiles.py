@@ -96,9 +96,8 @@ def uses_warpgroup_mma(hw: HardwareSpec) -> bool:
     HardwareSpec has no architecture field yet; an FP8 tensor rate marks Hopper and later among the
     devices in config/hardware (A100 has none). A `compute_capability` attribute wins when present.
     """
-    cc = getattr(hw, "compute_capability", None)
-    if cc is not None:
-        return float(cc) >= 9.0
+    if hw.compute_capability:
+        return float(hw.compute_capability) >= 9.0
     return "fp8" in hw.tensor_flops
 
 

@@ -44,6 +44,8 @@ class HardwareSpec:
     launch_overhead_s: float
     framework_memory: float           # bytes reserved by CUDA context + allocator
     utilization: Utilization
+    compute_capability: str = ""      # "8.0", "9.0", ...; "" when unknown
+    memory_latency_s: float = 0.0     # 0 -> the GEMM model's default of 700 SM cycles
 
     def peak_flops(self, dtype: str) -> float:
         """Dense tensor FLOP/s for dtype; falls back to the nearest slower dtype the device has."""
@@ -88,4 +90,6 @@ class HardwareSpec:
             launch_overhead_s=q(m.get("kernel_launch_overhead", "4 us"), "time"),
             framework_memory=q(m.get("framework_memory", "1 GiB"), "bytes"),
             utilization=Utilization(**util) if util else Utilization(),
+            compute_capability=str(m.get("compute_capability", "")),
+            memory_latency_s=q(m.get("memory_latency", 0.0), "time"),
         )
