@@ -7,10 +7,13 @@ they run, so pricing stays independent of the schedule.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from rapidllm.ops import workload as wl
-from rapidllm.ops.operators import Operator
+from rapidllm.ops.attention import attention_backward, attention_forward
+from rapidllm.ops.gemm import price_gemms
+from rapidllm.ops.operators import ATTENTION, GEMM, Operator
 from rapidllm.ops.params import parameter_counts
 from rapidllm.ops.roofline import roofline_times
 from rapidllm.spec.case import Case, InferenceWorkload
@@ -69,11 +72,35 @@ def _optimizer_shards(case: Case) -> int:
     return p.dp if (p.zero >= 1 or p.fsdp != "none") else 1
 
 
-def price_case(case: Case) -> pd.DataFrame:
-    """One row per operator launch shape with its roofline time (the tile model refines GEMMs)."""
+def operator_times(case: Case, ops: list[Operator], method: str = "tiles") -> np.ndarray:
+    """Seconds per launch: the GEMM tile model and FlashAttention kernels, or the plain roofline.
+
+    Pointwise operators are priced by the roofline either way; `method="roofline"` is the Fig 10 ablation.
+    """
+    hw, dtype = case.hardware, case.precision
+    times = roofline_times(hw, ops, dtype)
+    if method == "roofline":
+        return times
+    gemm_idx = [i for i, o in enumerate(ops) if o.kind == GEMM]
+    if gemm_idx:
+        shapes = np.array([ops[i].gemm for i in gemm_idx], dtype=np.int64)
+        priced = price_gemms(hw, shapes[:, 0], shapes[:, 1], shapes[:, 2], shapes[:, 3], dtype)
+        times[gemm_idx] = priced.time_s
+    for i, o in enumerate(ops):
+        if o.kind == ATTENTION and o.attention is not None:
+            a = o.attention
+            fn = attention_backward if o.phase == "bwd" else attention_forward
+            kwargs = {} if o.phase == "bwd" else {"training": case.training}
+            times[i] = fn(hw, a.batch, a.q_heads, a.kv_heads, a.q_len, a.kv_len, a.head_dim_qk, a.head_dim_v,
+                          a.causal, dtype, case.attention_impl, **kwargs).time_s
+    return times
+
+
+def price_case(case: Case, method: str = "tiles") -> pd.DataFrame:
+    """One row per operator launch shape with its time per launch."""
     pairs = case_sections(case)
     ops = [o for _, o in pairs]
-    times = roofline_times(case.hardware, ops, case.precision)
+    times = operator_times(case, ops, method)
     rows = []
     for (section, o), t in zip(pairs, times):
         b, m, n, k = o.gemm if o.gemm else (0, 0, 0, 0)

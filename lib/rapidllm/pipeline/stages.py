@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from rapidllm.engine.baseline import predict
 from rapidllm.graph.comm_nodes import CommNode, communication_nodes
-from rapidllm.memory.closed_form import closed_form_memory
+from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import OPERATOR_COLUMNS, price_case
 from rapidllm.pipeline.io import shard_cases, write_npz, write_table
 from rapidllm.spec.case import resolve_case
@@ -37,7 +37,7 @@ def run_price(cases: str | Path, shard: int, out: str | Path) -> None:
 
 
 def memory_record(case) -> dict:
-    mem = closed_form_memory(case)
+    mem = memory_for_case(case)
     rec = {f"{f}_bytes": getattr(mem, f) for f in MEMORY_FIELDS}
     rec.update(peak_memory_bytes=mem.peak, feasible=mem.feasible, infeasible_reason=mem.reason)
     return rec
@@ -87,7 +87,7 @@ def run_simulate(cases: str | Path, ops: str | Path, memory: str | Path, graphs:
             rows.append({"case_id": cid, "status": "infeasible", "reason": mem.loc[cid, "infeasible_reason"],
                          "peak_memory_bytes": mem.loc[cid, "peak_memory_bytes"], "feasible": False})
             continue
-        record = predict(case, op_table[op_table.case_id == cid], closed_form_memory(case), traces[cid])
+        record = predict(case, op_table[op_table.case_id == cid], memory_for_case(case), traces[cid])
         record.pop("infeasible_reason")
         rows.append({"case_id": cid, "status": "ok", "reason": "", **record})
     write_table(pd.DataFrame(rows), out)
@@ -128,7 +128,7 @@ def run_sweep(exp: Experiment, progress: bool = True) -> pd.DataFrame:
 
 def evaluate_case(case) -> dict:
     """Price, memory, trace and simulate one case in-process (the CLI's `predict`)."""
-    mem = closed_form_memory(case)
+    mem = memory_for_case(case)
     record = {"case_id": case.case_id}
     if not mem.feasible:
         record.update(status="infeasible", reason=mem.reason, peak_memory_bytes=mem.peak, feasible=False)
