@@ -6,6 +6,7 @@ configfile: "config/config.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/stages.smk"
 include: "workflow/rules/validation.smk"
+include: "workflow/rules/components.smk"
 
 
 wildcard_constraints:
@@ -19,4 +20,5 @@ rule all:
         expand("results/{exp}/summary.csv", exp=list(STUDIES)),
         "results/validation/errors.csv",
         expand("results/figures/{suite}.png", suite=config["suites"]),
+        expand("results/figures/{table}.png", table=["gemm_errors", "collectives_nccl", "memory_nanotron"]),
     default_target: True

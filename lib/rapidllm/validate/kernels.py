@@ -89,7 +89,7 @@ def errors(pred: np.ndarray, meas: np.ndarray) -> Errors:
                   signed_bias=float((pred - meas).sum() / meas.sum()))
 
 
-def validate_set(set_name: str, utilization: str = "paper") -> tuple[pd.DataFrame, dict[str, dict[str, Errors]]]:
+def validate_set(set_name: str, utilization: str = "spec") -> tuple[pd.DataFrame, dict[str, dict[str, Errors]]]:
     """Predictions for one reference set plus errors per dtype for the tile model and the roofline."""
     _, device = SETS[set_name]
     hw = load_hardware(device, utilization)
@@ -100,7 +100,7 @@ def validate_set(set_name: str, utilization: str = "paper") -> tuple[pd.DataFram
     return df, report
 
 
-def summary(utilization: str = "paper") -> pd.DataFrame:
+def summary(utilization: str = "spec") -> pd.DataFrame:
     """One row per (set, dtype, model): n, MAPE, time-weighted MAPE, bias — the Fig 10 table."""
     rows = []
     for set_name in SETS:

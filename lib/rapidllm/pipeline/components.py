@@ -1,0 +1,59 @@
+"""Component validation stages: GEMM kernels (Fig 10), nccl-tests collectives, nanotron/MPT memory.
+
+Each writes a per-row CSV and a small error table; the figures read those tables. Constants come from
+config/hardware (the frozen calibrated utilizations), never from the rows being scored.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from rapidllm.network.validation import MIN_BYTES, nccl_a100_rows
+from rapidllm.pipeline.io import write_table
+from rapidllm.spec.named import resolve_named
+from rapidllm.spec.hardware import HardwareSpec
+from rapidllm.validate import kernels
+from rapidllm.validate.memory import validate_mpt, validate_nanotron
+
+
+def run_gemm_validation(rows_out: str | Path, errors_out: str | Path) -> pd.DataFrame:
+    frames = []
+    for set_name in kernels.SETS:
+        df, _ = kernels.validate_set(set_name, "spec")
+        frames.append(df.assign(set=set_name))
+    rows = pd.concat(frames, ignore_index=True)
+    write_table(rows, rows_out)
+    table = kernels.summary("spec")
+    write_table(table, errors_out)
+    return table
+
+
+def run_collective_validation(rows_out: str | Path) -> pd.DataFrame:
+    """nccl-tests all-reduce on 8x A100 NVSwitch vs the link-queue simulator at the A100's network constant."""
+    mapping, where = resolve_named("hardware", "a100-sxm4-80gb", "collectives", "hardware")
+    util = HardwareSpec.from_mapping(mapping, where).utilization.network
+    rows = pd.DataFrame([{"bytes": r.nbytes, "measured_s": r.measured_s, "predicted_s": r.predicted_s,
+                          "measured_busbw": r.measured_busbw, "predicted_busbw": r.predicted_busbw,
+                          "error_pct": 100.0 * r.error, "scored": r.nbytes >= MIN_BYTES}
+                         for r in nccl_a100_rows(utilization=util)])
+    write_table(rows, rows_out)
+    return rows
+
+
+def run_memory_validation(references: str | Path, rows_out: str | Path, summary_out: str | Path) -> dict:
+    """nanotron Success-row memory MAPE and Success/OOM accuracy; every MPT FSDP row must fit."""
+    ref = Path(references)
+    nano = validate_nanotron(ref / "training_nanotron_h100_sample.csv")
+    mpt = validate_mpt(ref / "training_mpt_fsdp_h100.csv")
+    write_table(nano["rows"], rows_out)
+    conf = nano["confusion"]
+    summary = pd.DataFrame([
+        {"check": "nanotron_memory_mape_pct", "value": nano["mape"], "rows": nano["n_success"]},
+        {"check": "nanotron_oom_accuracy_pct", "value": 100.0 * nano["accuracy"], "rows": nano["n_classified"]},
+        *({"check": f"confusion_{a}_predicted_{p}", "value": float(conf.loc[a, p]), "rows": 0}
+          for a in conf.index for p in conf.columns),
+        {"check": "mpt_rows_predicted_feasible", "value": float(mpt.feasible.sum()), "rows": len(mpt)},
+    ])
+    write_table(summary, summary_out)
+    return nano
