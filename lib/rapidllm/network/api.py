@@ -9,8 +9,8 @@ import numpy as np
 from rapidllm.network.alpha_beta import BUS_FACTOR
 from rapidllm.network.collectives import ALGORITHMS, SUPPORTED, Schedule, concat
 from rapidllm.network.hierarchical import hierarchical, spanned
-from rapidllm.network.routing import Router, route_table
-from rapidllm.network.simulator import simulate_kernel
+from rapidllm.network.routing import Router
+from rapidllm.network.simulator import simulate_schedule
 from rapidllm.network.topology import Topology, build_topology
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.network import NetworkSpec
@@ -90,10 +90,8 @@ def run_schedule(topo: Topology, sched: Schedule, release: np.ndarray, utilizati
     router = router or Router(topo)
     if not len(sched):
         return np.zeros(0), np.zeros(topo.n_links), 0
-    route_of, ptr, links = route_table(router, sched.src, sched.dst)
     bw = np.where(topo.alive, topo.bandwidth * utilization, 1.0)
-    return simulate_kernel(route_of, sched.nbytes, release.astype(np.float64), sched.dep_ptr, sched.dep_idx,
-                           ptr, links, bw, topo.latency)
+    return simulate_schedule(router, sched, release, bw, topo.latency)
 
 
 def _result(topo: Topology, op: str, nbytes: float, n: int, time_s: float, busy: np.ndarray, algo: str,

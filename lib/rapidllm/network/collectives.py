@@ -126,12 +126,112 @@ def _ring_arrays(g, steps, chunks, size):
     return src, dst, nbytes, chunk, dep_ptr, dep_idx
 
 
+_FIELDS = ("src", "dst", "nbytes", "chunk", "dep_ptr", "dep_idx")
+
+
+class RingSchedule(Schedule):
+    """A ring schedule kept as its shape (group, steps, chunks, bytes per transfer).
+
+    Reads like any Schedule: the per-transfer arrays are built on first access (read-only, cached). The
+    simulator runs an unmaterialized RingSchedule on `simulator.ring_kernel`, which needs none of them
+    (a 1024-rank, 4-chunk all-reduce has 8.4 M transfers). Assigning a field replaces it, and the schedule
+    is then simulated from its arrays like any other.
+    """
+
+    def __new__(cls, *args, **kw):
+        if len(args) + len(kw) == len(_FIELDS):   # dataclasses.replace / Schedule-style construction
+            return Schedule(*args, **kw)
+        return super().__new__(cls)
+
+    def __init__(self, group: np.ndarray, steps: int, chunks: int, size: float):  # noqa: D107 (no super: lazy)
+        object.__setattr__(self, "group", np.ascontiguousarray(group, dtype=np.int32))
+        object.__setattr__(self, "steps", int(steps))
+        object.__setattr__(self, "chunks", int(chunks))
+        object.__setattr__(self, "size", float(size))
+        object.__setattr__(self, "_arrays", {})
+        object.__setattr__(self, "overridden", False)
+
+    def __len__(self) -> int:
+        return self.chunks * self.steps * len(self.group)
+
+    def __repr__(self) -> str:
+        return (f"RingSchedule(n={len(self.group)}, steps={self.steps}, chunks={self.chunks}, "
+                f"size={self.size!r}, transfers={len(self)})")
+
+    def __setattr__(self, name, value):
+        if name in _FIELDS:
+            self._arrays[name] = value
+            object.__setattr__(self, "overridden", True)
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattribute__(self, name):
+        if name in _FIELDS:
+            arrays = object.__getattribute__(self, "_arrays")
+            if name not in arrays:
+                arrays[name] = object.__getattribute__(self, "_build")(name)
+            return arrays[name]
+        return object.__getattribute__(self, name)
+
+    @property
+    def materialized(self) -> bool:
+        """True once any per-transfer array has been built or assigned."""
+        return bool(self._arrays)
+
+    def _build(self, name: str) -> np.ndarray:
+        g, steps, chunks = self.group, self.steps, self.chunks
+        n = len(g)
+        reps = chunks * steps
+        if name == "src":
+            out = np.tile(g, reps)
+        elif name == "dst":
+            out = np.tile(np.roll(g, -1), reps)
+        elif name == "nbytes":
+            out = np.full(reps * n, self.size)
+        elif name == "chunk":
+            out = np.repeat(np.arange(chunks, dtype=np.int32), steps * n)
+        elif name == "dep_ptr":
+            out = _ring_dep_ptr(n, steps, chunks)
+        else:
+            out = _ring_dep_idx(n, steps, chunks)
+        out.setflags(write=False)
+        return out
+
+
+@njit(cache=True)
+def _ring_dep_ptr(n, steps, chunks):
+    dep_ptr = np.zeros(chunks * steps * n + 1, np.int64)
+    i = 0
+    k = 0
+    for c in range(chunks):
+        for t in range(steps):
+            for p in range(n):
+                if t > 0:
+                    k += 1
+                i += 1
+                dep_ptr[i] = k
+    return dep_ptr
+
+
+@njit(cache=True)
+def _ring_dep_idx(n, steps, chunks):
+    dep_idx = np.empty(chunks * max(steps - 1, 0) * n, np.int32)
+    k = 0
+    for c in range(chunks):
+        for t in range(1, steps):
+            i = (c * steps + t) * n
+            for p in range(n):
+                dep_idx[k] = i + p - n - p + (p + n - 1) % n
+                k += 1
+    return dep_idx
+
+
 def ring(group: list[int], nbytes_per_transfer: float, steps: int, chunks: int) -> Schedule:
     """`steps` ring steps: at step t position p sends to p+1, after receiving step t-1 from p-1.
 
-    Transfer id = (chunk * steps + step) * n + position.
+    Transfer id = (chunk * steps + step) * n + position. Returns a lazy `RingSchedule`.
     """
-    return Schedule(*_ring_arrays(np.asarray(group, dtype=np.int32), steps, chunks, float(nbytes_per_transfer)))
+    return RingSchedule(np.asarray(group, dtype=np.int32), steps, chunks, float(nbytes_per_transfer))
 
 
 def ring_collective(op: str, group: list[int], nbytes: float, chunks: int) -> Schedule:

@@ -49,7 +49,10 @@ def run_memory_validation(references: str | Path, rows_out: str | Path, summary_
     write_table(nano["rows"], rows_out)
     conf = nano["confusion"]
     summary = pd.DataFrame([
-        {"check": "nanotron_memory_mape_pct", "value": nano["mape"], "rows": nano["n_success"]},
+        {"check": "nanotron_memory_mape_pct_calibration", "value": nano["mape_calibration"],
+         "rows": nano["n_success"] - nano["n_held_out"]},
+        {"check": "nanotron_memory_mape_pct_held_out", "value": nano["mape_held_out"], "rows": nano["n_held_out"]},
+        *({"check": f"fitted_{k}", "value": v, "rows": 0} for k, v in nano["constants"].items()),
         {"check": "nanotron_oom_accuracy_pct", "value": 100.0 * nano["accuracy"], "rows": nano["n_classified"]},
         *({"check": f"confusion_{a}_predicted_{p}", "value": float(conf.loc[a, p]), "rows": 0}
           for a in conf.index for p in conf.columns),

@@ -1,15 +1,21 @@
 """Validation suites: how each row of a published reference table becomes a case.
 
-A suite YAML names its reference CSV, the predicted metric and the measured column, a base case, and
-how columns map onto case keys (`columns`: reference column -> dotted case key, optional value map),
-`derived` keys computed from columns with + - * / // arithmetic, and `rules` that set keys on rows
-matching given column values. Rows that cannot be expressed are listed with the reason, never dropped.
+A suite YAML names its reference CSV, the scored metrics (each a predicted key and the measured column or
+an arithmetic expression over columns, times a scale into SI), a base case, and how columns map onto case
+keys (`columns`: reference column -> dotted case key, optional value map), `derived` keys computed from
+columns with + - * / // arithmetic, and `rules` that set keys on rows matching given column values.
+`skip` rules list rows that cannot be expressed, with the reason: rows are never dropped silently.
+
+One reference row is one case; a row with several metrics (NIM: TTFT, ITL, throughput) gives one scored
+entry per metric. `calibration_rows` (row indices) declare the calibration subset; every other row is
+held out.
 """
 from __future__ import annotations
 
 import ast
+import math
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +28,15 @@ from rapidllm.spec.schema import load_yaml, validate
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.FloorDiv: operator.floordiv}
+ROW_COLUMNS = ["suite", "group", "in_overall", "row", "label", "metric", "calibration", "measured", "predicted",
+               "status", "reason", "error_pct"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    metric: str          # prediction key (step_time_s, ttft_s, ...)
+    measured: str        # reference column, or an expression over columns
+    scale: float = 1.0   # multiplies the measurement into the metric's SI unit
 
 
 @dataclass(frozen=True)
@@ -29,15 +44,28 @@ class Suite:
     name: str
     source: str
     reference: Path
-    metric: str
-    measured: str
-    measured_scale: float
+    metrics: tuple[MetricSpec, ...]
     experiment: Experiment
     skipped: list[tuple[int, str]]
+    rows: int = 0                               # rows in the reference table
+    group: str = ""
+    in_overall: bool = True
+    calibration_rows: tuple[int, ...] = ()
+    stratify_by: tuple[str, ...] = ()
+    strata: dict[int, str] = field(default_factory=dict)   # row -> stratum label
+    paper: dict = field(default_factory=dict)
+
+    @property
+    def metric(self) -> str:
+        return self.metrics[0].metric
+
+    @property
+    def measured(self) -> str:
+        return self.metrics[0].measured
 
 
 def evaluate(expr: str, row: dict[str, Any], where: str) -> Any:
-    """Arithmetic over reference columns (names, numbers, + - * / //), nothing else."""
+    """Arithmetic over reference columns (names, col("any name"), numbers, + - * / //), nothing else."""
     def ev(node: ast.AST) -> Any:
         if isinstance(node, ast.Expression):
             return ev(node.body)
@@ -45,9 +73,12 @@ def evaluate(expr: str, row: dict[str, Any], where: str) -> Any:
             return node.value
         if isinstance(node, ast.Name) and node.id in row:
             return row[node.id]
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "col"
+                and len(node.args) == 1 and isinstance(node.args[0], ast.Constant) and node.args[0].value in row):
+            return row[node.args[0].value]
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             return _OPS[type(node.op)](ev(node.left), ev(node.right))
-        raise SpecError(f"{where}: {expr!r}: only column names, numbers and + - * / // are allowed")
+        raise SpecError(f"{where}: {expr!r}: only column names, col(\"name\"), numbers and + - * / // are allowed")
     value = ev(ast.parse(expr, mode="eval"))
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
@@ -60,66 +91,114 @@ def _native(value: Any) -> Any:
     return value
 
 
+def matches(when: dict, row: dict[str, Any]) -> bool:
+    """A rule's `when`: every column equals the value (as text), or is one of a list of values."""
+    def one(column: str, want: Any) -> bool:
+        have = str(_native(row.get(column)))
+        return have in {str(w) for w in want} if isinstance(want, list) else have == str(want)
+    return all(one(c, v) for c, v in when.items())
+
+
 def row_to_case(spec: dict, row: dict[str, Any], where: str) -> dict:
     case: dict = {}
     for column, rule in spec.get("columns", {}).items():
-        value = row[column]
+        value = _native(row[column])
         mapping = rule.get("map")
         if mapping is not None:
             if str(value) not in mapping:
                 raise SpecError(f"{where}: column {column}: value {value!r} has no entry in the suite's map")
             value = mapping[str(value)]
-        set_dotted(case, rule["to"], _native(value))
+        set_dotted(case, rule["to"], value)
     for key, expr in spec.get("derived", {}).items():
         set_dotted(case, key, evaluate(expr, row, where))
     for rule in spec.get("rules", []):
-        if all(str(row.get(c)) == str(v) for c, v in rule["when"].items()):
+        if matches(rule["when"], row):
             for key, value in rule["set"].items():
                 set_dotted(case, key, value)
     return case
+
+
+def metric_specs(spec: dict) -> tuple[MetricSpec, ...]:
+    if "metrics" in spec:
+        return tuple(MetricSpec(m["metric"], m["measured"], float(m.get("scale", 1.0))) for m in spec["metrics"])
+    return (MetricSpec(spec["metric"], spec["measured"], float(spec.get("measured_scale", 1.0))),)
+
+
+def measurement(m: MetricSpec, row: dict[str, Any], where: str) -> float:
+    value = row[m.measured] if m.measured in row else evaluate(m.measured, row, where)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return value * m.scale
 
 
 def load_suite(path: str | Path) -> Suite:
     source = display(path)
     spec = load_yaml(Path(path))
     validate(spec, "suite", source)
+    metrics = metric_specs(spec)
     reference = project_root() / spec["reference"]
     table = pd.read_csv(reference, encoding="utf-8-sig")
-    cases, skipped = [], []
     calibration = set(spec.get("calibration_rows", []))
+    if calibration - set(range(len(table))):
+        raise SpecError(f"{source}: calibration_rows {sorted(calibration - set(range(len(table))))} are not rows of {spec['reference']}")
+    stratify = tuple(spec.get("stratify_by", []))
+    cases, skipped, strata = [], [], {}
     for i, row in enumerate(table.to_dict("records")):
         where = f"{source} row {i}"
-        measured = row.get(spec["measured"])
-        if pd.isna(measured):
-            skipped.append((i, f"no measured {spec['measured']}"))
+        strata[i] = " ".join(str(_native(row.get(c))) for c in stratify)
+        reason = next((r["reason"] for r in spec.get("skip", []) if matches(r["when"], row)), None)
+        if reason is not None:
+            skipped.append((i, reason))
+            continue
+        try:
+            measured = {m.metric: measurement(m, row, where) for m in metrics}
+        except (SpecError, KeyError, ZeroDivisionError) as err:
+            skipped.append((i, f"measurement: {err}"))
+            continue
+        if all(math.isnan(v) for v in measured.values()):
+            skipped.append((i, "no measured " + " / ".join(m.measured for m in metrics)))
             continue
         try:
             case = row_to_case(spec, row, where)
         except (SpecError, KeyError) as err:
             skipped.append((i, str(err)))
             continue
-        label = " ".join(str(row[c]) for c in spec.get("label_columns", [])) or f"row {i}"
-        meta = {"row": i, "measured": float(measured) * spec.get("measured_scale", 1.0),
-                "calibration": i in calibration}
+        label = " ".join(str(_native(row[c])) for c in spec.get("label_columns", [])) or f"row {i}"
+        meta = {"row": i, "calibration": i in calibration, **{f"measured_{k}": v for k, v in measured.items()}}
         cases.append({**case, "label": label, "meta": meta})
     exp = Experiment(name=spec["name"], source=source, base=spec["base"], cross={}, cases=cases,
                      factorize=None, shard_size=spec.get("shard_size", 64))
-    return Suite(name=spec["name"], source=source, reference=reference, metric=spec["metric"],
-                 measured=spec["measured"], measured_scale=spec.get("measured_scale", 1.0), experiment=exp,
-                 skipped=skipped)
+    return Suite(name=spec["name"], source=source, reference=reference, metrics=metrics, experiment=exp,
+                 skipped=skipped, rows=len(table), group=spec.get("group", spec["name"]),
+                 in_overall=bool(spec.get("in_overall", True)), calibration_rows=tuple(sorted(calibration)),
+                 stratify_by=stratify, strata=strata, paper=dict(spec.get("paper", {})))
 
 
 def compare(suite: Suite, summary: pd.DataFrame) -> pd.DataFrame:
-    """Predicted vs measured per reference row (invalid or infeasible rows keep their reason)."""
-    df = summary.copy()
-    out = pd.DataFrame({
-        "suite": suite.name, "row": df["meta_row"].astype(int), "label": df["label"],
-        "calibration": df["meta_calibration"].astype(bool), "measured": df["meta_measured"].astype(float),
-        "predicted": df[suite.metric].astype(float) if suite.metric in df else float("nan"),
-        "status": df["status"], "reason": df["reason"],
-    })
+    """Predicted vs measured per reference row and metric (invalid or infeasible rows keep their reason;
+    skipped rows are listed with theirs)."""
+    frames = []
+    for m in suite.metrics:
+        df = summary
+        frames.append(pd.DataFrame({
+            "suite": suite.name, "group": suite.group, "in_overall": suite.in_overall,
+            "row": df["meta_row"].astype(int), "label": df["label"], "metric": m.metric,
+            "calibration": df["meta_calibration"].astype(bool),
+            "measured": df[f"meta_measured_{m.metric}"].astype(float),
+            "predicted": df[m.metric].astype(float) if m.metric in df else float("nan"),
+            "status": df["status"], "reason": df["reason"].fillna(""),
+        }))
+    out = pd.concat(frames, ignore_index=True)
+    out = out[~out.measured.isna()]
     out["error_pct"] = 100.0 * (out.predicted - out.measured) / out.measured
-    skipped = pd.DataFrame([{"suite": suite.name, "row": r, "label": f"row {r}", "calibration": False,
+    skipped = pd.DataFrame([{"suite": suite.name, "group": suite.group, "in_overall": suite.in_overall, "row": r,
+                             "label": f"row {r}", "metric": suite.metric, "calibration": False,
                              "measured": float("nan"), "predicted": float("nan"), "status": "skipped",
-                             "reason": why, "error_pct": float("nan")} for r, why in suite.skipped])
-    return pd.concat([out, skipped], ignore_index=True).sort_values("row").reset_index(drop=True) if len(skipped) else out.sort_values("row").reset_index(drop=True)
+                             "reason": why, "error_pct": float("nan")} for r, why in suite.skipped],
+                           columns=ROW_COLUMNS)
+    out = pd.concat([out[ROW_COLUMNS], skipped], ignore_index=True) if len(skipped) else out[ROW_COLUMNS]
+    order = {m.metric: k for k, m in enumerate(suite.metrics)}
+    out = out.assign(_m=out.metric.map(order)).sort_values(["row", "_m"], kind="stable").drop(columns="_m")
+    return out.reset_index(drop=True)
