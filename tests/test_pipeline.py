@@ -78,3 +78,20 @@ def test_rerun_is_byte_identical(workdir: Path) -> None:
     after = {p: p.read_bytes() for p in before}
     changed = [str(p.relative_to(workdir)) for p in before if before[p] != after[p]]
     assert changed == []
+
+
+def test_lint_is_clean(workdir: Path) -> None:
+    run = _snakemake(workdir, "--lint")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+
+
+def test_slurm_dry_run_needs_no_slurm(workdir: Path) -> None:
+    run = _snakemake(workdir, "--executor", "slurm", "--jobs", "100", "-n", "--forceall")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "rule simulate:" in run.stdout
+
+
+def test_report_builds(workdir: Path) -> None:
+    run = _snakemake(workdir, "--report", "results/report.html")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (workdir / "results" / "report.html").stat().st_size > 100_000

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
+from numba import njit
 
 from rapidllm.network.topology import Topology, grid_shape
 from rapidllm.spec.errors import SpecError
@@ -171,20 +172,34 @@ def _flat(c: list[int], shape: tuple[int, ...]) -> int:
     return i
 
 
+@njit(cache=True)
+def _dense_route_ids(src, dst, n):
+    """Route id per transfer through a dense n*n table; ids follow ascending src * n + dst."""
+    table = np.full(n * n, -1, np.int32)
+    for i in range(len(src)):
+        table[src[i] * n + dst[i]] = 0
+    uniq = np.flatnonzero(table == 0)
+    for r in range(len(uniq)):
+        table[uniq[r]] = r
+    route_of = np.empty(len(src), np.int32)
+    for i in range(len(src)):
+        route_of[i] = table[src[i] * n + dst[i]]
+    return route_of, uniq.astype(np.int64)
+
+
 def route_table(router: Router, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Map transfers to route ids: (route_of[T] int32, route_ptr[R+1] int64, route_links int32)."""
+    """Map transfers to route ids: (route_of[T] int32, route_ptr[R+1] int64, route_links int32).
+
+    Route ids number the distinct (src, dst) pairs in ascending src * n_nodes + dst order; each pair is
+    routed once (Router caches too).
+    """
     n = router.topo.n_nodes
-    key = src.astype(np.int64) * n + dst.astype(np.int64)
     if n * n <= 1 << 24:
-        mark = np.zeros(n * n, dtype=bool)
-        mark[key] = True
-        uniq = np.flatnonzero(mark)
-        table = np.full(n * n, -1, dtype=np.int32)
-        table[uniq] = np.arange(len(uniq), dtype=np.int32)
-        route_of = table[key]
+        route_of, uniq = _dense_route_ids(np.asarray(src), np.asarray(dst), n)
     else:
+        key = np.asarray(src).astype(np.int64) * n + np.asarray(dst)
         uniq, inv = np.unique(key, return_inverse=True)
-        route_of = inv.astype(np.int32)
+        route_of = inv.astype(np.int32).ravel()
     routes = [router.route(int(k // n), int(k % n)) for k in uniq]
     ptr = np.zeros(len(routes) + 1, dtype=np.int64)
     ptr[1:] = np.cumsum([len(r) for r in routes])

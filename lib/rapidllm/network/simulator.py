@@ -248,7 +248,7 @@ def simulate_schedule(router, sched, release: np.ndarray, link_bw: np.ndarray,
     from rapidllm.network.routing import route_table
 
     release = np.ascontiguousarray(release, dtype=np.float64)
-    if isinstance(sched, RingSchedule) and "src" not in vars(sched):
+    if isinstance(sched, RingSchedule) and not sched.overridden:
         g = sched.group
         pos_route, ptr, links = route_table(router, g, np.roll(g, -1))
         return ring_kernel(pos_route, sched.steps, sched.chunks, sched.size, release, ptr, links, link_bw,

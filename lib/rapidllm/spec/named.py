@@ -1,6 +1,13 @@
-"""Resolve a spec given by name (config/{kind}s/NAME.yaml) or as an inline mapping, and validate it."""
+"""Resolve a spec given by name (config/{kind}s/NAME.yaml) or as an inline mapping, and validate it.
+
+Named files are parsed and validated once per (path, modification time): sweeps resolve the same few
+specs thousands of times, and YAML parsing dominated expansion before this cache.
+"""
 from __future__ import annotations
 
+import copy
+import functools
+from pathlib import Path
 from typing import Any
 
 from rapidllm.spec.errors import SpecError
@@ -15,13 +22,22 @@ def resolve_named(kind: str, value: Any, source: str, key: str) -> tuple[dict, s
         if not path.exists():
             names = known_names(kind)
             raise SpecError.at(source, key, f"unknown {kind} {value!r}; known: {', '.join(names)}")
-        mapping = load_yaml(path)
-        where = display(path)
-        mapping = {"name": value, **(mapping or {})} if isinstance(mapping, dict) else mapping
+        mapping, where = _load_named(kind, value, path, path.stat().st_mtime_ns)
+        return copy.deepcopy(mapping), where
     elif isinstance(value, dict):
         mapping, where = dict(value), f"{source}: {key}"
         mapping.setdefault("name", f"inline-{kind}")
     else:
         raise SpecError.at(source, key, f"{value!r} is neither a {kind} name nor a mapping")
+    validate(mapping, kind, where)
+    return mapping, where
+
+
+@functools.lru_cache(maxsize=256)
+def _load_named(kind: str, name: str, path: Path, mtime_ns: int) -> tuple[Any, str]:
+    """Parse and validate one named spec file; the modification time in the key invalidates edits."""
+    mapping = load_yaml(path)
+    where = display(path)
+    mapping = {"name": name, **(mapping or {})} if isinstance(mapping, dict) else mapping
     validate(mapping, kind, where)
     return mapping, where

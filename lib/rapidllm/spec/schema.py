@@ -92,7 +92,7 @@ def load_yaml(path: Path) -> Any:
     except FileNotFoundError:
         raise SpecError.at(display(path), "", "file not found") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(parse)"

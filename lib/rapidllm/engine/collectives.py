@@ -1,0 +1,125 @@
+"""Collective times for the engine from the link-queue network simulator, simulated once per shape.
+
+A collective of a parallel axis runs on every group of that axis at once (all TP groups reduce together),
+so the simulator is given every group that can share a link with the first one, concurrently, and the
+slowest completion is the collective's time: contention between equivalent groups is in the number.
+Groups in different lines of the dimensions they span use disjoint links (switch, ring, mesh, torus and
+rail-optimized fat-tree lines), so only one line-set is simulated. Without faults every pipeline stage is
+equivalent and one simulation serves all; with faults each stage (each stage boundary for PP) gets its own.
+Results are cached per (op, bytes, groups) within a process, so identical collectives simulate once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rapidllm.network.api import build_schedule, run_schedule
+from rapidllm.network.collectives import concat
+from rapidllm.network.mapping import RankMapping, dims_spanned
+from rapidllm.network.routing import Router
+from rapidllm.network.topology import Topology, build_topology
+from rapidllm.spec.case import Case
+from rapidllm.spec.network import NetworkSpec
+
+_TOPOLOGIES: dict[NetworkSpec, tuple[Topology, Router]] = {}
+_RESULTS: dict[tuple, tuple[float, int, int]] = {}
+CACHE_LIMIT = 20000
+
+
+def topology_of(network: NetworkSpec) -> tuple[Topology, Router]:
+    if network not in _TOPOLOGIES:
+        if len(_TOPOLOGIES) > 64:
+            _TOPOLOGIES.clear()
+        topo = build_topology(network)
+        _TOPOLOGIES[network] = (topo, Router(topo))
+    return _TOPOLOGIES[network]
+
+
+@dataclass
+class CommCost:
+    """Seconds per collective of a case, keyed by (axis, op, bytes, stage); stage -1 = every stage alike."""
+    case: Case
+    simulated_events: int = 0                   # link events this case actually simulated (cache misses)
+    events: dict[tuple, tuple[int, int]] = field(default_factory=dict)   # key -> (events, groups simulated)
+    _times: dict[tuple, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        p = self.case.parallelism
+        self.mapping = RankMapping(self.case.network, {"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp})
+        self.symmetric = not self.case.network.faults
+        self.util = self.case.hardware.utilization.network
+
+    def groups(self, axis: str, stage: int = -1) -> list[tuple[int, ...]]:
+        """Every group of `axis` (within pipeline stage `stage` if >= 0); pp: (src, dst) stage pairs."""
+        m, p = self.mapping, self.case.parallelism
+        stages = range(p.pp) if stage < 0 else [stage]
+        stride = m.stride("pp")
+        out = []
+        for s in stages:
+            ranks = range(s * stride, (s + 1) * stride) if m.order[-1] == "pp" else \
+                [r for r in range(m.world) if m.parallel_coords(r)["pp"] == s]
+            if axis == "pp":
+                out += [(r, r + stride) for r in ranks if s + 1 < p.pp]
+            elif axis == "ep":
+                ranks = sorted(ranks)
+                out += [tuple(ranks[i:i + p.ep]) for i in range(0, len(ranks), p.ep)]
+            else:
+                out += sorted({tuple(m.group_ranks(axis, r)) for r in ranks})
+        return out
+
+    def _contending(self, groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """The groups that can share links with the first one (all of them when faults break symmetry)."""
+        if not self.symmetric or len(groups) < 2:
+            return groups
+        net = self.case.network
+        spanned = set(dims_spanned(net, list(groups[0])))
+        if any(net.dimensions[d].topology == "fat_tree" and not net.dimensions[d].rail_optimized
+               for d in spanned):
+            return groups
+        key = self._line(groups[0][0], spanned)
+        return [g for g in groups if self._line(g[0], spanned) == key]
+
+    def _line(self, rank: int, spanned: set[int]) -> tuple[int, ...]:
+        c = self.mapping.dim_coords(rank)
+        return tuple(v for d, v in enumerate(c) if d not in spanned)
+
+    def time(self, axis: str, op: str, nbytes: float, stage: int = -1) -> float:
+        """Completion time of `op` over every (contending) group of `axis`, on an otherwise idle network."""
+        if self.case.parallelism.size(axis) <= 1 or nbytes <= 0:
+            return 0.0
+        stage = -1 if self.symmetric else stage
+        key = (axis, op, float(nbytes), stage)
+        if key not in self._times:
+            groups = self.groups(axis, 0 if stage < 0 and axis != "pp" else stage)
+            if axis == "pp" and stage < 0:
+                groups = self.groups("pp", 0)
+            groups = self._contending(groups)
+            t, ev = self._simulate(op if axis != "pp" else "send_recv", float(nbytes), groups)
+            self._times[key] = t
+            self.events[key] = (ev, len(groups))
+        return self._times[key]
+
+    def _simulate(self, op: str, nbytes: float, groups: list[tuple[int, ...]]) -> tuple[float, int]:
+        net = self.case.network
+        rkey = (net, self.util, op, nbytes, tuple(groups))
+        if rkey in _RESULTS:
+            t, ev, _ = _RESULTS[rkey]
+            return t, ev
+        topo, router = topology_of(net)
+        parts = [build_schedule(topo, op, nbytes, list(g), "auto", 4)[0] for g in groups]
+        sched = concat(parts)
+        finish, _, events = run_schedule(topo, sched, np.zeros(len(sched)), self.util, router)
+        t = float(finish.max()) if len(finish) else 0.0
+        if len(_RESULTS) > CACHE_LIMIT:
+            _RESULTS.clear()
+        _RESULTS[rkey] = (t, int(events), len(groups))
+        self.simulated_events += int(events)
+        return t, int(events)
+
+    def dims(self, axis: str) -> tuple[int, ...]:
+        """Network dimensions the first group of `axis` spans: the channels its collectives occupy."""
+        if self.case.parallelism.size(axis) <= 1:
+            return ()
+        g = self.groups(axis, 0)
+        return dims_spanned(self.case.network, list(g[0])) if g else ()

@@ -1,0 +1,194 @@
+"""Layer graph templates: one forward and one backward graph per distinct layer shape.
+
+Homogeneity (RAPID-LLM §4.1): every layer of a kind has the same operators and the same collectives on
+every rank of a pipeline stage, so the graph of one layer is built once and reused for all layers,
+micro-batches and equivalent groups. A template lists nodes in compute-stream order; a communication
+node depends on the operator that produced its input and blocks only the operator that consumes its
+output, so independent work (e.g. the weight-gradient GEMM beside the backward TP all-reduce, Megatron's
+async TP) overlaps it. Compute nodes carry operator names; durations come from the priced table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
+from rapidllm.spec.hardware import DTYPE_BYTES
+
+COMPUTE, COMM = "compute", "comm"
+PREV = ""          # launch right before the consumer (after the preceding operator)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str                        # operator name (compute) or "axis.op" (comm)
+    kind: str                        # compute | comm
+    phase: str = ""                  # operator phase (fwd | recompute | bwd | optimizer)
+    deps: tuple[int, ...] = ()       # indices of earlier nodes of the same template
+    axis: str = ""                   # comm: parallel axis (tp, cp, ep, dp, pp)
+    op: str = ""                     # comm: collective
+    nbytes: float = 0.0              # comm: nccl-tests size convention
+
+
+@dataclass
+class Template:
+    section: str                     # ops-table section of its compute nodes
+    part: str                        # fwd | bwd | extra_fwd | extra_bwd | optimizer
+    nodes: list[Node] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Rule:
+    launch: str | tuple[str, ...]    # operator after which the collective starts (PREV: just before consumer)
+    consumer: str | tuple[str, ...]  # operator that needs its result; "+name" = the operator after `name`
+    axis: str
+    op: str
+    nbytes: float
+
+
+def layer_tokens(case: Case, prefix: str) -> int:
+    """Tokens entering a layer on one rank for the section prefix ("" training, prefill_, decode_*)."""
+    w, p = case.workload, case.parallelism
+    if isinstance(w, TrainingWorkload):
+        return w.micro_batch * w.seq_len // p.cp
+    assert isinstance(w, InferenceWorkload)
+    return w.batch * w.prompt_tokens if prefix.startswith("prefill") else w.batch
+
+
+def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule]:
+    """Collectives of one layer traversal (Megatron-LM TP/SP, ring-free CP KV gather, EP all-to-all)."""
+    m, p = case.model, case.parallelism
+    b = DTYPE_BYTES[case.precision]
+    act = float(tokens * m.hidden * b)
+    mlp_in = ("router", "mlp_up") if moe else ("mlp_up",)
+    rules: list[Rule] = []
+    if p.tp > 1 and not p.sp:
+        if backward:
+            rules += [Rule("qkv_dgrad", "norm1_bwd", "tp", "all_reduce", act),
+                      Rule(("mlp_up_dgrad", PREV), "norm2_bwd", "tp", "all_reduce", act)]
+        else:
+            rules += [Rule("o_proj", "residual1", "tp", "all_reduce", act),
+                      Rule(PREV, "residual2", "tp", "all_reduce", act)]
+    elif p.tp > 1:
+        full = act
+        if backward:
+            rules += [Rule("residual2_bwd", "+residual2_bwd", "tp", "all_gather", full),
+                      Rule(("mlp_up_dgrad", PREV), "norm2_bwd", "tp", "reduce_scatter", full),
+                      Rule("residual1_bwd", "o_proj_dgrad", "tp", "all_gather", full),
+                      Rule("qkv_dgrad", "norm1_bwd", "tp", "reduce_scatter", full)]
+        else:
+            rules += [Rule("norm1", "qkv", "tp", "all_gather", full),
+                      Rule("o_proj", "residual1", "tp", "reduce_scatter", full),
+                      Rule("norm2", mlp_in, "tp", "all_gather", full),
+                      Rule(PREV, "residual2", "tp", "reduce_scatter", full)]
+    if p.cp > 1:
+        kv = 2.0 * m.kv_dim * b * tokens * p.cp / p.tp
+        rules.append(Rule("attn_bwd", "qkv_dgrad", "cp", "reduce_scatter", kv) if backward
+                     else Rule("qkv", "attn", "cp", "all_gather", kv))
+    if moe and m.moe and p.ep > 1:
+        a2a = act * m.moe.top_k
+        if backward:
+            rules += [Rule("unpermute_bwd", "+unpermute_bwd", "ep", "all_to_all", a2a),
+                      Rule(PREV, "permute_bwd", "ep", "all_to_all", a2a)]
+        else:
+            rules += [Rule("permute", "+permute", "ep", "all_to_all", a2a),
+                      Rule(PREV, "unpermute", "ep", "all_to_all", a2a)]
+    return rules
+
+
+def _index(names: list[str], key: str | tuple[str, ...]) -> int | None:
+    for k in (key,) if isinstance(key, str) else key:
+        if k == PREV:
+            return None
+        if k.startswith("+") and k[1:] in names:
+            i = names.index(k[1:]) + 1
+            return i if i < len(names) else None
+        if k in names:
+            return names.index(k)
+    return None
+
+
+def weave(ops: list[tuple[str, str]], rules: list[Rule]) -> list[Node]:
+    """Compute nodes in order with the rules' collectives woven in (launch after producer, block consumer)."""
+    names = [n for n, _ in ops]
+    after: dict[int, list[Rule]] = {}
+    for r in rules:
+        ci = _index(names, r.consumer)
+        if ci is None:
+            continue
+        li = _index(names, r.launch)
+        if li is None or li >= ci:
+            li = ci - 1
+        after.setdefault(li, []).append((r, ci))   # type: ignore[arg-type]
+    nodes: list[Node] = []
+    waits: dict[int, list[int]] = {}
+    prev = -1
+    for li_list in after.get(-1, []):
+        r, ci = li_list
+        waits.setdefault(ci, []).append(len(nodes))
+        nodes.append(Node(f"{r.axis}.{r.op}", COMM, deps=(), axis=r.axis, op=r.op, nbytes=r.nbytes))
+    for i, (name, phase) in enumerate(ops):
+        deps = tuple(([prev] if prev >= 0 else []) + waits.get(i, []))
+        prev = len(nodes)
+        nodes.append(Node(name, COMPUTE, phase, deps))
+        for r, ci in after.get(i, []):
+            waits.setdefault(ci, []).append(len(nodes))
+            nodes.append(Node(f"{r.axis}.{r.op}", COMM, deps=(prev,), axis=r.axis, op=r.op, nbytes=r.nbytes))
+    return nodes
+
+
+def operator_frame(case: Case) -> pd.DataFrame:
+    """(section, name, phase) of every operator in execution order, without pricing (the trace stage)."""
+    from rapidllm.ops.price import case_sections
+    return pd.DataFrame([(s, o.name, o.phase) for s, o in case_sections(case)], columns=["section", "name", "phase"])
+
+
+def _ops_of(ops: pd.DataFrame, section: str, phases: tuple[str, ...]) -> list[tuple[str, str]]:
+    sel = ops[(ops.section == section) & ops.phase.isin(phases)]
+    return list(zip(sel.name, sel.phase))
+
+
+def layer_templates(case: Case, ops: pd.DataFrame, prefix: str = "") -> list[Template]:
+    """Forward (and for training, recompute + backward) templates of each layer kind of a case."""
+    out = []
+    for kind in ("dense", "moe"):
+        section = f"{prefix}layer_{kind}"
+        if not (ops.section == section).any():
+            continue
+        tokens, moe = layer_tokens(case, prefix), kind == "moe"
+        out.append(Template(section, "fwd", weave(_ops_of(ops, section, ("fwd",)), layer_rules(case, tokens, moe, False))))
+        if case.training:
+            rec = _ops_of(ops, section, ("recompute",))
+            rec_rules = layer_rules(case, tokens, moe, False) if case.parallelism.recompute == "full" else []
+            nodes = weave(rec, rec_rules)
+            bwd = weave(_ops_of(ops, section, ("bwd",)), layer_rules(case, tokens, moe, True))
+            shift = len(nodes)
+            for j, n in enumerate(bwd):
+                deps = tuple(d + shift for d in n.deps) or ((shift - 1,) if shift and j == 0 else ())
+                nodes.append(Node(n.name, n.kind, n.phase, deps, n.axis, n.op, n.nbytes))
+            out.append(Template(section, "bwd", nodes))
+    return out
+
+
+def extra_templates(case: Case, ops: pd.DataFrame) -> list[Template]:
+    """Embedding / LM-head work of the first and last stage, the optimizer step, the inference heads."""
+    out = []
+    for section in sorted(set(ops.section)):
+        if "layer_" in section:
+            continue
+        phases = sorted(set(ops[ops.section == section].phase))
+        for ph in phases:
+            part = {"fwd": "extra_fwd", "bwd": "extra_bwd", "optimizer": "optimizer"}.get(ph, ph)
+            out.append(Template(section, part, weave(_ops_of(ops, section, (ph,)), [])))
+    return out
+
+
+def case_templates(case: Case, ops: pd.DataFrame) -> list[Template]:
+    """All templates of a case: the compact graph the trace stage stores."""
+    if case.training:
+        return layer_templates(case, ops) + extra_templates(case, ops)
+    out = []
+    for prefix in ("prefill_", "decode_first_", "decode_last_"):
+        out += layer_templates(case, ops, prefix)
+    return out + extra_templates(case, ops)
