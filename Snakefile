@@ -6,6 +6,7 @@ configfile: "config/config.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/stages.smk"
 include: "workflow/rules/validation.smk"
+include: "workflow/rules/ns3.smk"
 include: "workflow/rules/components.smk"
 
 
@@ -20,5 +21,7 @@ rule all:
         expand("results/{exp}/summary.csv", exp=list(STUDIES)),
         "results/validation/errors.csv",
         expand("results/figures/{suite}.png", suite=config["suites"]),
+        "results/validation/network_ns3.csv",
+        "results/figures/network_ns3.png",
         expand("results/figures/{table}.png", table=["gemm_errors", "collectives_nccl", "memory_nanotron"]),
     default_target: True

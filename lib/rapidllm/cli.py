@@ -14,7 +14,8 @@ from pathlib import Path
 from rapidllm.spec.errors import SpecError
 
 # Subcommands that live next to their model: each module has add_parser(subparsers).
-EXTRA_COMMANDS: tuple[str, ...] = ("rapidllm.ops.cli_gemm", "rapidllm.network.cli_collective")
+EXTRA_COMMANDS: tuple[str, ...] = ("rapidllm.ops.cli_gemm", "rapidllm.network.cli_collective",
+                                   "rapidllm.validate.cli_calibrate")
 
 JSON_KEYS = ("case_id", "status", "reason", "step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
              "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "peak_memory_bytes", "feasible")
@@ -27,11 +28,12 @@ def _clean(value: object) -> object:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    from rapidllm.engine.measured import adjuster
     from rapidllm.pipeline.stages import evaluate_case
     from rapidllm.spec.case import load_case
 
     case = load_case(args.case)
-    record = evaluate_case(case)
+    record = evaluate_case(case, args.engine, adjuster(args.measured, args.what_if or ()))
     out = {k: _clean(record.get(k)) for k in JSON_KEYS if k in record}
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=False))
@@ -83,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="predict one case")
     p.add_argument("case", help="case YAML")
     p.add_argument("--json", action="store_true", help="stable JSON output")
+    p.add_argument("--engine", choices=("event", "baseline"), default="event",
+                   help="event: graph replay on the network simulator; baseline: alpha-beta ablation")
+    p.add_argument("--measured", metavar="FILE", help="CSV name,time_s[,section,phase] of measured operator times")
+    p.add_argument("--what-if", action="append", metavar="NAME=xF|/F|TIME",
+                   help="scale (x0.5), speed up (/2) or set (1 ms) one operator's time; repeatable")
     p.set_defaults(func=cmd_predict)
     s = sub.add_parser("sweep", help="run an experiment sweep in-process with a progress bar")
     s.add_argument("experiment", help="experiment YAML")

@@ -42,6 +42,7 @@ class CommCost:
     case: Case
     simulated_events: int = 0                   # link events this case actually simulated (cache misses)
     events: dict[tuple, tuple[int, int]] = field(default_factory=dict)   # key -> (events, groups simulated)
+    uses: dict[tuple, float] = field(default_factory=dict)   # (axis, op, bytes) -> instances per group per step
     _times: dict[tuple, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -116,6 +117,27 @@ class CommCost:
         _RESULTS[rkey] = (t, int(events), len(groups))
         self.simulated_events += int(events)
         return t, int(events)
+
+    def count(self, axis: str, op: str, nbytes: float, per_group: float) -> None:
+        """Record how often a collective runs per group per step (for the flattened-trace comparison)."""
+        if self.case.parallelism.size(axis) > 1 and nbytes > 0:
+            key = (axis, op, float(nbytes))
+            self.uses[key] = self.uses.get(key, 0.0) + per_group
+
+    def flattened_events(self) -> float:
+        """Link events a flattened per-rank trace would simulate: every instance on every group, one by one."""
+        p = self.case.parallelism
+        total = 0.0
+        for (axis, op, nb), n in self.uses.items():
+            hits = [ev / max(g, 1) for (a, o, b, _), (ev, g) in self.events.items() if (a, o, b) == (axis, op, nb)]
+            groups = (p.pp - 1) * p.world / p.pp if axis == "pp" else p.world / p.size(axis)
+            total += n * groups * (sum(hits) / len(hits) if hits else 0.0)
+        return total
+
+    @property
+    def simulated(self) -> int:
+        """Link events the homogeneous method simulates for this case (one run per distinct collective)."""
+        return sum(ev for ev, _ in self.events.values())
 
     def dims(self, axis: str) -> tuple[int, ...]:
         """Network dimensions the first group of `axis` spans: the channels its collectives occupy."""

@@ -1,24 +1,23 @@
 """The pipeline stages of DESIGN §2 as functions of paths: expand, price, memory, trace, simulate, collect."""
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from rapidllm.engine.baseline import predict
-from rapidllm.graph.comm_nodes import CommNode, communication_nodes
+from rapidllm.engine.engine import predict
+from rapidllm.graph.export import read_graphs, write_graphs
+from rapidllm.graph.schedules import interleaving
+from rapidllm.graph.templates import case_templates, operator_frame
 from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import OPERATOR_COLUMNS, price_case
-from rapidllm.pipeline.io import shard_cases, write_npz, write_table
+from rapidllm.pipeline.io import shard_cases, write_table
 from rapidllm.spec.case import resolve_case
 from rapidllm.spec.experiment import Experiment, expand
 
 MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "framework", "capacity")
-COMM_FIELDS = [f.name for f in dataclasses.fields(CommNode)]
 
 
 def run_expand(exp: Experiment, out: str | Path) -> pd.DataFrame:
@@ -49,37 +48,28 @@ def run_memory(cases: str | Path, shard: int, out: str | Path) -> None:
                                             "peak_memory_bytes", "feasible", "infeasible_reason"]), out)
 
 
+def pipeline_descriptor(case) -> dict:
+    """Schedule parameters the pipeline DAG is rebuilt from (graph/export.py)."""
+    p, w = case.parallelism, case.workload
+    m = max(w.microbatches(p.dp), 1) if case.training else 1
+    return {"schedule": p.schedule, "pp": p.pp, "v": interleaving(p.schedule, p.pp, p.virtual_stages, m), "m": m}
+
+
 def run_trace(cases: str | Path, memory: str | Path, shard: int, out: str | Path) -> None:
-    """Communication nodes of every feasible case, as flat arrays (case index into `case_ids`)."""
+    """Layer/extra graph templates and the pipeline descriptor of every feasible case (compact format)."""
     feasible = set(pd.read_parquet(memory).query("feasible").case_id)
-    ids, owner, cols = [], [], {k: [] for k in COMM_FIELDS}
+    graphs = {}
     for row, case in shard_cases(cases, shard):
-        if row["case_id"] not in feasible:
-            continue
-        for node in communication_nodes(case):
-            owner.append(len(ids))
-            for k in COMM_FIELDS:
-                cols[k].append(getattr(node, k))
-        ids.append(row["case_id"])
-    arrays = {"case_ids": np.array(ids, dtype=str), "node_case": np.array(owner, dtype=np.int64)}
-    arrays.update({k: np.array(v, dtype=str if k in ("scope", "axis", "op") else np.float64) for k, v in cols.items()})
-    write_npz(arrays, out)
-
-
-def load_trace(path: str | Path) -> dict[str, list[CommNode]]:
-    z = np.load(path)
-    nodes: dict[str, list[CommNode]] = {cid: [] for cid in z["case_ids"]}
-    for i, owner in enumerate(z["node_case"]):
-        nodes[str(z["case_ids"][owner])].append(CommNode(str(z["scope"][i]), str(z["axis"][i]), str(z["op"][i]),
-                                                         float(z["nbytes"][i]), float(z["count"][i])))
-    return nodes
+        if row["case_id"] in feasible:
+            graphs[row["case_id"]] = (case_templates(case, operator_frame(case)), pipeline_descriptor(case))
+    write_graphs(graphs, out)
 
 
 def run_simulate(cases: str | Path, ops: str | Path, memory: str | Path, graphs: str | Path, shard: int,
-                 out: str | Path) -> None:
+                 out: str | Path, engine: str = "event") -> None:
     op_table = pd.read_parquet(ops)
     mem = pd.read_parquet(memory).set_index("case_id")
-    traces = load_trace(graphs)
+    traces = read_graphs(graphs)
     rows = []
     for row, case in shard_cases(cases, shard):
         cid = row["case_id"]
@@ -87,7 +77,8 @@ def run_simulate(cases: str | Path, ops: str | Path, memory: str | Path, graphs:
             rows.append({"case_id": cid, "status": "infeasible", "reason": mem.loc[cid, "infeasible_reason"],
                          "peak_memory_bytes": mem.loc[cid, "peak_memory_bytes"], "feasible": False})
             continue
-        record = predict(case, op_table[op_table.case_id == cid], memory_for_case(case), traces[cid])
+        ops_c = op_table[op_table.case_id == cid].drop(columns="case_id").reset_index(drop=True)
+        record = predict(case, ops_c, memory_for_case(case), engine=engine, templates=traces[cid][0] or None)
         record.pop("infeasible_reason")
         rows.append({"case_id": cid, "status": "ok", "reason": "", **record})
     write_table(pd.DataFrame(rows), out)
@@ -112,7 +103,7 @@ def run_collect(cases: str | Path, sims: list[str], out_parquet: str | Path, out
     return base
 
 
-def run_sweep(exp: Experiment, progress: bool = True) -> pd.DataFrame:
+def run_sweep(exp: Experiment, progress: bool = True, engine: str = "event") -> pd.DataFrame:
     """All stages in-process for `rapidllm sweep`, with a progress bar over cases."""
     rows = expand(exp)
     out = []
@@ -121,19 +112,23 @@ def run_sweep(exp: Experiment, progress: bool = True) -> pd.DataFrame:
             out.append(row)
             continue
         case = resolve_case(json.loads(row["case_json"]), row["label"])
-        out.append({**row, **evaluate_case(case)})
+        out.append({**row, **evaluate_case(case, engine)})
     df = pd.DataFrame(out).drop(columns=["case_json"])
     return df
 
 
-def evaluate_case(case) -> dict:
-    """Price, memory, trace and simulate one case in-process (the CLI's `predict`)."""
+def evaluate_case(case, engine: str = "event", adjust=None) -> dict:
+    """Price, memory, trace and simulate one case in-process (the CLI's `predict`).
+
+    engine: "event" (graph replay on the network simulator) or "baseline" (the alpha-beta ablation);
+    adjust: rewrites operator times first (engine/measured.py).
+    """
     mem = memory_for_case(case)
     record = {"case_id": case.case_id}
     if not mem.feasible:
         record.update(status="infeasible", reason=mem.reason, peak_memory_bytes=mem.peak, feasible=False)
         return record
-    result = predict(case, price_case(case), mem, communication_nodes(case))
+    result = predict(case, price_case(case), mem, engine=engine, adjust=adjust)
     result.pop("infeasible_reason")
     record.update(status="ok", reason="", **result)
     return record

@@ -6,10 +6,8 @@ from pathlib import Path
 import pandas as pd
 
 from rapidllm.pipeline.io import write_table
-from rapidllm.validate.metrics import error_summary
+from rapidllm.validate.metrics import ERROR_COLUMNS, errors_table
 from rapidllm.validate.suites import compare, load_suite
-
-ERROR_COLUMNS = ["suite", "split", "rows", "mape_pct", "max_error_pct"]
 
 
 def run_validate_suite(suite_path: str | Path, summary: str | Path, out: str | Path) -> pd.DataFrame:
@@ -20,16 +18,9 @@ def run_validate_suite(suite_path: str | Path, summary: str | Path, out: str | P
 
 
 def run_errors(suite_csvs: list[str], out: str | Path) -> pd.DataFrame:
-    """MAPE and max error per suite (calibration, held-out, all) and over every suite."""
-    records, scored = [], []
-    for path in sorted(suite_csvs):
-        rows = pd.read_csv(path)
-        ok = rows[rows.status == "ok"].dropna(subset=["predicted", "measured"])
-        if len(ok):
-            records += error_summary(ok, str(rows.suite.iloc[0]))
-            scored.append(ok)
-    if scored:
-        records += error_summary(pd.concat(scored), "overall")
-    df = pd.DataFrame(records, columns=ERROR_COLUMNS)
+    """MAPE and max error per suite, metric, group and overall (calibration, held-out, all)."""
+    frames = [pd.read_csv(p, keep_default_na=False, na_values=[""]) for p in sorted(suite_csvs)]
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    df = errors_table(rows) if len(rows) else pd.DataFrame(columns=ERROR_COLUMNS)
     write_table(df, out)
     return df

@@ -1,0 +1,151 @@
+"""Turn priced templates into per-stage chunk times and the pipeline inputs of a training step.
+
+Layers of a kind are identical, so a chunk's forward is (layers of each kind) x (replayed template span);
+ZeRO-3/FSDP gathers the next layer's weights while the current one computes (one-layer prefetch), so a
+layer costs max(span, gather) and only the first gather of a chunk is exposed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from rapidllm.engine.collectives import CommCost
+from rapidllm.engine.replay import TemplateResult, replay_template
+from rapidllm.graph.pipeline import PipelineInputs
+from rapidllm.graph.schedules import interleaving
+from rapidllm.graph.templates import COMM, COMPUTE, Template, case_templates
+from rapidllm.memory.closed_form import state_bytes_per_param
+from rapidllm.ops.price import local_parameters
+from rapidllm.spec.case import Case, TrainingWorkload
+from rapidllm.spec.hardware import DTYPE_BYTES
+
+BUCKET_PARAMS = 40e6          # Megatron-LM default DDP bucket: max(40M, 1M x dp) parameters
+
+
+@dataclass
+class Replayed:
+    """Replayed templates of one stage, keyed by (section, part)."""
+    results: dict[tuple[str, str], TemplateResult] = field(default_factory=dict)
+    comm_instances: dict[tuple, float] = field(default_factory=dict)   # (axis, op, bytes) -> per instance
+
+    def span(self, section: str, part: str) -> float:
+        r = self.results.get((section, part))
+        return r.span if r else 0.0
+
+    def compute(self, section: str, part: str) -> float:
+        r = self.results.get((section, part))
+        return r.compute if r else 0.0
+
+
+def compute_durations(ops: pd.DataFrame, t: Template) -> list[float]:
+    """Durations (time per launch x launches) of a template's compute nodes, in order."""
+    phases = {n.phase for n in t.nodes if n.kind == COMPUTE}
+    sel = ops[(ops.section == t.section) & ops.phase.isin(phases)]
+    return list(sel.time_s.to_numpy() * sel["count"].to_numpy())
+
+
+def replay_all(case: Case, ops: pd.DataFrame, templates: list[Template], cost: CommCost, stage: int,
+               overlap: bool = True) -> Replayed:
+    out = Replayed()
+    for t in templates:
+        comm = lambda axis, op, nb: cost.time(axis, op, nb, stage)  # noqa: E731
+        out.results[(t.section, t.part)] = replay_template(t, compute_durations(ops, t), comm, cost.dims, overlap)
+        for n in t.nodes:
+            if n.kind == COMM:
+                key = (t.section, t.part, n.axis, n.op, n.nbytes)
+                out.comm_instances[key] = out.comm_instances.get(key, 0) + 1
+    return out
+
+
+def layer_counts(case: Case, prefix: str = "") -> dict[str, float]:
+    """Layers of each kind per pipeline stage (fractional when kinds do not split evenly)."""
+    m, pp = case.model, case.parallelism.pp
+    moe = m.moe_layer_count()
+    out = {f"{prefix}layer_dense": (m.layers - moe) / pp, f"{prefix}layer_moe": moe / pp}
+    return {k: v for k, v in out.items() if v > 0}
+
+
+@dataclass
+class TrainingPlan:
+    inputs: PipelineInputs
+    replayed: list[Replayed]
+    flops_hw: float                      # executed FLOPs per step over all ranks (HFU numerator)
+
+
+def _sharded_layer_comm(case: Case, cost: CommCost, stage: int) -> tuple[float, float]:
+    """(gather, reduce-scatter) seconds per layer under ZeRO-3 / FSDP full_shard, else (0, 0)."""
+    p = case.parallelism
+    if p.dp <= 1 or not (p.zero == 3 or p.fsdp == "full_shard"):
+        return 0.0, 0.0
+    per_layer = local_parameters(case) / max(case.model.layers / p.pp, 1)
+    w, g, _ = state_bytes_per_param(case.precision, p.fp32_grad_accum)
+    return cost.time("dp", "all_gather", per_layer * w, stage), cost.time("dp", "reduce_scatter", per_layer * g, stage)
+
+
+def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool = True,
+                  templates: list[Template] | None = None) -> TrainingPlan:
+    w, p = case.workload, case.parallelism
+    assert isinstance(w, TrainingWorkload)
+    m = max(w.microbatches(p.dp), 1)
+    v = interleaving(p.schedule, p.pp, p.virtual_stages, m)
+    templates = templates if templates is not None else case_templates(case, ops)
+    stages = range(p.pp) if not cost.symmetric else [0]
+    replayed = [replay_all(case, ops, templates, cost, s if not cost.symmetric else -1, overlap) for s in stages]
+    shape = (p.pp, v)
+    f_span, f_comp, b_span, b_comp = (np.zeros(shape) for _ in range(4))
+    counts = layer_counts(case)
+    for (section, _part, axis, op, nb), k in replayed[0].comm_instances.items():
+        cost.count(axis, op, nb, k * counts.get(section, 0.0) * m)
+    for s in range(p.pp):
+        r = replayed[s if not cost.symmetric else 0]
+        gather, scatter = _sharded_layer_comm(case, cost, s)
+        if s == 0 and gather:
+            per_layer = local_parameters(case) / max(case.model.layers / p.pp, 1)
+            wb_, gb_, _ = state_bytes_per_param(case.precision, p.fp32_grad_accum)
+            cost.count("dp", "all_gather", per_layer * wb_, 2 * m * case.model.layers / p.pp)
+            cost.count("dp", "reduce_scatter", per_layer * gb_, m * case.model.layers / p.pp)
+        for c in range(v):
+            for section, n in counts.items():
+                n_chunk = n / v
+                fs, bs = r.span(section, "fwd"), r.span(section, "bwd")
+                f_span[s, c] += n_chunk * max(fs, gather) + (gather if gather else 0.0)
+                b_span[s, c] += n_chunk * max(bs, gather + scatter) + (gather + scatter if gather else 0.0)
+                f_comp[s, c] += n_chunk * r.compute(section, "fwd")
+                b_comp[s, c] += n_chunk * r.compute(section, "bwd")
+            for section, first in (("first_stage", s == 0 and c == 0), ("last_stage", s == p.pp - 1 and c == v - 1)):
+                if first:
+                    f_span[s, c] += r.span(section, "extra_fwd")
+                    f_comp[s, c] += r.compute(section, "extra_fwd")
+                    b_span[s, c] += r.span(section, "extra_bwd")
+                    b_comp[s, c] += r.compute(section, "extra_bwd")
+    b = DTYPE_BYTES[case.precision]
+    act = w.micro_batch * w.seq_len // p.cp * case.model.hidden * b / (p.tp if p.sp else 1)
+    p2p_f = np.array([cost.time("pp", "send_recv", act, s) if s + 1 < p.pp or v > 1 else 0.0 for s in range(p.pp)])
+    p2p_b = np.array([cost.time("pp", "send_recv", act, max(s - 1, 0)) if s > 0 or v > 1 else 0.0 for s in range(p.pp)])
+    cost.count("pp", "send_recv", act, 2 * m * v)
+    wb, gb, _ = state_bytes_per_param(case.precision, p.fp32_grad_accum)
+    sharded_opt = p.zero in (1, 2) or p.fsdp == "shard_grad_op"
+    buckets, bucket_s, gather_s = 0, 0.0, 0.0
+    if p.dp > 1 and not (p.zero == 3 or p.fsdp == "full_shard"):
+        chunk_params = local_parameters(case) / v
+        buckets = max(1, math.ceil(chunk_params / max(BUCKET_PARAMS, 1e6 * p.dp)))
+        op = "reduce_scatter" if sharded_opt else "all_reduce"
+        bucket_s = cost.time("dp", op, chunk_params * gb / buckets, 0)
+        cost.count("dp", op, chunk_params * gb / buckets, buckets * v)
+        if sharded_opt:
+            gather_s = cost.time("dp", "all_gather", local_parameters(case) * wb, 0)
+            cost.count("dp", "all_gather", local_parameters(case) * wb, 1)
+    opt = float((ops[ops.section == "optimizer"].time_s * ops[ops.section == "optimizer"]["count"]).sum())
+    inputs = PipelineInputs(p.schedule, p.pp, v, m, f_span, f_comp, b_span, b_comp, p2p_f, p2p_b, buckets,
+                            bucket_s, np.full(p.pp, opt), gather_s, cost.dims("pp"), cost.dims("dp"))
+    fl = ops[ops.section != "optimizer"]
+    per_stage = 0.0
+    for section, n in counts.items():
+        sel = fl[fl.section == section]
+        per_stage += n * float((sel.flops * sel["count"]).sum())
+    extras = fl[fl.section.isin(("first_stage", "last_stage"))]
+    flops_hw = (per_stage * p.pp + float((extras.flops * extras["count"]).sum())) * m * p.dp * p.tp * p.cp
+    return TrainingPlan(inputs, replayed, flops_hw)

@@ -1,0 +1,89 @@
+"""The event-driven engine: replay a case's graph on the network simulator and explain the step time.
+
+Training: layer templates are replayed once per distinct shape (per stage only when faults break
+symmetry), composed into chunk times, and the pipeline DAG (schedule x stages x micro-batches, p2p sends,
+gradient buckets, optimizer) is replayed by a longest-path pass. The step splits exactly into
+compute + exposed communication + bubble on the critical stage (docs/engine.md):
+- compute: pure operator time on that stage (optimizer included);
+- exposed communication: in-task waits for collectives (TP/SP/CP/EP/FSDP), waits for a p2p transfer
+  (up to its duration), waits for gradient buckets before the optimizer and the parameter gather after it;
+- bubble: the rest, i.e. waiting for another stage's work.
+`engine="baseline"` selects the congestion-unaware alpha-beta composition (the ablation).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from rapidllm.engine import baseline
+from rapidllm.engine.collectives import CommCost
+from rapidllm.engine.composer import training_plan
+from rapidllm.engine.inference import Adjust, predict_inference
+from rapidllm.engine.metrics import model_flops_per_step, utilization
+from rapidllm.graph.comm_nodes import communication_nodes
+from rapidllm.graph.templates import Template
+from rapidllm.graph.pipeline import GRAD, OPT, P2P, PARAM, TASK, PipelineGraph, build_pipeline
+from rapidllm.engine.replay import longest_path
+from rapidllm.memory.closed_form import MemoryResult
+from rapidllm.spec.case import Case, TrainingWorkload
+
+ENGINES = ("event", "baseline")
+
+
+def attribute(g: PipelineGraph, start: np.ndarray, finish: np.ndarray, crit: np.ndarray) -> dict[str, float]:
+    """Split the step on the critical stage into compute, exposed communication and bubble."""
+    step = float(finish.max()) if len(finish) else 0.0
+    ends = np.zeros(int(g.stage.max()) + 1 if len(g.stage) else 1)
+    np.maximum.at(ends, g.stage, finish)
+    s = int(np.argmax(ends))
+    mine = np.flatnonzero((g.stage == s) & ((g.kind == TASK) | (g.kind == OPT)))
+    compute = float(g.compute[mine].sum())
+    exposed = float((g.dur[mine] - g.compute[mine]).sum())
+    bubble = 0.0
+    prev_end = 0.0
+    for i in mine:
+        gap = float(start[i]) - prev_end
+        prev_end = float(finish[i])
+        if gap <= 0:
+            continue
+        c = int(crit[i])
+        k = g.kind[c] if c >= 0 else TASK
+        part = min(gap, float(g.dur[c])) if k == P2P else (gap if k in (GRAD, PARAM) else 0.0)
+        exposed += part
+        bubble += gap - part
+    exposed += step - prev_end                      # parameter gather after the optimizer, other stages
+    return {"step_time_s": step, "compute_time_s": compute, "exposed_comm_s": exposed, "bubble_s": bubble,
+            "critical_stage": s}
+
+
+def predict_training(case: Case, ops: pd.DataFrame, overlap: bool = True, templates: list[Template] | None = None) -> dict:
+    cost = CommCost(case)
+    plan = training_plan(case, ops, cost, overlap, templates)
+    g = build_pipeline(plan.inputs)
+    start, finish, crit = longest_path(g.dur, g.dep_ptr, g.dep_idx)
+    rec = attribute(g, start, finish, crit)
+    w = case.workload
+    assert isinstance(w, TrainingWorkload)
+    step = rec["step_time_s"]
+    rec.update(mfu=utilization(model_flops_per_step(case), step, case), hfu=utilization(plan.flops_hw, step, case),
+               tokens_per_s=w.global_batch * w.seq_len / step if step > 0 else 0.0,
+               ttft_s=0.0, itl_s=0.0, e2e_latency_s=0.0, graph_nodes=len(g),
+               network_events_simulated=float(cost.simulated),
+               network_events_flattened=float(cost.flattened_events()))
+    return rec
+
+
+def predict(case: Case, ops: pd.DataFrame, memory: MemoryResult, engine: str = "event", overlap: bool = True,
+            adjust: Adjust | None = None, templates: list[Template] | None = None) -> dict:
+    """Prediction plus memory as one flat record with the stable snake_case keys of DESIGN §6.
+
+    `adjust` rewrites operator times (measured-timing replay, what-if) before the replay.
+    """
+    ops = adjust(ops) if adjust else ops
+    if engine == "baseline":
+        return baseline.predict(case, ops, memory, communication_nodes(case))
+    if engine != "event":
+        raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(ENGINES)}")
+    rec = predict_training(case, ops, overlap, templates) if case.training else predict_inference(case, ops, overlap, adjust)
+    rec.update(peak_memory_bytes=memory.peak, feasible=memory.feasible, infeasible_reason=memory.reason)
+    return rec

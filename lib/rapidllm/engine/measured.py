@@ -1,0 +1,79 @@
+"""Measured-timing replay and what-if knobs (PrismLLM's idea: measure a few GPUs, replay the rest).
+
+A CSV with columns `name,time_s` (optional `section`, `phase`) gives measured seconds per launch of named
+operators, e.g. from a PyTorch profiler run on one node; matching rows of the priced table take them and
+the full-scale job is replayed with them. A what-if edits one operator: `NAME=x0.5` multiplies its time
+by 0.5 (x2 makes it twice as slow), `NAME=/2` divides it by 2 (twice as fast), `NAME=1.5ms` sets it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from rapidllm.spec.errors import SpecError
+from rapidllm.units import parse_quantity
+
+
+def load_measured(path: str | Path) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError) as e:
+        raise SpecError(f"{path}: cannot read measured timings ({e})") from None
+    if not {"name", "time_s"} <= set(df.columns):
+        raise SpecError(f"{path}: measured timings need columns name,time_s (optional section, phase)")
+    return df
+
+
+def apply_measured(ops: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """Override time_s of operators named in `measured` (matching section/phase when given)."""
+    out = ops.copy()
+    for row in measured.itertuples(index=False):
+        sel = out.name == row.name
+        for col in ("section", "phase"):
+            val = getattr(row, col, None)
+            if isinstance(val, str) and val:
+                sel &= out[col] == val
+        out.loc[sel, "time_s"] = float(row.time_s)
+    return out
+
+
+def parse_what_if(spec: str) -> tuple[str, str, float]:
+    """'NAME=x2' -> (NAME, 'scale', 2); 'NAME=/2' -> (NAME, 'scale', 0.5); 'NAME=3 ms' -> (NAME, 'set', 0.003)."""
+    if "=" not in spec:
+        raise SpecError(f"--what-if {spec!r}: use NAME=xFACTOR, NAME=/FACTOR or NAME=TIME (e.g. mlp_up=/2)")
+    name, value = (s.strip() for s in spec.split("=", 1))
+    try:
+        if value.startswith("x"):
+            return name, "scale", float(value[1:])
+        if value.startswith("/"):
+            return name, "scale", 1.0 / float(value[1:])
+    except ValueError:
+        raise SpecError(f"--what-if {spec!r}: {value!r} is not a factor") from None
+    return name, "set", parse_quantity(value, "time")
+
+
+def apply_what_if(ops: pd.DataFrame, specs: Sequence[str]) -> pd.DataFrame:
+    out = ops.copy()
+    for spec in specs:
+        name, how, val = parse_what_if(spec)
+        sel = out.name == name
+        if not sel.any():
+            raise SpecError(f"--what-if: no operator named {name!r}; known: {', '.join(sorted(set(out.name)))}")
+        out.loc[sel, "time_s"] = out.loc[sel, "time_s"] * val if how == "scale" else val
+    return out
+
+
+def adjuster(measured: str | Path | None = None, what_if: Sequence[str] = ()) -> Callable[[pd.DataFrame], pd.DataFrame] | None:
+    """One function applying the measured CSV, then the what-ifs (None when there is nothing to apply)."""
+    table = load_measured(measured) if measured else None
+    if table is None and not what_if:
+        return None
+    for spec in what_if:
+        parse_what_if(spec)
+
+    def adjust(ops: pd.DataFrame) -> pd.DataFrame:
+        out = apply_measured(ops, table) if table is not None else ops
+        return apply_what_if(out, what_if) if what_if else out
+    return adjust

@@ -1,0 +1,173 @@
+"""Calibration: three constants per device (compute, HBM and network utilization), nothing else.
+
+The constants are fitted on the rows each suite declares in `calibration_rows` (a stratified subset of at
+most 25% of its rows), minimising the MAPE over every scored entry of those rows, and written into the
+`utilization:` line of config/hardware/<device>.yaml, where every later prediction reads them.
+
+The optimizer is deterministic and needs no scipy: a coarse grid over the box [lo, hi]^3, then a bounded
+Nelder-Mead simplex from the best grid point (standard coefficients, fixed iteration budget, points
+clipped into the box). Same inputs, same constants.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from rapidllm.pipeline.stages import evaluate_case
+from rapidllm.spec.case import Case, resolve_case
+from rapidllm.spec.experiment import expand
+from rapidllm.spec.hardware import Utilization
+from rapidllm.spec.paths import project_root
+from rapidllm.validate.suites import Suite, load_suite
+
+CONSTANTS = ("compute", "hbm", "network")
+BOUNDS = (0.3, 1.0)        # a utilization is a fraction of a datasheet peak
+
+
+@dataclass(frozen=True)
+class Entry:
+    suite: str
+    row: int
+    metric: str
+    measured: float
+    case: Case
+
+
+def calibration_entries(suites: list[Suite]) -> dict[str, list[Entry]]:
+    """Scored entries of every declared calibration row, grouped by the device (hardware name) they run on."""
+    out: dict[str, list[Entry]] = {}
+    for suite in suites:
+        for rec in expand(suite.experiment):
+            if not rec["meta_calibration"] or rec["status"] != "ok":
+                continue
+            case = resolve_case(json.loads(rec["case_json"]), rec["label"])
+            for m in suite.metrics:
+                measured = rec.get(f"meta_measured_{m.metric}")
+                if measured is not None and np.isfinite(measured):
+                    out.setdefault(case.hardware.name, []).append(
+                        Entry(suite.name, int(rec["meta_row"]), m.metric, float(measured), case))
+    return out
+
+
+def with_utilization(case: Case, u: np.ndarray) -> Case:
+    util = Utilization(**{k: float(v) for k, v in zip(CONSTANTS, u)})
+    return dataclasses.replace(case, hardware=dataclasses.replace(case.hardware, utilization=util))
+
+
+def predict_entries(entries: list[Entry], u: np.ndarray) -> np.ndarray:
+    """Each entry's prediction with the device's utilizations set to u (one evaluation per distinct case)."""
+    cache: dict[int, dict] = {}
+    out = np.full(len(entries), np.nan)
+    for i, e in enumerate(entries):
+        key = id(e.case)
+        if key not in cache:
+            cache[key] = evaluate_case(with_utilization(e.case, u))
+        rec = cache[key]
+        if rec.get("status") == "ok" and e.metric in rec:
+            out[i] = float(rec[e.metric])
+    return out
+
+
+def mape_objective(predict: Callable[[np.ndarray], np.ndarray], measured: np.ndarray) -> Callable[[np.ndarray], float]:
+    def objective(u: np.ndarray) -> float:
+        p = predict(u)
+        err = np.abs(p - measured) / measured
+        return float(np.mean(np.where(np.isfinite(err), err, 10.0)) * 100.0)   # a failed case costs 1000%
+    return objective
+
+
+def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, lo: float, hi: float, step: float = 0.08,
+                iters: int = 120, tol: float = 1e-6) -> tuple[np.ndarray, float]:
+    """Bounded Nelder-Mead (reflection 1, expansion 2, contraction 0.5, shrink 0.5), points clipped to [lo, hi]."""
+    n = len(x0)
+    clip = lambda x: np.clip(x, lo, hi)   # noqa: E731
+    simplex = [clip(np.asarray(x0, float))]
+    for k in range(n):
+        x = simplex[0].copy()
+        x[k] = x[k] - step if x[k] + step > hi else x[k] + step
+        simplex.append(clip(x))
+    values = [f(x) for x in simplex]
+    for _ in range(iters):
+        order = np.argsort(values, kind="stable")
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        if values[-1] - values[0] < tol and np.max(np.abs(np.array(simplex) - simplex[0])) < 1e-4:
+            break
+        centroid = np.mean(simplex[:-1], axis=0)
+        xr = clip(centroid + (centroid - simplex[-1]))
+        fr = f(xr)
+        if fr < values[0]:
+            xe = clip(centroid + 2.0 * (centroid - simplex[-1]))
+            fe = f(xe)
+            simplex[-1], values[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = xr, fr
+        else:
+            xc = clip(centroid + 0.5 * (simplex[-1] - centroid))
+            fc = f(xc)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = xc, fc
+            else:
+                simplex = [simplex[0]] + [clip(simplex[0] + 0.5 * (x - simplex[0])) for x in simplex[1:]]
+                values = [values[0]] + [f(x) for x in simplex[1:]]
+    best = int(np.argmin(values))
+    return simplex[best], float(values[best])
+
+
+def fit_constants(objective: Callable[[np.ndarray], float], grid: int = 5, bounds: tuple[float, float] = BOUNDS,
+                  iters: int = 120) -> tuple[np.ndarray, float]:
+    """Coarse grid (grid^3 points over the box), then Nelder-Mead from the best point. Deterministic."""
+    lo, hi = bounds
+    axis = np.linspace(lo, hi, grid)
+    best_x, best_f = None, np.inf
+    for point in itertools.product(axis, repeat=len(CONSTANTS)):
+        value = objective(np.array(point))
+        if value < best_f - 1e-12:
+            best_x, best_f = np.array(point), value
+    step = (hi - lo) / max(grid - 1, 1) / 2
+    x, value = nelder_mead(objective, best_x, lo, hi, step=step, iters=iters)
+    return (x, value) if value <= best_f else (best_x, best_f)
+
+
+def hardware_file(device: str) -> Path:
+    return project_root() / "config" / "hardware" / f"{device}.yaml"
+
+
+def write_constants(device: str, u: np.ndarray, path: Path | None = None) -> Path:
+    """Rewrite only the values of the `utilization:` line of the device's hardware file."""
+    path = path or hardware_file(device)
+    text = path.read_text()
+    line = "utilization: {" + ", ".join(f"{k}: {v:.3f}" for k, v in zip(CONSTANTS, u)) + "}"
+    new, n = re.subn(r"(?m)^utilization:.*$", line, text)
+    if n != 1:
+        raise ValueError(f"{path}: expected exactly one 'utilization:' line, found {n}")
+    path.write_text(new)
+    return path
+
+
+def calibrate(suite_paths: list[Path], grid: int = 5, iters: int = 120, write: bool = True,
+              log: Callable[[str], None] = print) -> list[dict]:
+    """Fit and (unless write=False) freeze the three constants of every device with calibration rows."""
+    suites = [load_suite(p) for p in suite_paths]
+    results = []
+    for device, entries in sorted(calibration_entries(suites).items()):
+        measured = np.array([e.measured for e in entries])
+        objective = mape_objective(lambda u, es=entries: predict_entries(es, u), measured)
+        before = objective(np.array([1.0, 1.0, 1.0]))
+        u, value = fit_constants(objective, grid=grid, iters=iters)
+        u = np.round(u, 3)
+        value = objective(u)
+        rows = len({(e.suite, e.row) for e in entries})
+        log(f"{device}: {rows} calibration rows ({len(entries)} entries): MAPE {before:.2f}% at 1.0 -> {value:.2f}% at "
+            + ", ".join(f"{k} {v:.3f}" for k, v in zip(CONSTANTS, u)))
+        if write:
+            write_constants(device, u)
+        results.append({"device": device, "rows": rows, "entries": len(entries), "mape_before_pct": before,
+                        "mape_pct": value, **dict(zip(CONSTANTS, map(float, u)))})
+    return results

@@ -1,0 +1,39 @@
+"""`rapidllm calibrate`: fit the three utilizations per device on the suites' calibration rows and freeze
+them in config/hardware/<device>.yaml (rerun whenever the engine changes)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("calibrate", help="fit compute/HBM/network utilization per device on the "
+                              "suites' calibration rows and write them into config/hardware")
+    p.add_argument("suites", nargs="*", help="suite YAMLs (default: the `suites` list of config/config.yaml)")
+    p.add_argument("--grid", type=int, default=5, help="coarse grid points per constant (default 5)")
+    p.add_argument("--iters", type=int, default=120, help="Nelder-Mead iterations (default 120)")
+    p.add_argument("--dry-run", action="store_true", help="fit and print, do not write config/hardware")
+    p.add_argument("--out", help="also write the fitted constants as CSV here")
+    p.set_defaults(func=run)
+
+
+def default_suites() -> list[Path]:
+    from rapidllm.spec.paths import project_root
+    from rapidllm.spec.schema import load_yaml
+
+    root = project_root()
+    names = load_yaml(root / "config" / "config.yaml").get("suites", [])
+    return [root / "validation" / "suites" / f"{n}.yaml" for n in names]
+
+
+def run(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from rapidllm.pipeline.io import write_table
+    from rapidllm.validate.calibrate import calibrate
+
+    paths = [Path(p) for p in args.suites] or default_suites()
+    results = calibrate(paths, grid=args.grid, iters=args.iters, write=not args.dry_run)
+    if args.out:
+        write_table(pd.DataFrame(results), Path(args.out))
+    return 0

@@ -1,0 +1,62 @@
+"""Calibration: the optimizer recovers known constants on synthetic data; subsets are small and stratified."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rapidllm.spec.paths import project_root
+from rapidllm.validate.calibrate import fit_constants, mape_objective, write_constants
+from rapidllm.validate.suites import load_suite
+
+SUITES = sorted((project_root() / "validation" / "suites").glob("*.yaml"))
+
+
+def test_recovers_known_constants_on_synthetic_data():
+    rng = np.random.default_rng(0)
+    # synthetic "engine": per-row compute, HBM and network seconds, each divided by its utilization
+    parts = rng.uniform(0.1, 1.0, size=(24, 3)) * rng.choice([0.05, 1.0], size=(24, 3))
+    truth = np.array([0.85, 0.7, 0.6])
+    predict = lambda u: (parts / u).sum(axis=1)  # noqa: E731
+    measured = predict(truth)
+    u, value = fit_constants(mape_objective(predict, measured), grid=5, iters=300)
+    assert u == pytest.approx(truth, abs=5e-3)
+    assert value < 0.05
+    again, _ = fit_constants(mape_objective(predict, measured), grid=5, iters=300)
+    assert np.array_equal(u, again)          # deterministic
+
+
+def test_write_constants_changes_only_the_values(tmp_path: Path):
+    src = project_root() / "config" / "hardware" / "a100-sxm4-80gb.yaml"
+    dst = tmp_path / "hw.yaml"
+    dst.write_text(src.read_text())
+    write_constants("a100-sxm4-80gb", np.array([0.9, 0.8, 0.75]), dst)
+    before, after = src.read_text().splitlines(), dst.read_text().splitlines()
+    changed = [(a, b) for a, b in zip(before, after) if a != b]
+    assert len(before) == len(after) and len(changed) <= 1
+    assert "utilization: {compute: 0.900, hbm: 0.800, network: 0.750}" in after
+
+
+@pytest.mark.parametrize("path", SUITES, ids=lambda p: p.stem)
+def test_calibration_subset_small_and_stratified(path):
+    suite = load_suite(path)
+    cal = suite.calibration_rows
+    assert len(cal) <= 0.25 * suite.rows, f"{suite.name}: {len(cal)} of {suite.rows} rows exceed 25%"
+    if not cal:
+        return
+    assert suite.stratify_by, f"{suite.name}: calibration rows need stratify_by"
+    strata = [suite.strata[r] for r in cal]
+    all_strata = set(suite.strata.values())
+    # spread: no stratum twice until every stratum has a row
+    if len(set(strata)) < len(all_strata):
+        assert len(set(strata)) == len(strata), f"{suite.name}: calibration rows repeat a stratum"
+    else:
+        assert len(set(strata)) == len(all_strata)
+    skipped = {r for r, _ in suite.skipped}
+    assert not set(cal) & skipped, f"{suite.name}: a calibration row is skipped"
+
+
+def test_calibration_subset_at_most_quarter_overall():
+    suites = [load_suite(p) for p in SUITES]
+    total = sum(s.rows - len(s.skipped) for s in suites if s.in_overall)
+    cal = sum(len(s.calibration_rows) for s in suites if s.in_overall)
+    assert 0 < cal <= 0.25 * total

@@ -1,0 +1,33 @@
+"""Error metrics against a hand-computed example."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from rapidllm.validate.metrics import errors_table, mape, max_error, percentage_errors, time_weighted_mape
+
+
+def test_metrics_hand_computed():
+    predicted, measured = np.array([1.1, 1.8, 3.0]), np.array([1.0, 2.0, 4.0])
+    # errors: +10%, -10%, -25% -> MAPE = 45/3 = 15%, max 25%, time-weighted = (0.1+0.2+1.0)/7 = 18.571%
+    assert percentage_errors(predicted, measured) == pytest.approx([10.0, -10.0, -25.0])
+    assert mape(predicted, measured) == pytest.approx(15.0)
+    assert max_error(predicted, measured) == pytest.approx(25.0)
+    assert time_weighted_mape(predicted, measured) == pytest.approx(100 * 1.3 / 7)
+
+
+def test_errors_table_splits_groups_and_overall():
+    rows = pd.DataFrame({
+        "suite": ["a", "a", "a", "b", "b"], "group": ["g", "g", "g", "h", "h"],
+        "in_overall": [True, True, True, False, False], "row": [0, 1, 1, 0, 1],
+        "metric": ["x", "x", "y", "x", "x"], "calibration": [True, False, False, False, False],
+        "measured": [1.0, 2.0, 4.0, 10.0, 10.0], "predicted": [1.1, 1.8, 3.0, 12.0, 9.0],
+        "status": ["ok"] * 5})
+    t = errors_table(rows).set_index(["scope", "name", "split"])
+    assert t.loc[("suite", "a", "all"), "mape_pct"] == pytest.approx(15.0)
+    assert t.loc[("suite", "a", "all"), "rows"] == 2 and t.loc[("suite", "a", "all"), "entries"] == 3
+    assert t.loc[("suite", "a", "calibration"), "mape_pct"] == pytest.approx(10.0)
+    assert t.loc[("suite", "a", "held_out"), "mape_pct"] == pytest.approx(17.5)
+    assert t.loc[("metric", "a:y", "all"), "mape_pct"] == pytest.approx(25.0)
+    assert t.loc[("overall", "overall", "all"), "mape_pct"] == pytest.approx(15.0)      # b is not in_overall
+    assert t.loc[("all_suites", "all_suites", "all"), "mape_pct"] == pytest.approx((45 + 20 + 10) / 5)
+    assert t.loc[("group", "h", "all"), "max_error_pct"] == pytest.approx(20.0)

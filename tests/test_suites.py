@@ -1,0 +1,58 @@
+"""Every suite parses and maps every reference row to a valid case or a listed reason."""
+import pandas as pd
+import pytest
+
+from rapidllm.spec.experiment import expand
+from rapidllm.spec.paths import project_root
+from rapidllm.spec.schema import load_yaml
+from rapidllm.validate.suites import compare, evaluate, load_suite
+
+SUITES = sorted((project_root() / "validation" / "suites").glob("*.yaml"))
+EXPECTED_ROWS = {"llama2_latency_a100": 11, "llama2_latency_h100": 11, "nim_llama33_70b_a100": 15,
+                 "nim_llama33_70b_h100": 17, "megatron_gpt_a100": 11, "mpt_fsdp_h100": 52, "moe_qwen3_h100": 6,
+                 "megatron_gpt_a100_korthikanti_table": 8, "nanotron_h100": 820}
+
+
+def test_all_suites_present_and_in_config():
+    names = {p.stem for p in SUITES}
+    assert set(EXPECTED_ROWS) <= names
+    assert set(load_yaml(project_root() / "config" / "config.yaml")["suites"]) == names
+
+
+@pytest.mark.parametrize("path", SUITES, ids=lambda p: p.stem)
+def test_every_row_is_a_case_or_a_listed_reason(path):
+    suite = load_suite(path)
+    table = pd.read_csv(suite.reference, encoding="utf-8-sig")
+    assert suite.rows == len(table) == EXPECTED_ROWS.get(suite.name, len(table))
+    rows = expand(suite.experiment)
+    mapped = [r["meta_row"] for r in rows]
+    skipped = [r for r, _ in suite.skipped]
+    assert sorted(mapped + skipped) == list(range(len(table)))      # every row exactly once
+    assert all(why for _, why in suite.skipped)
+    for r in rows:
+        assert r["status"] == "ok" or r["reason"], r                # invalid rows carry their reason
+    # the comparison lists every row: scored, invalid/infeasible with reason, or skipped with reason
+    summary = pd.DataFrame(rows).assign(**{m.metric: float("nan") for m in suite.metrics})
+    out = compare(suite, summary)
+    assert set(out.row) == set(range(len(table)))
+
+
+def test_measured_expressions_and_scales():
+    assert evaluate('col("TTFT (ms)") * 2', {"TTFT (ms)": 3.0}, "t") == 6
+    nim = load_suite(project_root() / "validation" / "suites" / "nim_llama33_70b_a100.yaml")
+    first = nim.experiment.cases[0]
+    assert first["meta"]["measured_ttft_s"] == pytest.approx(0.04773)
+    assert first["meta"]["measured_itl_s"] == pytest.approx(0.01811)
+    assert first["meta"]["measured_tokens_per_s"] == pytest.approx(54.77)
+    assert first["workload"] == {"prompt_tokens": 200, "output_tokens": 200, "concurrency": 1}
+    mpt = load_suite(project_root() / "validation" / "suites" / "mpt_fsdp_h100.yaml")
+    assert mpt.experiment.cases[0]["meta"]["measured_step_time_s"] == pytest.approx(4194304 / 66523)
+
+
+def test_layouts_match_the_reference():
+    mega = expand(load_suite(project_root() / "validation" / "suites" / "megatron_gpt_a100.yaml").experiment)
+    assert all(r["status"] == "ok" for r in mega)
+    assert [r["world"] for r in mega] == [8, 64, 280, 512, 8, 64, 280, 512, 1920, 2520, 3072]
+    mpt = expand(load_suite(project_root() / "validation" / "suites" / "mpt_fsdp_h100.yaml").experiment)
+    assert all(r["fsdp"] == "full_shard" and r["world"] == r["dp"] for r in mpt)
+    assert {r["network"] for r in mpt if r["world"] > 8} == {"superpod-ndr"}

@@ -1,0 +1,44 @@
+# Network simulator vs packet-level ns-3 (paper §5.4.2, Fig 11; docs/validation-network.md).
+# Needs Debian's ns-3 3.37 (`sudo apt-get install ns3 libns3-dev libgsl-dev`, or scripts/system/ns3.sh as root).
+
+NS3_PKGS = "ns3-core ns3-network ns3-point-to-point"
+
+
+rule ns3_replay:
+    """Compile validation/ns3/replay.cc against the system ns-3 (installs it first when run as root)."""
+    input:
+        src="validation/ns3/replay.cc",
+        header="validation/ns3/json.h",
+    output:
+        "build/ns3/replay",
+    log:
+        "results/logs/ns3/build.log",
+    shell:
+        """
+        bash scripts/system/ns3.sh > {log} 2>&1 || true
+        if ! pkg-config --exists {NS3_PKGS} 2>/dev/null; then
+            echo "rule ns3_replay: ns-3 is missing. Install Debian's ns-3 3.37 with" >&2
+            echo "    sudo apt-get install -y ns3 libns3-dev libgsl-dev pkg-config g++" >&2
+            echo "(or run: sudo bash scripts/system/ns3.sh), then rerun snakemake." >&2
+            exit 1
+        fi
+        mkdir -p build/ns3
+        g++ -O2 -std=c++17 -o {output} {input.src} $(pkg-config --cflags --libs {NS3_PKGS}) >> {log} 2>&1
+        """
+
+
+rule network_ns3:
+    """Replay every case in ns-3, simulate it with the link-queue model and alpha-beta: CSV + Fig 11 analog."""
+    input:
+        binary="build/ns3/replay",
+        code=code("network", "validate"),
+    output:
+        csv="results/validation/network_ns3.csv",
+        png=report("results/figures/network_ns3.png", category="Validation"),
+    log:
+        "results/logs/validation/network_ns3.log",
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    shell:
+        "python -m rapidllm.validate.ns3 --binary {input.binary} --csv {output.csv} --png {output.png} > {log} 2>&1"
