@@ -13,6 +13,8 @@ fi
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
   .venv/bin/python -m pip install --quiet -e ".[test,hpc]"
+  # optional Chakra export (extra `chakra`): without its heavy dependency set
+  .venv/bin/python -m pip install --quiet --no-deps "mlc-chakra>=1.0" && .venv/bin/python -m pip install --quiet "protobuf>=6.31.1"
   rm -f .venv/.installed-* && touch "$stamp"
 fi
 export PATH="$ROOT/.venv/bin:$PATH"

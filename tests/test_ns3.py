@@ -1,9 +1,10 @@
 """ns-3 comparison (issue 6): schedule export, the packet-level replay harness, and the smallest cases."""
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
-
 from rapidllm.network.api import CollectiveRequest, simulate_concurrent
 from rapidllm.network.export import FORMAT, export_collective, export_concurrent
 from rapidllm.network.simulator import simulate_kernel
@@ -54,6 +55,13 @@ def test_concurrent_export_groups_and_release():
     assert doc["groups"] == 2 and f["group"][:2] == [0, 0] and set(f["group"][2:]) == {1}
     assert f["release"][:2] == [0.0, 0.0] and set(f["release"][2:]) == {5e-6}
     assert len(f["route_ptr"]) == max(f["route_of"]) + 2
+
+
+def test_system_script_is_idempotent(replay):
+    """With ns-3 present scripts/system/ns3.sh does nothing and succeeds (run_tests.sh calls it every time)."""
+    script = ns3.ROOT / "scripts" / "system" / "ns3.sh"
+    proc = subprocess.run(["bash", str(script)], check=False, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
 
 
 def test_missing_ns3_explains_how_to_install(monkeypatch):

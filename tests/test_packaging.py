@@ -15,7 +15,7 @@ def _normalize(req: str) -> tuple[str, str]:
 def test_environment_matches_pyproject() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = dict(_normalize(r) for r in project["dependencies"])
-    for extra in ("test", "hpc"):
+    for extra in ("test", "hpc", "chakra"):
         wanted.update(_normalize(r) for r in project["optional-dependencies"][extra])
     env = yaml.safe_load((ROOT / "environment.yml").read_text())["dependencies"]
     listed = {}

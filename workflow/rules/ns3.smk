@@ -1,7 +1,10 @@
 # Network simulator vs packet-level ns-3 (paper §5.4.2, Fig 11; docs/validation-network.md).
 # Needs Debian's ns-3 3.37 (`sudo apt-get install ns3 libns3-dev libgsl-dev`, or scripts/system/ns3.sh as root).
 
+import sys
+
 NS3_PKGS = "ns3-core ns3-network ns3-point-to-point"
+NS3_PYTHON = sys.executable   # the interpreter running Snakemake (the project's .venv), as `script:` rules use
 
 
 rule ns3_replay:
@@ -41,4 +44,4 @@ rule network_ns3:
         mem_mb=2000,
         runtime=15,
     shell:
-        "python -m rapidllm.validate.ns3 --binary {input.binary} --csv {output.csv} --png {output.png} > {log} 2>&1"
+        "{NS3_PYTHON} -m rapidllm.validate.ns3 --binary {input.binary} --csv {output.csv} --png {output.png} > {log} 2>&1"

@@ -28,55 +28,159 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-ARITY = 4
+# ---------------------------------------------------------------------------------------------------------
+# Event queue: a binary heap of *runs*. A run is a time and an ascending list of keys stored contiguously in
+# an arena; a push whose time equals the most recently opened run's time and whose key is larger than that
+# run's last key is appended to it (O(1)), anything else opens a new run (heap push). The heap orders runs
+# by (time, first unconsumed key), so the root's next key is always the global minimum (time, key) and pops
+# come out in exactly the order of a plain (time, key) heap. Collectives release many transfers at exactly
+# the same time (all ranks of a ring step finish together), so the heap holds a handful of runs instead of
+# thousands of events. Consumed arena space is reclaimed by copying the live runs into the other half of a
+# double buffer when the current half is full (the arena holds 2 * cap + 2 keys, cap = most events in flight).
+# State: (arena[2, A], run time, run cursor, run end, run free-list next, heap time, heap key, heap run, qs)
+# with qs = [heap size, arena top, open run (-1: none), free run head (-1), fresh run id, arena half].
+# ---------------------------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _queue(cap):
+    cap = max(cap, 1)
+    arena = np.empty((2, 2 * cap + 2), np.int64)
+    rt = np.empty(cap + 1, np.float64)
+    rc = np.empty(cap + 1, np.int64)
+    re = np.empty(cap + 1, np.int64)
+    rn = np.empty(cap + 1, np.int64)
+    ht = np.empty(cap + 1, np.float64)
+    hk = np.empty(cap + 1, np.int64)
+    hr = np.empty(cap + 1, np.int64)
+    qs = np.zeros(6, np.int64)
+    qs[2] = -1
+    qs[3] = -1
+    return arena, rt, rc, re, rn, ht, hk, hr, qs
 
 
 @njit(cache=True, inline="always")
-def _less(ta, ka, tb, kb) -> bool:
-    return ta < tb or (ta == tb and ka < kb)
-
-
-@njit(cache=True, inline="always")
-def _sift_down(ht, hk, size, t, k):
-    """Place (t, k) at the root of a heap of `size` entries and sift it down."""
-    pos = 0
+def _sift_down(ht, hk, hr, size, pos, t, k, r):
+    """Place run (t, k, r) at heap slot `pos` of a heap of `size` entries and sift it down."""
     while True:
-        c = ARITY * pos + 1
+        c = 2 * pos + 1
         if c >= size:
             break
-        end = c + ARITY
-        if end > size:
-            end = size
-        bt = ht[c]
-        bk = hk[c]
-        for j in range(c + 1, end):
-            tj = ht[j]
-            if tj < bt or (tj == bt and hk[j] < bk):
-                bt = tj
-                bk = hk[j]
-                c = j
-        if bt < t or (bt == t and bk < k):
-            ht[pos] = bt
-            hk[pos] = bk
+        if c + 1 < size:
+            t1 = ht[c + 1]
+            t0 = ht[c]
+            if t1 < t0 or (t1 == t0 and hk[c + 1] < hk[c]):
+                c += 1
+        tc = ht[c]
+        if tc < t or (tc == t and hk[c] < k):
+            ht[pos] = tc
+            hk[pos] = hk[c]
+            hr[pos] = hr[c]
             pos = c
         else:
             break
     ht[pos] = t
     hk[pos] = k
+    hr[pos] = r
 
 
 @njit(cache=True, inline="always")
-def _sift_up(ht, hk, pos, t, k):
-    while pos > 0:
-        p = (pos - 1) // ARITY
-        if _less(t, k, ht[p], hk[p]):
-            ht[pos] = ht[p]
+def _move_run(arena, rc, re, w, nw, r, top):
+    a = rc[r]
+    m = re[r] - a
+    for x in range(m):
+        arena[nw, top + x] = arena[w, a + x]
+    rc[r] = top
+    re[r] = top + m
+    return top + m
+
+
+@njit(cache=True)
+def _compact(arena, rc, re, hr, qs):
+    """Copy the live runs into the other arena half; the open run goes last (it must end at the top)."""
+    w = qs[5]
+    nw = 1 - w
+    o = qs[2]
+    top = 0
+    for j in range(qs[0]):
+        if hr[j] != o:
+            top = _move_run(arena, rc, re, w, nw, hr[j], top)
+    if o >= 0:
+        top = _move_run(arena, rc, re, w, nw, o, top)
+    qs[1] = top
+    qs[5] = nw
+
+
+@njit(cache=True, inline="always")
+def _push(arena, rt, rc, re, rn, ht, hk, hr, qs, t, k):
+    o = qs[2]
+    if o >= 0 and rt[o] == t and arena[qs[5], re[o] - 1] < k:
+        if qs[1] == arena.shape[1]:
+            _compact(arena, rc, re, hr, qs)
+        arena[qs[5], qs[1]] = k
+        qs[1] += 1
+        re[o] = qs[1]
+        return
+    if qs[1] == arena.shape[1]:
+        _compact(arena, rc, re, hr, qs)
+    r = qs[3]
+    if r >= 0:
+        qs[3] = rn[r]
+    else:
+        r = qs[4]
+        qs[4] += 1
+    rt[r] = t
+    rc[r] = qs[1]
+    arena[qs[5], qs[1]] = k
+    qs[1] += 1
+    re[r] = qs[1]
+    qs[2] = r
+    pos = qs[0]
+    qs[0] += 1
+    while pos > 0:                           # sift up
+        p = (pos - 1) >> 1
+        tp = ht[p]
+        if t < tp or (t == tp and k < hk[p]):
+            ht[pos] = tp
             hk[pos] = hk[p]
+            hr[pos] = hr[p]
             pos = p
         else:
             break
     ht[pos] = t
     hk[pos] = k
+    hr[pos] = r
+
+
+@njit(cache=True, inline="always")
+def _pop(arena, rt, rc, re, rn, ht, hk, hr, qs):
+    """Remove and return the smallest (time, key); the queue must not be empty."""
+    t = ht[0]
+    k = hk[0]
+    r = hr[0]
+    c = rc[r] + 1
+    rc[r] = c
+    if c < re[r]:
+        _sift_down(ht, hk, hr, qs[0], 0, t, arena[qs[5], c], r)
+    else:
+        rn[r] = qs[3]
+        qs[3] = r
+        if qs[2] == r:
+            qs[2] = -1
+        qs[0] -= 1
+        size = qs[0]
+        if size > 0:
+            _sift_down(ht, hk, hr, size, 0, ht[size], hk[size], hr[size])
+    return t, k
+
+
+@njit(cache=True)
+def _bits(x):
+    """Smallest b with 2**b >= x."""
+    b = 0
+    while (1 << b) < x:
+        b += 1
+    return b
 
 
 @njit(cache=True)
@@ -90,9 +194,15 @@ def _hop_base(route_ptr):
 
 @njit(cache=True)
 def simulate_kernel(route_of, nbytes, release, dep_ptr, dep_idx, route_ptr, route_links, link_bw, link_lat):
-    """Returns (finish time per transfer, busy seconds per link, number of link events)."""
+    """Returns (finish time per transfer, busy seconds per link, number of link events).
+
+    Event key = transfer id << hop_bits | hop, so ordering by key is ordering by (transfer id, hop).
+    """
     n = len(route_of)
-    hop_base = _hop_base(route_ptr)
+    hbits = _bits(_hop_base(route_ptr))
+    if n > 0 and _bits(n) + hbits > 62:
+        raise ValueError("schedule too large for 64-bit event keys")
+    hmask = (1 << hbits) - 1
     # successors (CSR): count, inclusive prefix sum (end pointers), then fill backwards so each cursor
     # ends at its list's start; successors come out in ascending id order
     sptr = np.zeros(n + 1, np.int64)
@@ -118,24 +228,18 @@ def simulate_kernel(route_of, nbytes, release, dep_ptr, dep_idx, route_ptr, rout
         when[i] = release[i]
     free = np.zeros(len(link_bw))
     busy = np.zeros(len(link_bw))
-    ht = np.empty(max(n, 1), np.float64)     # at most one event per transfer is in flight
-    hk = np.empty(max(n, 1), np.int64)
-    size = 0
+    arena, rt, rc, re, rn, ht, hk, hr, qs = _queue(n)   # at most one event per transfer is in flight
     for i in range(n):
         if remaining[i] == 0:
-            _sift_up(ht, hk, size, when[i], i * hop_base)
-            size += 1
+            _push(arena, rt, rc, re, rn, ht, hk, hr, qs, when[i], i << hbits)
     events = 0
-    while size > 0:
-        t = ht[0]
-        key = hk[0]
-        i = key // hop_base
-        h = key - i * hop_base
-        root_free = True                     # the root slot still holds the event just taken
+    while qs[0] > 0:
+        t, key = _pop(arena, rt, rc, re, rn, ht, hk, hr, qs)
+        i = key >> hbits
+        h = key & hmask
         r = route_of[i]
         a = route_ptr[r]
         nh = route_ptr[r + 1] - a
-        done = -1.0
         if nh == 0:
             done = t
         else:
@@ -147,29 +251,18 @@ def simulate_kernel(route_of, nbytes, release, dep_ptr, dep_idx, route_ptr, rout
             busy[link] += dur
             events += 1
             arrive = start + dur + link_lat[link]
-            if h + 1 == nh:
-                done = arrive
-            else:
-                _sift_down(ht, hk, size, arrive, key + 1)
-                root_free = False
-        if done >= 0.0:
-            when[i] = done
-            for k in range(sptr[i], sptr[i + 1]):
-                s = succ[k]
-                if done > when[s]:
-                    when[s] = done
-                remaining[s] -= 1
-                if remaining[s] == 0:
-                    if root_free:
-                        _sift_down(ht, hk, size, when[s], s * hop_base)
-                        root_free = False
-                    else:
-                        _sift_up(ht, hk, size, when[s], s * hop_base)
-                        size += 1
-        if root_free:
-            size -= 1
-            if size > 0:
-                _sift_down(ht, hk, size, ht[size], hk[size])
+            if h + 1 < nh:
+                _push(arena, rt, rc, re, rn, ht, hk, hr, qs, arrive, key + 1)
+                continue
+            done = arrive
+        when[i] = done
+        for k in range(sptr[i], sptr[i + 1]):
+            s = succ[k]
+            if done > when[s]:
+                when[s] = done
+            remaining[s] -= 1
+            if remaining[s] == 0:
+                _push(arena, rt, rc, re, rn, ht, hk, hr, qs, when[s], s << hbits)
     return when, busy, events
 
 
@@ -180,30 +273,36 @@ def ring_kernel(pos_route, steps, chunks, size_bytes, release, route_ptr, route_
     pos_route[p]: route id of position p's transfer (g[p] -> g[p+1]); transfer (c, t, p) has id
     (c * steps + t) * n + p, carries size_bytes and depends on (c, t - 1, p - 1). `release` has one entry
     per transfer. Returns (finish per transfer, busy seconds per link, number of link events).
+    Event key = (row << p_bits | p) << hop_bits | hop with row = c * steps + t: the same order as
+    (transfer id, hop), without divisions.
     """
     n = len(pos_route)
-    total = chunks * steps * n
-    hop_base = _hop_base(route_ptr)
-    finish = np.empty(total, np.float64)
+    rows = chunks * steps
+    hbits = _bits(_hop_base(route_ptr))
+    pbits = _bits(n)
+    if _bits(rows + 1) + pbits + hbits > 62:
+        raise ValueError("schedule too large for 64-bit event keys")
+    sh = pbits + hbits
+    hmask = (1 << hbits) - 1
+    pmask = (1 << pbits) - 1
+    last = np.zeros(max(rows, 1), np.bool_)
+    for c in range(chunks):
+        last[c * steps + steps - 1] = True
+    finish = np.empty(rows * n, np.float64)
     free = np.zeros(len(link_bw))
     busy = np.zeros(len(link_bw))
-    cap = max(chunks * n, 1)                 # one event in flight per (chunk, diagonal) chain
-    ht = np.empty(cap, np.float64)
-    hk = np.empty(cap, np.int64)
-    size = 0
-    for c in range(chunks):
-        for p in range(n):
-            i = c * steps * n + p
-            _sift_up(ht, hk, size, release[i], i * hop_base)
-            size += 1
+    arena, rt, rc, re, rn, ht, hk, hr, qs = _queue(chunks * n)   # one event in flight per (chunk, diagonal) chain
+    if steps > 0:
+        for c in range(chunks):
+            for p in range(n):
+                row = c * steps
+                _push(arena, rt, rc, re, rn, ht, hk, hr, qs, release[row * n + p], (row << sh) | (p << hbits))
     events = 0
-    stride = steps * n
-    while size > 0:
-        t = ht[0]
-        key = hk[0]
-        i = key // hop_base
-        h = key - i * hop_base
-        p = i % n
+    while qs[0] > 0:
+        t, key = _pop(arena, rt, rc, re, rn, ht, hk, hr, qs)
+        h = key & hmask
+        p = (key >> hbits) & pmask
+        row = key >> sh
         r = pos_route[p]
         a = route_ptr[r]
         nh = route_ptr[r + 1] - a
@@ -219,20 +318,18 @@ def ring_kernel(pos_route, steps, chunks, size_bytes, release, route_ptr, route_
             events += 1
             arrive = start + dur + link_lat[link]
             if h + 1 < nh:
-                _sift_down(ht, hk, size, arrive, key + 1)
+                _push(arena, rt, rc, re, rn, ht, hk, hr, qs, arrive, key + 1)
                 continue
             done = arrive
-        finish[i] = done
-        if (i % stride) < stride - n:        # not the last step: release (c, t + 1, p + 1)
-            s = i + n - p + (p + 1) % n
-            ready = release[s]
+        finish[row * n + p] = done
+        if not last[row]:                    # release (c, t + 1, p + 1)
+            p1 = p + 1
+            if p1 == n:
+                p1 = 0
+            ready = release[(row + 1) * n + p1]
             if done > ready:
                 ready = done
-            _sift_down(ht, hk, size, ready, s * hop_base)
-        else:
-            size -= 1
-            if size > 0:
-                _sift_down(ht, hk, size, ht[size], hk[size])
+            _push(arena, rt, rc, re, rn, ht, hk, hr, qs, ready, ((row + 1) << sh) | (p1 << hbits))
     return finish, busy, events
 
 

@@ -20,13 +20,17 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 from rapidllm.network.alpha_beta import collective_time
 from rapidllm.network.api import CollectiveRequest, simulate_concurrent
-from rapidllm.network.export import DEFAULT_PACKET_BYTES, export_concurrent, write_document
+from rapidllm.network.export import (
+    DEFAULT_PACKET_BYTES,
+    export_concurrent,
+    write_document,
+)
 from rapidllm.network.hierarchical import spanned
 from rapidllm.network.topology import Topology, build_topology
 from rapidllm.spec.network import DimensionSpec, FaultSpec, NetworkSpec
@@ -174,7 +178,7 @@ def find_ns3() -> str | None:
     """None if ns-3 can be compiled against, else why not."""
     if not shutil.which("pkg-config") or not shutil.which("g++"):
         return f"{INSTALL_HINT}; pkg-config and g++ are needed too"
-    if subprocess.run(["pkg-config", "--exists", *NS3_PACKAGES]).returncode != 0:
+    if subprocess.run(["pkg-config", "--exists", *NS3_PACKAGES], check=False).returncode != 0:
         return INSTALL_HINT
     return None
 
@@ -203,7 +207,7 @@ def run_ns3(doc: dict, binary: Path = BINARY, packet_bytes: int | None = None) -
         path = write_document(doc, Path(tmp) / "schedule.json")
         cmd = [str(binary), str(path)] + (["--packet-bytes", str(packet_bytes)] if packet_bytes else [])
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
         wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"ns-3 replay failed ({proc.returncode}): {proc.stderr.strip()}")
