@@ -143,8 +143,13 @@ def test_interrupted_run_resumes_without_recomputing(reference: Path, tmp_path: 
     assert not planned & {p.resolve() for p in finished}, "a finished shard is planned again"
     assert {p.resolve() for p in missing} | incomplete <= planned
 
+    # A SIGKILLed Snakemake leaves its lock behind: unlock (the documented recipe), then rerun.
+    unlock = _run(work, "--unlock")
+    assert unlock.returncode == 0, unlock.stderr[-3000:]
     run = _run(work)
     assert run.returncode == 0, run.stderr[-3000:]
+    print(f"{SWEEP}: {n} shards, killed with {len(finished)} shard outputs finished, {len(missing)} missing, "
+          f"{len(incomplete)} incomplete; rerun ran {len(planned)} jobs")
     redone = [str(p.relative_to(work)) for p, mtime in finished.items() if p.stat().st_mtime_ns != mtime]
     assert redone == [], "finished shards were recomputed"
     for path in incomplete:

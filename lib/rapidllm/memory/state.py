@@ -35,6 +35,9 @@ class Conventions:
 
 
 ZERO_PAPER = Conventions()
+# Conventions a case selects with its `framework` key. llm-foundry trains with flash-attn's fused
+# (in-place) cross entropy (loss_fn: fused_crossentropy in its MPT pretrain YAMLs).
+FRAMEWORKS = {"megatron": ZERO_PAPER, "llm-foundry": Conventions(fused_loss=True)}
 
 
 @dataclass(frozen=True)

@@ -2,176 +2,39 @@
 
 A transfer becomes ready when all its dependencies have arrived (and not before its release time). At each
 hop it reaches link L at time t, starts at max(t, free[L]), occupies L for S/B[L], and reaches the next
-node at start + S/B[L] + latency[L]. Events are processed in (time, transfer id, hop) order from a heap,
-so ties break deterministically; because arrivals at a link are served in processing order, each link is
-first come first served. Zero-hop transfers (src == dst) complete when ready (used as local barriers).
+node at start + S/B[L] + latency[L]. Events are processed in (time, transfer id, hop) order, so ties break
+deterministically; because arrivals at a link are served in processing order, each link is first come
+first served. Zero-hop transfers (src == dst) complete when ready (used as local barriers).
 
-Two kernels share the heap and the link rule:
+Entry points (all return (finish time per transfer, busy seconds per link, number of link events)):
 
 - `simulate_kernel`: any schedule, as plain arrays (transfer -> route id, dependency CSR).
 - `ring_kernel`: a ring schedule (`collectives.RingSchedule`) described by its shape alone — transfer id
   (chunk * steps + step) * n + position, one route per position, one dependency (the previous step from
-  the previous position). It needs no per-transfer input arrays, only the finish-time output, and pops
-  events in exactly the same (time, transfer id, hop) order, so its results are bit-identical to
-  `simulate_kernel` on the materialized schedule (tests/test_network_simulator.py checks this).
+  the previous position). It needs no per-transfer input arrays besides `release`, only the finish-time
+  output, and processes events in exactly the same (time, transfer id, hop) order, so its results are
+  bit-identical to `simulate_kernel` on the materialized schedule (tests/test_network_simulator.py).
+- `simulate_schedule`: routes a `Schedule` and picks the kernel.
 
-`simulate_schedule` picks the kernel for a `Schedule` and routes it.
+Both kernels run `_event_loop`. Its event queue is a binary heap of *runs*: a run is one time and an
+ascending list of event keys stored contiguously in an arena. A push whose time equals the most recently
+opened run's time and whose key is larger than that run's last key is appended to it (O(1)); anything else
+opens a new run (heap push). The heap orders runs by (time, first unconsumed key), so the root's next key
+is always the global minimum (time, key) and events come out in exactly the order of a plain (time, key)
+heap; keys are unique among queued events (one event per transfer is in flight), so that order is total.
+Collectives release many transfers at exactly the same time (every rank of a ring step finishes at once),
+so the heap holds a handful of runs instead of thousands of events. Consumed arena space is reclaimed by
+copying the live runs into the other half of a double buffer when the current half is full.
 
-The heap is 4-ary, stored as two parallel arrays (time, key) with key = transfer id * hop_base + hop; the
-entries of one heap are distinct in key (one event per transfer is in flight), so (time, key) is a strict
-total order and the pop order does not depend on the heap's shape. Each popped event yields at most one
-event of its own (next hop) plus released successors; the first new event replaces the root (one sift
-instead of two).
+Event key = id << hop_bits | hop. Generic: id = transfer id. Ring: id = row << pos_bits | position with
+row = chunk * steps + step, which orders like the transfer id and decodes with shifts. The queue code is
+written out inside the loop on purpose: passing arrays to helper functions makes numba emit atomic
+reference-count updates per call, which cost more than the queue itself.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
-
-# ---------------------------------------------------------------------------------------------------------
-# Event queue: a binary heap of *runs*. A run is a time and an ascending list of keys stored contiguously in
-# an arena; a push whose time equals the most recently opened run's time and whose key is larger than that
-# run's last key is appended to it (O(1)), anything else opens a new run (heap push). The heap orders runs
-# by (time, first unconsumed key), so the root's next key is always the global minimum (time, key) and pops
-# come out in exactly the order of a plain (time, key) heap. Collectives release many transfers at exactly
-# the same time (all ranks of a ring step finish together), so the heap holds a handful of runs instead of
-# thousands of events. Consumed arena space is reclaimed by copying the live runs into the other half of a
-# double buffer when the current half is full (the arena holds 2 * cap + 2 keys, cap = most events in flight).
-# State: (arena[2, A], run time, run cursor, run end, run free-list next, heap time, heap key, heap run, qs)
-# with qs = [heap size, arena top, open run (-1: none), free run head (-1), fresh run id, arena half].
-# ---------------------------------------------------------------------------------------------------------
-
-
-@njit(cache=True)
-def _queue(cap):
-    cap = max(cap, 1)
-    arena = np.empty((2, 2 * cap + 2), np.int64)
-    rt = np.empty(cap + 1, np.float64)
-    rc = np.empty(cap + 1, np.int64)
-    re = np.empty(cap + 1, np.int64)
-    rn = np.empty(cap + 1, np.int64)
-    ht = np.empty(cap + 1, np.float64)
-    hk = np.empty(cap + 1, np.int64)
-    hr = np.empty(cap + 1, np.int64)
-    qs = np.zeros(6, np.int64)
-    qs[2] = -1
-    qs[3] = -1
-    return arena, rt, rc, re, rn, ht, hk, hr, qs
-
-
-@njit(cache=True, inline="always")
-def _sift_down(ht, hk, hr, size, pos, t, k, r):
-    """Place run (t, k, r) at heap slot `pos` of a heap of `size` entries and sift it down."""
-    while True:
-        c = 2 * pos + 1
-        if c >= size:
-            break
-        if c + 1 < size:
-            t1 = ht[c + 1]
-            t0 = ht[c]
-            if t1 < t0 or (t1 == t0 and hk[c + 1] < hk[c]):
-                c += 1
-        tc = ht[c]
-        if tc < t or (tc == t and hk[c] < k):
-            ht[pos] = tc
-            hk[pos] = hk[c]
-            hr[pos] = hr[c]
-            pos = c
-        else:
-            break
-    ht[pos] = t
-    hk[pos] = k
-    hr[pos] = r
-
-
-@njit(cache=True, inline="always")
-def _move_run(arena, rc, re, w, nw, r, top):
-    a = rc[r]
-    m = re[r] - a
-    for x in range(m):
-        arena[nw, top + x] = arena[w, a + x]
-    rc[r] = top
-    re[r] = top + m
-    return top + m
-
-
-@njit(cache=True)
-def _compact(arena, rc, re, hr, qs):
-    """Copy the live runs into the other arena half; the open run goes last (it must end at the top)."""
-    w = qs[5]
-    nw = 1 - w
-    o = qs[2]
-    top = 0
-    for j in range(qs[0]):
-        if hr[j] != o:
-            top = _move_run(arena, rc, re, w, nw, hr[j], top)
-    if o >= 0:
-        top = _move_run(arena, rc, re, w, nw, o, top)
-    qs[1] = top
-    qs[5] = nw
-
-
-@njit(cache=True, inline="always")
-def _push(arena, rt, rc, re, rn, ht, hk, hr, qs, t, k):
-    o = qs[2]
-    if o >= 0 and rt[o] == t and arena[qs[5], re[o] - 1] < k:
-        if qs[1] == arena.shape[1]:
-            _compact(arena, rc, re, hr, qs)
-        arena[qs[5], qs[1]] = k
-        qs[1] += 1
-        re[o] = qs[1]
-        return
-    if qs[1] == arena.shape[1]:
-        _compact(arena, rc, re, hr, qs)
-    r = qs[3]
-    if r >= 0:
-        qs[3] = rn[r]
-    else:
-        r = qs[4]
-        qs[4] += 1
-    rt[r] = t
-    rc[r] = qs[1]
-    arena[qs[5], qs[1]] = k
-    qs[1] += 1
-    re[r] = qs[1]
-    qs[2] = r
-    pos = qs[0]
-    qs[0] += 1
-    while pos > 0:                           # sift up
-        p = (pos - 1) >> 1
-        tp = ht[p]
-        if t < tp or (t == tp and k < hk[p]):
-            ht[pos] = tp
-            hk[pos] = hk[p]
-            hr[pos] = hr[p]
-            pos = p
-        else:
-            break
-    ht[pos] = t
-    hk[pos] = k
-    hr[pos] = r
-
-
-@njit(cache=True, inline="always")
-def _pop(arena, rt, rc, re, rn, ht, hk, hr, qs):
-    """Remove and return the smallest (time, key); the queue must not be empty."""
-    t = ht[0]
-    k = hk[0]
-    r = hr[0]
-    c = rc[r] + 1
-    rc[r] = c
-    if c < re[r]:
-        _sift_down(ht, hk, hr, qs[0], 0, t, arena[qs[5], c], r)
-    else:
-        rn[r] = qs[3]
-        qs[3] = r
-        if qs[2] == r:
-            qs[2] = -1
-        qs[0] -= 1
-        size = qs[0]
-        if size > 0:
-            _sift_down(ht, hk, hr, size, 0, ht[size], hk[size], hr[size])
-    return t, k
 
 
 @njit(cache=True)
@@ -193,16 +56,224 @@ def _hop_base(route_ptr):
 
 
 @njit(cache=True)
-def simulate_kernel(route_of, nbytes, release, dep_ptr, dep_idx, route_ptr, route_links, link_bw, link_lat):
-    """Returns (finish time per transfer, busy seconds per link, number of link events).
+def _compact(arena, half, rc, re, hr, size, open_run):
+    """Copy the live runs into the other arena half (the open run last: it must end at the top).
 
-    Event key = transfer id << hop_bits | hop, so ordering by key is ordering by (transfer id, hop).
+    Returns (new top, new half)."""
+    nw = 1 - half
+    top = 0
+    for j in range(size + 1):
+        if j < size:
+            r = hr[j]
+            if r == open_run:
+                continue
+        else:
+            if open_run < 0:
+                break
+            r = open_run
+        a = rc[r]
+        m = re[r] - a
+        for x in range(m):
+            arena[nw, top + x] = arena[half, a + x]
+        rc[r] = top
+        top += m
+        re[r] = top
+    return top, nw
+
+
+@njit(cache=True)
+def _event_loop(ring, cap, init_k, init_t, hbits, pbits, n_pos,
+                route_of, nbytes, size_bytes, pos_route, last_row,
+                release, when, sptr, succ, remaining,
+                route_ptr, route_links, link_bw, link_lat, busy):
+    """Run the events; `when` holds ready times (generic) and receives finish times.
+
+    init_k/init_t: initial events (keys in any order). ring=True: transfers are decoded from the ring key
+    and release their single successor; otherwise route_of/nbytes/sptr/succ/remaining describe them.
     """
+    free = np.zeros(len(link_bw))
+    hmask = (1 << hbits) - 1
+    pmask = (1 << pbits) - 1
+    # queue: arena halves, runs (time, cursor, end, free-list next), heap of runs (time, key, run)
+    cap = max(cap, 1)
+    alen = 4 * cap + 4
+    arena = np.empty((2, alen), np.int64)
+    rt = np.empty(cap + 1, np.float64)
+    rc = np.empty(cap + 1, np.int64)
+    re = np.empty(cap + 1, np.int64)
+    rn = np.empty(cap + 1, np.int64)
+    ht = np.empty(cap + 1, np.float64)
+    hk = np.empty(cap + 1, np.int64)
+    hr = np.empty(cap + 1, np.int64)
+    size = 0          # heap entries (live runs)
+    top = 0           # arena top
+    half = 0          # arena half in use
+    open_run = -1     # run that may be appended to (it ends at the arena top)
+    free_run = -1     # free list of run ids
+    fresh = 0         # next never-used run id
+    # pending pushes of the current event (first the initial events)
+    maxsucc = 1
+    if not ring:
+        for i in range(len(sptr) - 1):
+            if sptr[i + 1] - sptr[i] > maxsucc:
+                maxsucc = sptr[i + 1] - sptr[i]
+    pcap = max(len(init_k), maxsucc + 1)
+    pend_t = np.empty(pcap, np.float64)
+    pend_k = np.empty(pcap, np.int64)
+    npend = len(init_k)
+    for j in range(npend):
+        pend_t[j] = init_t[j]
+        pend_k[j] = init_k[j]
+    events = 0
+    while True:
+        # ---- push the pending events
+        for j in range(npend):
+            t = pend_t[j]
+            k = pend_k[j]
+            if open_run >= 0 and rt[open_run] == t and arena[half, top - 1] < k:
+                if top == alen:
+                    top, half = _compact(arena, half, rc, re, hr, size, open_run)
+                arena[half, top] = k
+                top += 1
+                re[open_run] = top
+                continue
+            if top == alen:
+                top, half = _compact(arena, half, rc, re, hr, size, open_run)
+            r = free_run
+            if r >= 0:
+                free_run = rn[r]
+            else:
+                r = fresh
+                fresh += 1
+            rt[r] = t
+            rc[r] = top
+            arena[half, top] = k
+            top += 1
+            re[r] = top
+            open_run = r
+            pos = size
+            size += 1
+            while pos > 0:
+                par = (pos - 1) >> 1
+                tp = ht[par]
+                if t < tp or (t == tp and k < hk[par]):
+                    ht[pos] = tp
+                    hk[pos] = hk[par]
+                    hr[pos] = hr[par]
+                    pos = par
+                else:
+                    break
+            ht[pos] = t
+            hk[pos] = k
+            hr[pos] = r
+        npend = 0
+        if size == 0:
+            break
+        # ---- pop the smallest (time, key)
+        t = ht[0]
+        key = hk[0]
+        r = hr[0]
+        c = rc[r] + 1
+        rc[r] = c
+        if c < re[r]:                        # the run stays; its next key re-enters at the root
+            mt = t
+            mk = arena[half, c]
+            mr = r
+        else:                                # the run is used up
+            rn[r] = free_run
+            free_run = r
+            if open_run == r:
+                open_run = -1
+            size -= 1
+            mt = ht[size]
+            mk = hk[size]
+            mr = hr[size]
+        if size > 0:
+            pos = 0
+            while True:
+                ch = 2 * pos + 1
+                if ch >= size:
+                    break
+                if ch + 1 < size:
+                    t1 = ht[ch + 1]
+                    t0 = ht[ch]
+                    if t1 < t0 or (t1 == t0 and hk[ch + 1] < hk[ch]):
+                        ch += 1
+                tc = ht[ch]
+                if tc < mt or (tc == mt and hk[ch] < mk):
+                    ht[pos] = tc
+                    hk[pos] = hk[ch]
+                    hr[pos] = hr[ch]
+                    pos = ch
+                else:
+                    break
+            ht[pos] = mt
+            hk[pos] = mk
+            hr[pos] = mr
+        # ---- the event: transfer i reaches hop h of its route at time t
+        h = key & hmask
+        u = key >> hbits
+        if ring:
+            p = u & pmask
+            row = u >> pbits
+            i = row * n_pos + p
+            rid = pos_route[p]
+            nb = size_bytes
+        else:
+            i = u
+            rid = route_of[i]
+            nb = nbytes[i]
+        a = route_ptr[rid]
+        nh = route_ptr[rid + 1] - a
+        if nh == 0:
+            done = t
+        else:
+            link = route_links[a + h]
+            f = free[link]
+            start = t if t > f else f
+            dur = nb / link_bw[link]
+            free[link] = start + dur
+            busy[link] += dur
+            events += 1
+            arrive = start + dur + link_lat[link]
+            if h + 1 < nh:
+                pend_t[0] = arrive
+                pend_k[0] = key + 1
+                npend = 1
+                continue
+            done = arrive
+        when[i] = done
+        if ring:
+            if not last_row[row]:            # release (c, t + 1, p + 1)
+                p1 = p + 1
+                if p1 == n_pos:
+                    p1 = 0
+                ready = release[(row + 1) * n_pos + p1]
+                if done > ready:
+                    ready = done
+                pend_t[0] = ready
+                pend_k[0] = (((row + 1) << pbits) | p1) << hbits
+                npend = 1
+        else:
+            for x in range(sptr[i], sptr[i + 1]):
+                s = succ[x]
+                if done > when[s]:
+                    when[s] = done
+                remaining[s] -= 1
+                if remaining[s] == 0:
+                    pend_t[npend] = when[s]
+                    pend_k[npend] = s << hbits
+                    npend += 1
+    return events
+
+
+@njit(cache=True)
+def simulate_kernel(route_of, nbytes, release, dep_ptr, dep_idx, route_ptr, route_links, link_bw, link_lat):
+    """Returns (finish time per transfer, busy seconds per link, number of link events)."""
     n = len(route_of)
     hbits = _bits(_hop_base(route_ptr))
     if n > 0 and _bits(n) + hbits > 62:
         raise ValueError("schedule too large for 64-bit event keys")
-    hmask = (1 << hbits) - 1
     # successors (CSR): count, inclusive prefix sum (end pointers), then fill backwards so each cursor
     # ends at its list's start; successors come out in ascending id order
     sptr = np.zeros(n + 1, np.int64)
@@ -215,8 +286,11 @@ def simulate_kernel(route_of, nbytes, release, dep_ptr, dep_idx, route_ptr, rout
     sptr[n] = len(dep_idx)
     succ = np.empty(len(dep_idx), np.int32)
     remaining = np.empty(n, np.int32)
+    n_init = 0
     for i in range(n - 1, -1, -1):
         remaining[i] = dep_ptr[i + 1] - dep_ptr[i]
+        if remaining[i] == 0:
+            n_init += 1
         for k in range(dep_ptr[i + 1] - 1, dep_ptr[i] - 1, -1):
             d = dep_idx[k]
             if d < 0 or d >= i:
@@ -224,45 +298,21 @@ def simulate_kernel(route_of, nbytes, release, dep_ptr, dep_idx, route_ptr, rout
             sptr[d] -= 1
             succ[sptr[d]] = i
     when = np.empty(n, np.float64)           # ready time until done, then finish time
+    init_k = np.empty(n_init, np.int64)
+    init_t = np.empty(n_init, np.float64)
+    j = 0
     for i in range(n):
         when[i] = release[i]
-    free = np.zeros(len(link_bw))
-    busy = np.zeros(len(link_bw))
-    arena, rt, rc, re, rn, ht, hk, hr, qs = _queue(n)   # at most one event per transfer is in flight
-    for i in range(n):
         if remaining[i] == 0:
-            _push(arena, rt, rc, re, rn, ht, hk, hr, qs, when[i], i << hbits)
-    events = 0
-    while qs[0] > 0:
-        t, key = _pop(arena, rt, rc, re, rn, ht, hk, hr, qs)
-        i = key >> hbits
-        h = key & hmask
-        r = route_of[i]
-        a = route_ptr[r]
-        nh = route_ptr[r + 1] - a
-        if nh == 0:
-            done = t
-        else:
-            link = route_links[a + h]
-            f = free[link]
-            start = t if t > f else f
-            dur = nbytes[i] / link_bw[link]
-            free[link] = start + dur
-            busy[link] += dur
-            events += 1
-            arrive = start + dur + link_lat[link]
-            if h + 1 < nh:
-                _push(arena, rt, rc, re, rn, ht, hk, hr, qs, arrive, key + 1)
-                continue
-            done = arrive
-        when[i] = done
-        for k in range(sptr[i], sptr[i + 1]):
-            s = succ[k]
-            if done > when[s]:
-                when[s] = done
-            remaining[s] -= 1
-            if remaining[s] == 0:
-                _push(arena, rt, rc, re, rn, ht, hk, hr, qs, when[s], s << hbits)
+            init_k[j] = i << hbits
+            init_t[j] = when[i]
+            j += 1
+    busy = np.zeros(len(link_bw))
+    dummy_i = np.zeros(1, np.int32)
+    events = _event_loop(False, n, init_k, init_t, hbits, 0, 0,
+                         route_of, nbytes, 0.0, dummy_i, np.zeros(1, np.bool_),
+                         release, when, sptr, succ, remaining,
+                         route_ptr, route_links, link_bw, link_lat, busy)
     return when, busy, events
 
 
@@ -272,9 +322,7 @@ def ring_kernel(pos_route, steps, chunks, size_bytes, release, route_ptr, route_
 
     pos_route[p]: route id of position p's transfer (g[p] -> g[p+1]); transfer (c, t, p) has id
     (c * steps + t) * n + p, carries size_bytes and depends on (c, t - 1, p - 1). `release` has one entry
-    per transfer. Returns (finish per transfer, busy seconds per link, number of link events).
-    Event key = (row << p_bits | p) << hop_bits | hop with row = c * steps + t: the same order as
-    (transfer id, hop), without divisions.
+    per transfer.
     """
     n = len(pos_route)
     rows = chunks * steps
@@ -282,55 +330,28 @@ def ring_kernel(pos_route, steps, chunks, size_bytes, release, route_ptr, route_
     pbits = _bits(n)
     if _bits(rows + 1) + pbits + hbits > 62:
         raise ValueError("schedule too large for 64-bit event keys")
-    sh = pbits + hbits
-    hmask = (1 << hbits) - 1
-    pmask = (1 << pbits) - 1
-    last = np.zeros(max(rows, 1), np.bool_)
+    last_row = np.zeros(max(rows, 1), np.bool_)
     for c in range(chunks):
-        last[c * steps + steps - 1] = True
-    finish = np.empty(rows * n, np.float64)
-    free = np.zeros(len(link_bw))
+        last_row[c * steps + steps - 1] = True
+    when = np.empty(rows * n, np.float64)
+    n_init = chunks * n if steps > 0 else 0
+    init_k = np.empty(n_init, np.int64)
+    init_t = np.empty(n_init, np.float64)
+    j = 0
+    for c in range(chunks if steps > 0 else 0):
+        row = c * steps
+        for p in range(n):
+            init_k[j] = ((row << pbits) | p) << hbits
+            init_t[j] = release[row * n + p]
+            j += 1
     busy = np.zeros(len(link_bw))
-    arena, rt, rc, re, rn, ht, hk, hr, qs = _queue(chunks * n)   # one event in flight per (chunk, diagonal) chain
-    if steps > 0:
-        for c in range(chunks):
-            for p in range(n):
-                row = c * steps
-                _push(arena, rt, rc, re, rn, ht, hk, hr, qs, release[row * n + p], (row << sh) | (p << hbits))
-    events = 0
-    while qs[0] > 0:
-        t, key = _pop(arena, rt, rc, re, rn, ht, hk, hr, qs)
-        h = key & hmask
-        p = (key >> hbits) & pmask
-        row = key >> sh
-        r = pos_route[p]
-        a = route_ptr[r]
-        nh = route_ptr[r + 1] - a
-        if nh == 0:
-            done = t
-        else:
-            link = route_links[a + h]
-            f = free[link]
-            start = t if t > f else f
-            dur = size_bytes / link_bw[link]
-            free[link] = start + dur
-            busy[link] += dur
-            events += 1
-            arrive = start + dur + link_lat[link]
-            if h + 1 < nh:
-                _push(arena, rt, rc, re, rn, ht, hk, hr, qs, arrive, key + 1)
-                continue
-            done = arrive
-        finish[row * n + p] = done
-        if not last[row]:                    # release (c, t + 1, p + 1)
-            p1 = p + 1
-            if p1 == n:
-                p1 = 0
-            ready = release[(row + 1) * n + p1]
-            if done > ready:
-                ready = done
-            _push(arena, rt, rc, re, rn, ht, hk, hr, qs, ready, ((row + 1) << sh) | (p1 << hbits))
-    return finish, busy, events
+    dummy_i = np.zeros(1, np.int64)
+    dummy_f = np.zeros(1, np.float64)
+    events = _event_loop(True, chunks * n, init_k, init_t, hbits, pbits, n,
+                         np.zeros(1, np.int32), dummy_f, size_bytes, pos_route, last_row,
+                         release, when, dummy_i, np.zeros(1, np.int32), np.zeros(1, np.int32),
+                         route_ptr, route_links, link_bw, link_lat, busy)
+    return when, busy, events
 
 
 def simulate_schedule(router, sched, release: np.ndarray, link_bw: np.ndarray,

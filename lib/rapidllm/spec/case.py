@@ -77,6 +77,7 @@ class Case:
     precision: str = "bf16"
     attention_impl: str = "flash"
     moe_hot_expert_factor: float = 1.0   # 1.0 = balanced routing
+    framework: str = "megatron"          # memory conventions of the training framework (memory/state.py)
     name: str = ""
 
     @property
@@ -158,7 +159,8 @@ def resolve_case(mapping: Any, source: str) -> Case:
     hot = 1.0 if routing == "balanced" else float(routing["hot_expert_factor"])
     return Case(model=model, hardware=hardware, network=network, workload=workload, parallelism=par,
                 precision=mapping.get("precision", "bf16"), attention_impl=mapping.get("attention_impl", "flash"),
-                moe_hot_expert_factor=hot, name=mapping.get("name", ""))
+                moe_hot_expert_factor=hot, framework=mapping.get("framework", "megatron"),
+                name=mapping.get("name", ""))
 
 
 def load_case(path: str | Path) -> Case:

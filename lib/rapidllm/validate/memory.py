@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from rapidllm.memory.model import memory_for_case
-from rapidllm.memory.state import Conventions
+from rapidllm.memory.state import FRAMEWORKS, Conventions
 from rapidllm.spec.case import Case, Parallelism, TrainingWorkload
 from rapidllm.spec.hardware import HardwareSpec
 from rapidllm.spec.model import ModelSpec
@@ -141,8 +141,6 @@ def validate_nanotron(path: str | Path) -> dict[str, Any]:
                 accuracy=float((out.predicted_ok == actual).mean()), n_classified=len(out), confusion=confusion)
 
 
-# llm-foundry MPT trains with loss_fn fused_crossentropy (flash-attn's in-place cross entropy).
-LLM_FOUNDRY = Conventions(fused_loss=True)
 
 
 def validate_mpt(path: str | Path) -> pd.DataFrame:
@@ -159,7 +157,7 @@ def validate_mpt(path: str | Path) -> pd.DataFrame:
         work = TrainingWorkload(seq_len=int(r.seq_len), global_batch=int(r.global_batch_size_seqs),
                                 micro_batch=int(r.micro_batch_size))
         res = memory_for_case(Case(model=model, hardware=hw, network=net, workload=work, parallelism=par),
-                              LLM_FOUNDRY)
+                              FRAMEWORKS["llm-foundry"])
         out.append(dict(model=r.model, seq_len=r.seq_len, gpus=n, mbs=r.micro_batch_size,
                         checkpointing=r.activation_checkpointing, peak_gib=res.peak / GiB, feasible=res.feasible))
     return pd.DataFrame(out)
