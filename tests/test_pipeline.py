@@ -46,7 +46,8 @@ def test_outputs_written(workdir: Path) -> None:
     assert "does not divide heads 32" in summary.reason[2]
     assert (summary.dropna(subset=["ttft_s"]).ttft_s > 0).all()
     errors = pd.read_csv(workdir / "results" / "validation" / "errors.csv")
-    assert set(errors.suite) == {"megatron_gpt_a100", "overall"}
+    assert set(errors.query("scope == 'suite'").name) == {"megatron_gpt_a100"}
+    assert set(errors.query("scope == 'overall'").split) == {"calibration", "held_out", "all"}
     assert (workdir / "results" / "figures" / "megatron_gpt_a100.png").stat().st_size > 10_000
     assert len(list((workdir / "results" / "tiny" / "sim").glob("*.parquet"))) == 2
 

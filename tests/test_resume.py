@@ -1,7 +1,7 @@
 """Interrupted runs resume: kill a local sweep halfway (SIGINT, then SIGKILL), rerun, and only the missing or
 incomplete shard outputs are computed; the summary equals an uninterrupted run byte for byte.
 
-The sweep is config/experiments/resume-small.yaml (72 cases, 4 shards) so the test stays short;
+The sweep is config/experiments/small-sweep.yaml (72 cases, 4 shards) so the test stays short;
 RAPIDLLM_RESUME_SWEEP=sweep-1k runs the same check on the 1,040-configuration sweep (about 10 minutes on
 2 cores; the figures are in docs/hpc.md).
 """
@@ -22,36 +22,50 @@ import yaml
 
 from conftest import ROOT
 
-SWEEP = os.environ.get("RAPIDLLM_RESUME_SWEEP", "resume-small")
+SMALL = "small-sweep"   # also what tests/test_slurm.py runs through SLURM
+SWEEP = os.environ.get("RAPIDLLM_RESUME_SWEEP", SMALL)
 STAGES = ("ops", "memory", "graphs", "sim")
 EXT = {"ops": "parquet", "memory": "parquet", "graphs": "npz", "sim": "parquet"}
 COPY = ("Snakefile", "environment.yml", "workflow", "config", "validation", "lib", "profiles")
-TIMEOUT = 1800 if SWEEP != "resume-small" else 300
+TIMEOUT = 300 if SWEEP == SMALL else 1800
+_LOCAL_RUNS: dict[str, Path] = {}
 
 
-def _scratch(base: Path) -> Path:
+def scratch(base: Path, exp: str = SWEEP) -> Path:
+    """A copy of the workflow (as tests/test_pipeline.py makes) whose config runs only `exp`."""
     base.mkdir(parents=True, exist_ok=True)
     for item in COPY:
         src = ROOT / item
         (shutil.copytree if src.is_dir() else shutil.copy)(src, base / item)
-    (base / "run.yaml").write_text(yaml.safe_dump({"experiments": [SWEEP], "suites": []}))
+    (base / "run.yaml").write_text(yaml.safe_dump({"experiments": [exp], "suites": []}))
     return base
 
 
-def _cmd(*extra: str) -> list[str]:
-    # The local profile as users run it (rerun-incomplete on), on the 2 cores CI has.
-    return [sys.executable, "-m", "snakemake", "--profile", "profiles/default", "--cores", "2",
-            "--configfile", "run.yaml", *extra, "--", f"results/{SWEEP}/summary.csv"]
+def snakemake_cmd(*extra: str, exp: str = SWEEP, profile: str = "default") -> list[str]:
+    # The profile as users run it (rerun-incomplete on), on the 2 cores CI has.
+    return [sys.executable, "-m", "snakemake", "--profile", f"profiles/{profile}", "--cores", "2",
+            "--configfile", "run.yaml", *extra, "--", f"results/{exp}/summary.csv"]
 
 
-def _env(work: Path) -> dict:
-    return {**os.environ, "RAPIDLLM_ROOT": str(work),
+def env_for(work: Path) -> dict:
+    return {**os.environ, "RAPIDLLM_ROOT": str(work), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
             "NUMBA_CACHE_DIR": os.environ.get("NUMBA_CACHE_DIR", str(ROOT / ".cache" / "numba"))}
 
 
 def _run(work: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["timeout", "-k", "10", str(TIMEOUT), *_cmd(*extra)], cwd=work, env=_env(work),
-                          capture_output=True, text=True)
+    return subprocess.run(["timeout", "-k", "10", str(TIMEOUT), *snakemake_cmd(*extra)], cwd=work,
+                          env=env_for(work), capture_output=True, text=True)
+
+
+def local_run(tmp_path_factory, exp: str) -> Path:
+    """An uninterrupted local run of `exp`, made once per test session (shared with tests/test_slurm.py)."""
+    if exp not in _LOCAL_RUNS:
+        work = scratch(tmp_path_factory.mktemp("local") / exp, exp)
+        run = subprocess.run(["timeout", "-k", "10", str(TIMEOUT), *snakemake_cmd(exp=exp)], cwd=work,
+                             env=env_for(work), capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr[-3000:]
+        _LOCAL_RUNS[exp] = work
+    return _LOCAL_RUNS[exp]
 
 
 def _n_shards(work: Path) -> int:
@@ -88,7 +102,7 @@ def _kill_leftovers(work: Path) -> None:
 
 def _interrupt_halfway(work: Path, outputs: list[Path]) -> int:
     """Start the run, SIGINT it once half the shard outputs exist, SIGKILL its process group 0.3 s later."""
-    proc = subprocess.Popen(_cmd(), cwd=work, env=_env(work), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(snakemake_cmd(), cwd=work, env=env_for(work), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + TIMEOUT
     try:
@@ -111,14 +125,11 @@ def _interrupt_halfway(work: Path, outputs: list[Path]) -> int:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
-    work = _scratch(tmp_path_factory.mktemp("resume") / "uninterrupted")
-    run = _run(work)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return work
+    return local_run(tmp_path_factory, SWEEP)
 
 
 def test_interrupted_run_resumes_without_recomputing(reference: Path, tmp_path: Path) -> None:
-    work = _scratch(tmp_path / "interrupted")
+    work = scratch(tmp_path / "interrupted")
     n = _n_shards(work)
     outputs = _shard_outputs(work, n)
     assert n >= 4
@@ -135,19 +146,16 @@ def test_interrupted_run_resumes_without_recomputing(reference: Path, tmp_path: 
     for path in incomplete:
         path.write_bytes(b"torn")
 
-    # What the rerun plans: exactly the shard steps that did not finish, nothing that did.
-    plan = _run(work, "-n")
-    assert plan.returncode == 0, plan.stderr[-3000:]
-    planned = {work / p for p in re.findall(r"^\s+output: (\S+)", plan.stdout, flags=re.M)}
-    planned = {p.resolve() for p in planned}
-    assert not planned & {p.resolve() for p in finished}, "a finished shard is planned again"
-    assert {p.resolve() for p in missing} | incomplete <= planned
-
     # A SIGKILLed Snakemake leaves its lock behind: unlock (the documented recipe), then rerun.
     unlock = _run(work, "--unlock")
     assert unlock.returncode == 0, unlock.stderr[-3000:]
     run = _run(work)
     assert run.returncode == 0, run.stderr[-3000:]
+    # What the rerun ran: exactly the shard steps that did not finish, nothing that did.
+    log = run.stdout + run.stderr
+    planned = {(work / p).resolve() for p in re.findall(r"^\s+output: (\S+?),?$", log, flags=re.M)}
+    assert not planned & {p.resolve() for p in finished}, "a finished shard was run again"
+    assert {p.resolve() for p in missing} | incomplete <= planned, log[-3000:]
     print(f"{SWEEP}: {n} shards, killed with {len(finished)} shard outputs finished, {len(missing)} missing, "
           f"{len(incomplete)} incomplete; rerun ran {len(planned)} jobs")
     redone = [str(p.relative_to(work)) for p, mtime in finished.items() if p.stat().st_mtime_ns != mtime]

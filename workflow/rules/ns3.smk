@@ -1,10 +1,6 @@
 # Network simulator vs packet-level ns-3 (paper §5.4.2, Fig 11; docs/validation-network.md).
-# Needs Debian's ns-3 3.37 (`sudo apt-get install ns3 libns3-dev libgsl-dev`, or scripts/system/ns3.sh as root).
-
-import sys
-
-NS3_PKGS = "ns3-core ns3-network ns3-point-to-point"
-NS3_PYTHON = sys.executable   # the interpreter running Snakemake (the project's .venv), as `script:` rules use
+# Needs Debian's ns-3 3.37 (`sudo apt-get install ns3 libns3-dev libgsl-dev`, or scripts/system/ns3.sh as root);
+# the compiler and ns-3 come from the system, not from the conda environment.
 
 
 rule ns3_replay:
@@ -12,21 +8,29 @@ rule ns3_replay:
     input:
         src="validation/ns3/replay.cc",
         header="validation/ns3/json.h",
+        setup="scripts/system/ns3.sh",
     output:
         "build/ns3/replay",
+    params:
+        pkgs="ns3-core ns3-network ns3-point-to-point",
     log:
         "results/logs/ns3/build.log",
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        "../../environment.yml"
     shell:
         """
-        bash scripts/system/ns3.sh > {log} 2>&1 || true
-        if ! pkg-config --exists {NS3_PKGS} 2>/dev/null; then
+        bash {input.setup} > {log} 2>&1 || true
+        if ! pkg-config --exists {params.pkgs} 2>/dev/null; then
             echo "rule ns3_replay: ns-3 is missing. Install Debian's ns-3 3.37 with" >&2
             echo "    sudo apt-get install -y ns3 libns3-dev libgsl-dev pkg-config g++" >&2
             echo "(or run: sudo bash scripts/system/ns3.sh), then rerun snakemake." >&2
             exit 1
         fi
         mkdir -p build/ns3
-        g++ -O2 -std=c++17 -o {output} {input.src} $(pkg-config --cflags --libs {NS3_PKGS}) >> {log} 2>&1
+        g++ -O2 -std=c++17 -o {output} {input.src} $(pkg-config --cflags --libs {params.pkgs}) >> {log} 2>&1
         """
 
 
@@ -34,7 +38,7 @@ rule network_ns3:
     """Replay every case in ns-3, simulate it with the link-queue model and alpha-beta: CSV + Fig 11 analog."""
     input:
         binary="build/ns3/replay",
-        code=code("network", "validate"),
+        code=code("network", "validate", "pipeline"),
     output:
         csv="results/validation/network_ns3.csv",
         png=report("results/figures/network_ns3.png", category="Validation"),
@@ -43,5 +47,7 @@ rule network_ns3:
     resources:
         mem_mb=2000,
         runtime=15,
-    shell:
-        "{NS3_PYTHON} -m rapidllm.validate.ns3 --binary {input.binary} --csv {output.csv} --png {output.png} > {log} 2>&1"
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/network_ns3.py"

@@ -24,7 +24,16 @@ from rapidllm.spec.network import NetworkSpec
 
 _TOPOLOGIES: dict[NetworkSpec, tuple[Topology, Router]] = {}
 _RESULTS: dict[tuple, tuple[float, int, int]] = {}
+_GROUPS: dict[tuple, tuple] = {}             # layout-derived: groups, contending groups, channels
 CACHE_LIMIT = 20000
+
+
+def _remember(key: tuple, value):
+    """Store a layout-derived value (groups, contending groups, channels) in the bounded process cache."""
+    if len(_GROUPS) > 4096:
+        _GROUPS.clear()
+    _GROUPS[key] = value
+    return value
 
 
 def topology_of(network: NetworkSpec) -> tuple[Topology, Router]:
@@ -52,7 +61,49 @@ class CommCost:
         self.util = self.case.hardware.utilization.network
 
     def groups(self, axis: str, stage: int = -1) -> list[tuple[int, ...]]:
-        """Every group of `axis` (within pipeline stage `stage` if >= 0); pp: (src, dst) stage pairs."""
+        """Every group of `axis` (within pipeline stage `stage` if >= 0); pp: (src, dst) stage pairs.
+
+        Pure function of (network, layout, axis, stage), cached per process: sweeps revisit one layout
+        for many models and settings. `groups_reference` is the rank-by-rank definition.
+        """
+        key = (self._layout_key(), axis, stage)
+        hit = _GROUPS.get(key)
+        if hit is None:
+            hit = _remember(key, tuple(self._groups_vectorized(axis, stage)))
+        return list(hit)
+
+    def _layout_key(self) -> tuple:
+        p = self.case.parallelism
+        return (self.case.network, p.tp, p.cp, p.dp, p.pp, p.ep)
+
+    def _groups_vectorized(self, axis: str, stage: int) -> list[tuple[int, ...]]:
+        m, p = self.mapping, self.case.parallelism
+        stages = range(p.pp) if stage < 0 else [stage]
+        stride = m.stride("pp")
+        out: list[tuple[int, ...]] = []
+        everyone = None
+        for s in stages:
+            if m.order[-1] == "pp":
+                ranks = np.arange(s * stride, (s + 1) * stride, dtype=np.int64)
+            else:
+                if everyone is None:
+                    everyone = np.arange(m.world, dtype=np.int64)
+                ranks = everyone[(everyone // stride) % m.size("pp") == s]
+            if axis == "pp":
+                if s + 1 < p.pp:
+                    out += [(r, r + stride) for r in ranks.tolist()]
+            elif axis == "ep":
+                ranks = np.sort(ranks).tolist()
+                out += [tuple(ranks[i:i + p.ep]) for i in range(0, len(ranks), p.ep)]
+            else:
+                a_stride, a_size = m.stride(axis), m.size(axis)
+                bases = np.unique(ranks - ((ranks // a_stride) % a_size) * a_stride)
+                members = bases[:, None] + a_stride * np.arange(a_size, dtype=np.int64)[None, :]
+                out += [tuple(g) for g in members.tolist()]
+        return out
+
+    def groups_reference(self, axis: str, stage: int = -1) -> list[tuple[int, ...]]:
+        """`groups` rank by rank through RankMapping.group_ranks (the definition; tests compare)."""
         m, p = self.mapping, self.case.parallelism
         stages = range(p.pp) if stage < 0 else [stage]
         stride = m.stride("pp")
@@ -92,10 +143,14 @@ class CommCost:
         stage = -1 if self.symmetric else stage
         key = (axis, op, float(nbytes), stage)
         if key not in self._times:
-            groups = self.groups(axis, 0 if stage < 0 and axis != "pp" else stage)
-            if axis == "pp" and stage < 0:
-                groups = self.groups("pp", 0)
-            groups = self._contending(groups)
+            ckey = ("contending", self._layout_key(), self.symmetric, axis, stage)
+            hit = _GROUPS.get(ckey)
+            if hit is None:
+                groups = self.groups(axis, 0 if stage < 0 and axis != "pp" else stage)
+                if axis == "pp" and stage < 0:
+                    groups = self.groups("pp", 0)
+                hit = _remember(ckey, tuple(self._contending(groups)))
+            groups = list(hit)
             t, ev = self._simulate(op if axis != "pp" else "send_recv", float(nbytes), groups)
             self._times[key] = t
             self.events[key] = (ev, len(groups))
@@ -143,5 +198,9 @@ class CommCost:
         """Network dimensions the first group of `axis` spans: the channels its collectives occupy."""
         if self.case.parallelism.size(axis) <= 1:
             return ()
-        g = self.groups(axis, 0)
-        return dims_spanned(self.case.network, list(g[0])) if g else ()
+        key = ("dims", self._layout_key(), axis)
+        hit = _GROUPS.get(key)
+        if hit is None:
+            g = self.groups(axis, 0)
+            hit = _remember(key, dims_spanned(self.case.network, list(g[0])) if g else ())
+        return hit

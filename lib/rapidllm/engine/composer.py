@@ -16,7 +16,14 @@ from rapidllm.engine.collectives import CommCost
 from rapidllm.engine.replay import TemplateResult, replay_template
 from rapidllm.graph.pipeline import PipelineInputs
 from rapidllm.graph.schedules import interleaving
-from rapidllm.graph.templates import COMM, COMPUTE, Template, case_templates
+from rapidllm.graph.templates import (
+    COMM,
+    COMPUTE,
+    OpsView,
+    Template,
+    case_templates,
+    ops_view,
+)
 from rapidllm.memory.closed_form import state_bytes_per_param
 from rapidllm.ops.price import local_parameters
 from rapidllm.spec.case import Case, TrainingWorkload
@@ -40,18 +47,21 @@ class Replayed:
         return r.compute if r else 0.0
 
 
-def compute_durations(ops: pd.DataFrame, t: Template) -> list[float]:
+def compute_durations(ops: pd.DataFrame | OpsView, t: Template) -> list[float]:
     """Durations (time per launch x launches) of a template's compute nodes, in order."""
     phases = {n.phase for n in t.nodes if n.kind == COMPUTE}
+    if isinstance(ops, OpsView):
+        return ops.durations(t.section, phases)
     sel = ops[(ops.section == t.section) & ops.phase.isin(phases)]
     return list(sel.time_s.to_numpy() * sel["count"].to_numpy())
 
 
-def replay_all(case: Case, ops: pd.DataFrame, templates: list[Template], cost: CommCost, stage: int,
+def replay_all(case: Case, ops: pd.DataFrame | OpsView, templates: list[Template], cost: CommCost, stage: int,
                overlap: bool = True) -> Replayed:
     out = Replayed()
+    ops = ops_view(ops)
     for t in templates:
-        comm = lambda axis, op, nb: cost.time(axis, op, nb, stage)  # noqa: E731
+        comm = lambda axis, op, nb: cost.time(axis, op, nb, stage)
         out.results[(t.section, t.part)] = replay_template(t, compute_durations(ops, t), comm, cost.dims, overlap)
         for n in t.nodes:
             if n.kind == COMM:
@@ -91,9 +101,10 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
     assert isinstance(w, TrainingWorkload)
     m = max(w.microbatches(p.dp), 1)
     v = interleaving(p.schedule, p.pp, p.virtual_stages, m)
-    templates = templates if templates is not None else case_templates(case, ops)
+    view = ops_view(ops)
+    templates = templates if templates is not None else case_templates(case, view)
     stages = range(p.pp) if not cost.symmetric else [0]
-    replayed = [replay_all(case, ops, templates, cost, s if not cost.symmetric else -1, overlap) for s in stages]
+    replayed = [replay_all(case, view, templates, cost, s if not cost.symmetric else -1, overlap) for s in stages]
     shape = (p.pp, v)
     f_span, f_comp, b_span, b_comp = (np.zeros(shape) for _ in range(4))
     counts = layer_counts(case)
@@ -138,14 +149,15 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
         if sharded_opt:
             gather_s = cost.time("dp", "all_gather", local_parameters(case) * wb, 0)
             cost.count("dp", "all_gather", local_parameters(case) * wb, 1)
-    opt = float((ops[ops.section == "optimizer"].time_s * ops[ops.section == "optimizer"]["count"]).sum())
+    # the same row selections, products and sums as the pandas masks they replace (table order kept)
+    timed = view.frame.time_s.to_numpy() * view.frame["count"].to_numpy()
+    work = view.frame.flops.to_numpy() * view.frame["count"].to_numpy()
+    opt = float(timed[view.sections.get("optimizer", [])].sum())
     inputs = PipelineInputs(p.schedule, p.pp, v, m, f_span, f_comp, b_span, b_comp, p2p_f, p2p_b, buckets,
                             bucket_s, np.full(p.pp, opt), gather_s, cost.dims("pp"), cost.dims("dp"))
-    fl = ops[ops.section != "optimizer"]
     per_stage = 0.0
     for section, n in counts.items():
-        sel = fl[fl.section == section]
-        per_stage += n * float((sel.flops * sel["count"]).sum())
-    extras = fl[fl.section.isin(("first_stage", "last_stage"))]
-    flops_hw = (per_stage * p.pp + float((extras.flops * extras["count"]).sum())) * m * p.dp * p.tp * p.cp
+        per_stage += n * float(work[view.sections.get(section, [])].sum())
+    extras = sorted(view.sections.get("first_stage", []) + view.sections.get("last_stage", []))
+    flops_hw = (per_stage * p.pp + float(work[extras].sum())) * m * p.dp * p.tp * p.cp
     return TrainingPlan(inputs, replayed, flops_hw)

@@ -14,24 +14,94 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from numba import njit
 
 from rapidllm.engine import baseline
 from rapidllm.engine.collectives import CommCost
 from rapidllm.engine.composer import training_plan
 from rapidllm.engine.inference import Adjust, predict_inference
 from rapidllm.engine.metrics import model_flops_per_step, utilization
-from rapidllm.graph.comm_nodes import communication_nodes
-from rapidllm.graph.templates import Template
-from rapidllm.graph.pipeline import GRAD, OPT, P2P, PARAM, TASK, PipelineGraph, build_pipeline
 from rapidllm.engine.replay import longest_path
+from rapidllm.graph.comm_nodes import communication_nodes
+from rapidllm.graph.pipeline import (
+    GRAD,
+    OPT,
+    P2P,
+    PARAM,
+    TASK,
+    PipelineGraph,
+    build_pipeline,
+)
+from rapidllm.graph.templates import Template
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.spec.case import Case, TrainingWorkload
 
 ENGINES = ("event", "baseline")
 
 
+def clear_caches() -> None:
+    """Drop the in-process result caches (collective simulations, topologies) so a sweep starts cold."""
+    from rapidllm.engine import collectives
+    collectives._RESULTS.clear()
+    collectives._GROUPS.clear()
+    collectives._TOPOLOGIES.clear()
+
+
+@njit(cache=True)
+def _stage_ends(stage: np.ndarray, finish: np.ndarray, n_stages: int) -> np.ndarray:
+    """Last finish per stage (NaN-propagating like np.maximum.at)."""
+    ends = np.zeros(n_stages)
+    for i in range(len(stage)):
+        s, f = stage[i], finish[i]
+        if not np.isnan(ends[s]) and (np.isnan(f) or f > ends[s]):
+            ends[s] = f
+    return ends
+
+
+@njit(cache=True)
+def _gaps(mine: np.ndarray, start: np.ndarray, finish: np.ndarray, crit: np.ndarray, kind: np.ndarray,
+          dur: np.ndarray, exposed: float) -> tuple[float, float, float]:
+    """Walk the critical stage's tasks in order: idle gaps become exposed p2p/gradient waits or bubble."""
+    bubble = 0.0
+    prev_end = 0.0
+    for q in range(len(mine)):
+        i = mine[q]
+        gap = start[i] - prev_end
+        prev_end = finish[i]
+        if gap <= 0:
+            continue
+        c = crit[i]
+        k = kind[c] if c >= 0 else TASK
+        if k == P2P:
+            part = min(gap, dur[c])
+        elif k == GRAD or k == PARAM:
+            part = gap
+        else:
+            part = 0.0
+        exposed += part
+        bubble += gap - part
+    return exposed, bubble, prev_end
+
+
 def attribute(g: PipelineGraph, start: np.ndarray, finish: np.ndarray, crit: np.ndarray) -> dict[str, float]:
     """Split the step on the critical stage into compute, exposed communication and bubble."""
+    step = float(finish.max()) if len(finish) else 0.0
+    n_stages = int(g.stage.max()) + 1 if len(g.stage) else 1
+    ends = _stage_ends(g.stage, np.asarray(finish, np.float64), n_stages) if len(g.stage) else np.zeros(1)
+    s = int(np.argmax(ends))
+    mine = np.flatnonzero((g.stage == s) & ((g.kind == TASK) | (g.kind == OPT)))
+    compute = float(g.compute[mine].sum())
+    exposed = float((g.dur[mine] - g.compute[mine]).sum())
+    exposed, bubble, prev_end = _gaps(mine.astype(np.int64), np.asarray(start, np.float64), np.asarray(finish, np.float64),
+                                      np.asarray(crit, np.int64), np.asarray(g.kind, np.int8), np.asarray(g.dur, np.float64),
+                                      exposed)
+    exposed += step - prev_end                      # parameter gather after the optimizer, other stages
+    return {"step_time_s": step, "compute_time_s": compute, "exposed_comm_s": exposed, "bubble_s": bubble,
+            "critical_stage": s}
+
+
+def attribute_reference(g: PipelineGraph, start: np.ndarray, finish: np.ndarray, crit: np.ndarray) -> dict[str, float]:
+    """The plain-Python `attribute` (the specification of the numba one; tests/test_engine_fast.py)."""
     step = float(finish.max()) if len(finish) else 0.0
     ends = np.zeros(int(g.stage.max()) + 1 if len(g.stage) else 1)
     np.maximum.at(ends, g.stage, finish)

@@ -12,8 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
-from rapidllm.graph.schedules import stage_actions
+from rapidllm.graph.schedules import (
+    INTERLEAVED,
+    ONE_STAGE,
+    schedule_code,
+    stage_actions,
+    stage_actions_array,
+)
 
 TASK, P2P, GRAD, OPT, PARAM = 0, 1, 2, 3, 4
 KIND_NAMES = ("task", "p2p", "grad", "optimizer", "param_gather")
@@ -62,8 +69,12 @@ def _consumer(kind: str, s: int, c: int, i: int, pp: int, v: int) -> tuple[str, 
     return ("B", pp - 1, c - 1, i) if c > 0 else None
 
 
-def build_pipeline(x: PipelineInputs) -> PipelineGraph:
-    """Nodes in per-stage program order; cross-stage dependencies through the p2p nodes."""
+def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
+    """Nodes in per-stage program order; cross-stage dependencies through the p2p nodes.
+
+    The plain-Python builder (dicts and lists): the specification `build_pipeline` must match node for
+    node and dependency for dependency (tests/test_engine_fast.py). Kept for those tests.
+    """
     dur: list[float] = []
     comp: list[float] = []
     kind: list[int] = []
@@ -115,3 +126,158 @@ def build_pipeline(x: PipelineInputs) -> PipelineGraph:
     idx = np.fromiter((j for d in deps for j in d), np.int64, count=int(ptr[-1]))
     return PipelineGraph(np.asarray(dur, float), np.asarray(comp, float), np.asarray(kind, np.int8),
                          np.asarray(stage, np.int32), ptr, idx)
+
+
+@njit(cache=True)
+def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_bwd, buckets, bucket_s,
+                  optimizer_s, param_gather_s, n_pp_dims, n_dp_dims):
+    """`build_pipeline_reference` on plain arrays: same node numbering, same dependency lists and order.
+
+    A stage's channels of one kind (forward sends, backward sends, gradient queue) are always claimed
+    together for every network dimension, so one "last node" per kind stands for all of its keys; a node
+    lists that predecessor once per dimension, exactly as the dict-based builder does.
+    """
+    split = buckets if (buckets and bucket_s > 0) else 1
+    cap = pp * (4 * v * m + 2 * v * split + 2)
+    width = 1 + max(1, n_pp_dims, n_dp_dims)
+    dur = np.empty(cap)
+    comp = np.empty(cap)
+    kind = np.empty(cap, np.int8)
+    stage = np.empty(cap, np.int32)
+    deps = np.empty((cap, width), np.int64)
+    ndep = np.zeros(cap, np.int64)
+    entry = np.full((2, pp, v, m), -1, np.int64)
+    incoming = np.full((2, pp, v, m), -1, np.int64)
+    n = 0
+    for s in range(pp):
+        prev = -1
+        last_f = -1
+        last_b = -1
+        last_dp = -1
+        ad, ac, ai = stage_actions_array(code, pp, s, m, v)
+        for k in range(len(ad)):
+            a, c, i = ad[k], ac[k], ai[k]
+            fwd = a == 0
+            span = f_span[s, c] if fwd else b_span[s, c]
+            cpu = f_comp[s, c] if fwd else b_comp[s, c]
+            pieces = buckets if ((not fwd) and i == m - 1 and buckets != 0 and bucket_s > 0) else 1
+            first = -1
+            for _ in range(pieces):
+                dur[n] = span / pieces
+                comp[n] = cpu / pieces
+                kind[n] = TASK
+                stage[n] = s
+                if prev >= 0:
+                    deps[n, 0] = prev
+                    ndep[n] = 1
+                prev = n
+                n += 1
+                if first < 0:
+                    first = prev
+                if pieces > 1:
+                    dur[n] = bucket_s
+                    comp[n] = 0.0
+                    kind[n] = GRAD
+                    stage[n] = s
+                    deps[n, 0] = prev
+                    ndep[n] = 1
+                    if last_dp >= 0:
+                        for _d in range(n_dp_dims):
+                            deps[n, ndep[n]] = last_dp
+                            ndep[n] += 1
+                    if n_dp_dims > 0:
+                        last_dp = n
+                    n += 1
+            entry[a, s, c, i] = first
+            # the consumer of this action's output (see _consumer)
+            ns, nc = -1, -1
+            if fwd:
+                if s + 1 < pp:
+                    ns, nc = s + 1, c
+                elif c + 1 < v:
+                    ns, nc = 0, c + 1
+            else:
+                if s > 0:
+                    ns, nc = s - 1, c
+                elif c > 0:
+                    ns, nc = pp - 1, c - 1
+            if ns >= 0:
+                dur[n] = p2p_fwd[s] if fwd else p2p_bwd[s]
+                comp[n] = 0.0
+                kind[n] = P2P
+                stage[n] = s
+                deps[n, 0] = prev
+                ndep[n] = 1
+                last = last_f if fwd else last_b
+                if last >= 0:
+                    for _d in range(n_pp_dims):
+                        deps[n, ndep[n]] = last
+                        ndep[n] += 1
+                if n_pp_dims > 0:
+                    if fwd:
+                        last_f = n
+                    else:
+                        last_b = n
+                incoming[a, ns, nc, i] = n
+                n += 1
+        opt = n
+        dur[n] = optimizer_s[s]
+        comp[n] = optimizer_s[s]
+        kind[n] = OPT
+        stage[n] = s
+        deps[n, 0] = prev
+        ndep[n] = 1
+        if last_dp >= 0:
+            for _d in range(n_dp_dims):
+                deps[n, ndep[n]] = last_dp
+                ndep[n] += 1
+        n += 1
+        if param_gather_s > 0:
+            dur[n] = param_gather_s
+            comp[n] = 0.0
+            kind[n] = PARAM
+            stage[n] = s
+            deps[n, 0] = opt
+            ndep[n] = 1
+            if last_dp >= 0:
+                for _d in range(n_dp_dims):
+                    deps[n, ndep[n]] = last_dp
+                    ndep[n] += 1
+            n += 1
+    for a in range(2):
+        for s in range(pp):
+            for c in range(v):
+                for i in range(m):
+                    src = incoming[a, s, c, i]
+                    if src >= 0:
+                        e = entry[a, s, c, i]
+                        deps[e, ndep[e]] = src
+                        ndep[e] += 1
+    ptr = np.zeros(n + 1, np.int64)
+    for j in range(n):
+        ptr[j + 1] = ptr[j] + ndep[j]
+    idx = np.empty(ptr[n], np.int64)
+    for j in range(n):
+        for q in range(ndep[j]):
+            idx[ptr[j] + q] = deps[j, q]
+    return dur[:n].copy(), comp[:n].copy(), kind[:n].copy(), stage[:n].copy(), ptr, idx
+
+
+def build_pipeline(x: PipelineInputs) -> PipelineGraph:
+    """The pipeline DAG, built in numba (node for node what `build_pipeline_reference` builds).
+
+    Falls back to the reference builder for inputs outside the schedules' contract (interleaving with
+    m not divisible by pp), where micro-batch indices would leave the arrays.
+    """
+    code = schedule_code(x.schedule, x.pp, x.v)
+    f = lambda a: np.ascontiguousarray(a, dtype=np.float64)
+    shapes_ok = all(f(a).shape == (x.pp, x.v) for a in (x.f_span, x.f_compute, x.b_span, x.b_compute)) and \
+        all(f(a).ndim == 1 and len(a) >= x.pp for a in (x.p2p_fwd, x.p2p_bwd, x.optimizer_s))
+    if not shapes_ok or x.pp < 1 or x.v < 1 or x.m < 1 or (code == INTERLEAVED and x.m % x.pp) or \
+            (code == ONE_STAGE and x.v != 1):
+        return build_pipeline_reference(x)
+    dur, comp, kind, stage, ptr, idx = _build_arrays(
+        code, int(x.pp), int(x.v), int(x.m), f(x.f_span), f(x.f_compute), f(x.b_span), f(x.b_compute),
+        f(x.p2p_fwd), f(x.p2p_bwd), int(x.buckets), float(x.bucket_s), f(x.optimizer_s),
+        float(x.param_gather_s), len(x.pp_dims), len(x.dp_dims))
+    return PipelineGraph(dur, comp, kind, stage, ptr, idx)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
@@ -144,17 +145,52 @@ def operator_frame(case: Case) -> pd.DataFrame:
     return pd.DataFrame([(s, o.name, o.phase) for s, o in case_sections(case)], columns=["section", "name", "phase"])
 
 
-def _ops_of(ops: pd.DataFrame, section: str, phases: tuple[str, ...]) -> list[tuple[str, str]]:
+class OpsView:
+    """Row lookup of an operator table by section, built once per table (pandas masks cost ~1 ms each).
+
+    `ops_of` and `durations` return exactly what the boolean-mask selections of the table return, in
+    table order: names/phases, and time_s x count products (same elementwise numpy products).
+    """
+
+    def __init__(self, ops: pd.DataFrame) -> None:
+        self.frame = ops
+        self.names = ops["name"].tolist()
+        self.phases = ops["phase"].tolist()
+        self.sections: dict[str, list[int]] = {}
+        for i, sec in enumerate(ops["section"].tolist()):
+            self.sections.setdefault(sec, []).append(i)
+        self._durations: np.ndarray | None = None
+
+    def rows(self, section: str, phases: tuple[str, ...] | set[str]) -> list[int]:
+        return [i for i in self.sections.get(section, ()) if self.phases[i] in phases]
+
+    def ops_of(self, section: str, phases: tuple[str, ...]) -> list[tuple[str, str]]:
+        return [(self.names[i], self.phases[i]) for i in self.rows(section, phases)]
+
+    def durations(self, section: str, phases: tuple[str, ...] | set[str]) -> list[float]:
+        if self._durations is None:
+            self._durations = self.frame.time_s.to_numpy() * self.frame["count"].to_numpy()
+        return list(self._durations[self.rows(section, phases)])
+
+
+def ops_view(ops: pd.DataFrame | OpsView) -> OpsView:
+    return ops if isinstance(ops, OpsView) else OpsView(ops)
+
+
+def _ops_of(ops: pd.DataFrame | OpsView, section: str, phases: tuple[str, ...]) -> list[tuple[str, str]]:
+    if isinstance(ops, OpsView):
+        return ops.ops_of(section, phases)
     sel = ops[(ops.section == section) & ops.phase.isin(phases)]
     return list(zip(sel.name, sel.phase))
 
 
-def layer_templates(case: Case, ops: pd.DataFrame, prefix: str = "") -> list[Template]:
+def layer_templates(case: Case, ops: pd.DataFrame | OpsView, prefix: str = "") -> list[Template]:
     """Forward (and for training, recompute + backward) templates of each layer kind of a case."""
+    ops = ops_view(ops)
     out = []
     for kind in ("dense", "moe"):
         section = f"{prefix}layer_{kind}"
-        if not (ops.section == section).any():
+        if section not in ops.sections:
             continue
         tokens, moe = layer_tokens(case, prefix), kind == "moe"
         out.append(Template(section, "fwd", weave(_ops_of(ops, section, ("fwd",)), layer_rules(case, tokens, moe, False))))
@@ -171,21 +207,23 @@ def layer_templates(case: Case, ops: pd.DataFrame, prefix: str = "") -> list[Tem
     return out
 
 
-def extra_templates(case: Case, ops: pd.DataFrame) -> list[Template]:
+def extra_templates(case: Case, ops: pd.DataFrame | OpsView) -> list[Template]:
     """Embedding / LM-head work of the first and last stage, the optimizer step, the inference heads."""
+    ops = ops_view(ops)
     out = []
-    for section in sorted(set(ops.section)):
+    for section in sorted(ops.sections):
         if "layer_" in section:
             continue
-        phases = sorted(set(ops[ops.section == section].phase))
+        phases = sorted({ops.phases[i] for i in ops.sections[section]})
         for ph in phases:
             part = {"fwd": "extra_fwd", "bwd": "extra_bwd", "optimizer": "optimizer"}.get(ph, ph)
             out.append(Template(section, part, weave(_ops_of(ops, section, (ph,)), [])))
     return out
 
 
-def case_templates(case: Case, ops: pd.DataFrame) -> list[Template]:
+def case_templates(case: Case, ops: pd.DataFrame | OpsView) -> list[Template]:
     """All templates of a case: the compact graph the trace stage stores."""
+    ops = ops_view(ops)
     if case.training:
         return layer_templates(case, ops) + extra_templates(case, ops)
     out = []

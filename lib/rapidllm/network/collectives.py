@@ -54,17 +54,35 @@ def empty() -> Schedule:
 
 
 def concat(parts: list[Schedule]) -> Schedule:
-    """Independent schedules side by side (dependency ids shifted)."""
+    """Independent schedules side by side (dependency ids shifted). A single part is returned as is (so a
+    lazy RingSchedule keeps its fast path)."""
     parts = [p for p in parts if len(p)]
     if not parts:
         return empty()
-    offs = np.cumsum([0] + [len(p) for p in parts])
-    doffs = np.cumsum([0] + [len(p.dep_idx) for p in parts])
-    return Schedule(
-        np.concatenate([p.src for p in parts]), np.concatenate([p.dst for p in parts]),
-        np.concatenate([p.nbytes for p in parts]), np.concatenate([p.chunk for p in parts]),
-        np.concatenate([[0]] + [p.dep_ptr[1:] + doffs[k] for k, p in enumerate(parts)]).astype(np.int64),
-        np.concatenate([p.dep_idx + offs[k] for k, p in enumerate(parts)]).astype(np.int32))
+    if len(parts) == 1:
+        return parts[0]
+    n = sum(len(p) for p in parts)
+    nd = sum(len(p.dep_idx) for p in parts)
+    src = np.empty(n, np.int32)
+    dst = np.empty(n, np.int32)
+    nbytes = np.empty(n, np.float64)
+    chunk = np.empty(n, np.int32)
+    dep_ptr = np.empty(n + 1, np.int64)
+    dep_ptr[0] = 0
+    dep_idx = np.empty(nd, np.int32)
+    o = d = 0
+    for p in parts:
+        m, k = len(p), len(p.dep_idx)
+        src[o:o + m] = p.src
+        dst[o:o + m] = p.dst
+        nbytes[o:o + m] = p.nbytes
+        chunk[o:o + m] = p.chunk
+        dep_ptr[o + 1:o + m + 1] = p.dep_ptr[1:]
+        dep_ptr[o + 1:o + m + 1] += d
+        dep_idx[d:d + k] = p.dep_idx
+        dep_idx[d:d + k] += o
+        o, d = o + m, d + k
+    return Schedule(src, dst, nbytes, chunk, dep_ptr, dep_idx)
 
 
 def sequence(first: Schedule, second: Schedule) -> Schedule:
@@ -80,7 +98,8 @@ def sequence(first: Schedule, second: Schedule) -> Schedule:
     hi = np.searchsorted(fkey[order], uniq, side="right")
     bar_ptr = np.zeros(len(uniq) + 1, dtype=np.int64)
     bar_ptr[1:] = np.cumsum(hi - lo)
-    bar_idx = np.concatenate([order[a:b] for a, b in zip(lo, hi)] + [np.zeros(0, np.int64)]).astype(np.int32)
+    cnt = hi - lo                       # segments [lo, hi) are disjoint and ascending: gather them at once
+    bar_idx = order[np.arange(int(cnt.sum())) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)].astype(np.int32)
     bars = Schedule((uniq // k).astype(np.int32), (uniq // k).astype(np.int32), np.zeros(len(uniq)),
                     (uniq % k).astype(np.int32), bar_ptr, bar_idx - len(first))   # concat adds len(first)
     head = concat([first, bars])
@@ -98,32 +117,6 @@ def sequence(first: Schedule, second: Schedule) -> Schedule:
 def _chain_ids(n: int, steps: int, chunks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     c, t, p = np.meshgrid(np.arange(chunks), np.arange(steps), np.arange(n), indexing="ij")
     return c.ravel(), t.ravel(), p.ravel()
-
-
-@njit(cache=True)
-def _ring_arrays(g, steps, chunks, size):
-    n = len(g)
-    total = chunks * steps * n
-    src = np.empty(total, np.int32)
-    dst = np.empty(total, np.int32)
-    nbytes = np.full(total, size)
-    chunk = np.empty(total, np.int32)
-    dep_ptr = np.zeros(total + 1, np.int64)
-    dep_idx = np.empty(chunks * (steps - 1) * n, np.int32)
-    i = 0
-    k = 0
-    for c in range(chunks):
-        for t in range(steps):
-            for p in range(n):
-                src[i] = g[p]
-                dst[i] = g[(p + 1) % n]
-                chunk[i] = c
-                if t > 0:
-                    dep_idx[k] = i - n - p + (p + n - 1) % n
-                    k += 1
-                i += 1
-                dep_ptr[i] = k
-    return src, dst, nbytes, chunk, dep_ptr, dep_idx
 
 
 _FIELDS = ("src", "dst", "nbytes", "chunk", "dep_ptr", "dep_idx")
@@ -221,7 +214,7 @@ def _ring_dep_idx(n, steps, chunks):
         for t in range(1, steps):
             i = (c * steps + t) * n
             for p in range(n):
-                dep_idx[k] = i + p - n - p + (p + n - 1) % n
+                dep_idx[k] = i - n + (p + n - 1) % n
                 k += 1
     return dep_idx
 

@@ -36,6 +36,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from rapidllm.network.collectives import RingSchedule
+from rapidllm.network.routing import route_table
+
 
 @njit(cache=True)
 def _bits(x):
@@ -96,7 +99,7 @@ def _event_loop(ring, cap, init_k, init_t, hbits, pbits, n_pos,
     pmask = (1 << pbits) - 1
     # queue: arena halves, runs (time, cursor, end, free-list next), heap of runs (time, key, run)
     cap = max(cap, 1)
-    alen = 4 * cap + 4
+    alen = 2 * cap + 2 + min(2 * cap + 2, 1 << 20)   # >= 2 * cap + 2: a compaction frees >= cap + 2
     arena = np.empty((2, alen), np.int64)
     rt = np.empty(cap + 1, np.float64)
     rc = np.empty(cap + 1, np.int64)
@@ -271,6 +274,8 @@ def _event_loop(ring, cap, init_k, init_t, hbits, pbits, n_pos,
 def simulate_kernel(route_of, nbytes, release, dep_ptr, dep_idx, route_ptr, route_links, link_bw, link_lat):
     """Returns (finish time per transfer, busy seconds per link, number of link events)."""
     n = len(route_of)
+    if len(nbytes) != n or len(release) != n or len(dep_ptr) != n + 1:
+        raise ValueError("route_of, nbytes, release need one entry per transfer and dep_ptr one more")
     hbits = _bits(_hop_base(route_ptr))
     if n > 0 and _bits(n) + hbits > 62:
         raise ValueError("schedule too large for 64-bit event keys")
@@ -326,6 +331,8 @@ def ring_kernel(pos_route, steps, chunks, size_bytes, release, route_ptr, route_
     """
     n = len(pos_route)
     rows = chunks * steps
+    if len(release) != rows * n:
+        raise ValueError("release needs one entry per transfer")
     hbits = _bits(_hop_base(route_ptr))
     pbits = _bits(n)
     if _bits(rows + 1) + pbits + hbits > 62:
@@ -362,10 +369,9 @@ def simulate_schedule(router, sched, release: np.ndarray, link_bw: np.ndarray,
     arrays; everything else runs on `simulate_kernel`. `release` (one start time per transfer) is read,
     never copied or modified.
     """
-    from rapidllm.network.collectives import RingSchedule
-    from rapidllm.network.routing import route_table
-
     release = np.ascontiguousarray(release, dtype=np.float64)
+    if release.shape != (len(sched),):
+        raise ValueError(f"release has shape {release.shape}, the schedule has {len(sched)} transfers")
     if isinstance(sched, RingSchedule) and not sched.overridden:
         g = sched.group
         pos_route, ptr, links = route_table(router, g, np.roll(g, -1))

@@ -1,0 +1,61 @@
+"""Sweep throughput: configurations per second through `run_sweep` (expand + evaluate), and peak RSS.
+
+Run: NUMBA_CACHE_DIR=.cache/numba .venv/bin/python benchmarks/bench_sweep_1000.py [EXPERIMENT.yaml] [--repeat N]
+
+Default experiment: config/experiments/sweep-1000.yaml (1,472 combinations: 92 dp x tp x pp layouts of
+64-512 GPUs x 4 models x recompute x micro-batch on superpod-hdr). One case is evaluated first so numba's
+JIT (or its on-disk cache) is loaded outside the timing; then the in-process result caches are cleared so
+every repeat starts as a fresh sweep would. Each repeat times `run_sweep(exp, progress=False)` end to end
+(expansion included) and prints combinations/s (all rows) and evaluated configurations/s (rows that were
+priced, checked for memory and, if feasible, simulated). The median over repeats is the number to quote.
+Peak RSS is the process maximum (ru_maxrss). Results go to docs/performance.md by hand.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import time
+from pathlib import Path
+
+from rapidllm.engine.engine import clear_caches
+from rapidllm.pipeline.stages import evaluate_case, run_sweep
+from rapidllm.spec.case import resolve_case
+from rapidllm.spec.experiment import expand, load_experiment
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("experiment", nargs="?", default=str(ROOT / "config" / "experiments" / "sweep-1000.yaml"))
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    exp = load_experiment(args.experiment)
+    t0 = time.perf_counter()
+    rows = expand(exp)
+    t_expand = time.perf_counter() - t0
+    first = next(r for r in rows if r["status"] == "ok")
+    evaluate_case(resolve_case(json.loads(first["case_json"]), first["label"]))      # JIT warm-up
+    clear_caches()
+    walls = []
+    for _ in range(args.repeat):
+        clear_caches()
+        t0 = time.perf_counter()
+        df = run_sweep(exp, progress=False)
+        walls.append(time.perf_counter() - t0)
+    n = len(df)
+    evaluated = int((df.status != "invalid").sum())
+    simulated = int((df.status == "ok").sum())
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    wall = statistics.median(walls)
+    print(f"experiment {exp.name}: {n} combinations, {evaluated} valid ({simulated} feasible and simulated, "
+          f"{evaluated - simulated} infeasible), {n - evaluated} invalid; expand alone {t_expand:.2f} s")
+    print("run_sweep wall s: " + ", ".join(f"{w:.2f}" for w in walls) + f" (median {wall:.2f})")
+    print(f"throughput (median): {n / wall:.0f} combinations/s, {evaluated / wall:.0f} valid configurations/s, "
+          f"{simulated / wall:.0f} simulated/s; peak RSS {rss:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
