@@ -100,21 +100,25 @@ def test_reference_sets_load():
 
 
 def test_a100_ncu_accuracy():
-    """Paper: tile model 1.9 % vs roofline 6.1 % time-weighted. Target <= 5 %; we reach ~2.0 %."""
-    _, rep = validate_set("a100_ncu", "paper")
+    """Paper: tile model 1.9 % vs roofline 6.1 % time-weighted. Target <= 5 %; from the datasheet alone
+    (utilization 1.0) we reach 2.0 % (roofline 3.9 %)."""
+    _, rep = validate_set("a100_ncu", "datasheet")
     tile, roof = rep["bf16"]["tile"], rep["bf16"]["roofline"]
     assert tile.mape_time_weighted <= 0.025
     assert tile.mape_time_weighted < roof.mape_time_weighted and tile.mape < roof.mape
-    _, spec = validate_set("a100_ncu", "spec")       # the A100 result does not hinge on the constants
-    assert spec["bf16"]["tile"].mape_time_weighted <= 0.025
+    _, paper = validate_set("a100_ncu", "paper")     # the A100 result does not hinge on the constants
+    assert paper["bf16"]["tile"].mape_time_weighted <= 0.025
 
 
 def test_h100_xla_bf16_accuracy():
-    """Target <= 10 %. With the paper's H100 constants (compute 85 %, HBM 80 %): ~6.8 % plain, ~4.4 % weighted."""
-    _, rep = validate_set("h100_xla", "paper")
+    """Target <= 10 %. Datasheet alone: 9.6 % plain (10.5 % time-weighted, the large GEMMs reach ~80 % of
+    the 989 TFLOP/s peak); with the paper's constants (compute 85 %, HBM 80 %): 6.8 % plain, 4.4 % weighted."""
+    _, rep = validate_set("h100_xla", "datasheet")
     tile, roof = rep["bf16"]["tile"], rep["bf16"]["roofline"]
-    assert tile.mape <= 0.075 and tile.mape_time_weighted <= 0.05
+    assert tile.mape <= 0.10
     assert tile.mape < roof.mape and tile.mape_time_weighted < roof.mape_time_weighted
+    _, paper = validate_set("h100_xla", "paper")
+    assert paper["bf16"]["tile"].mape <= 0.075 and paper["bf16"]["tile"].mape_time_weighted <= 0.05
 
 
 def test_named_hardware_loads():
