@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from rapidllm.network.validation import MIN_BYTES, nccl_a100_rows
 from rapidllm.pipeline.stages import evaluate_case
 from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.experiment import expand
@@ -28,6 +29,9 @@ from rapidllm.spec.paths import project_root
 from rapidllm.validate.suites import Suite, load_suite
 
 CONSTANTS = ("compute", "hbm", "network")
+# Devices whose network constant is fitted on a measured collective table (nccl-tests) instead of the
+# end-to-end rows: that table isolates the network, where end-to-end rows mix it with everything else.
+COLLECTIVE_TABLES = {"a100-sxm4-80gb": nccl_a100_rows}
 BOUNDS = (0.3, 1.0)        # a utilization is a fraction of a datasheet peak
 
 
@@ -121,18 +125,38 @@ def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, lo: float, hi:
 
 
 def fit_constants(objective: Callable[[np.ndarray], float], grid: int = 5, bounds: tuple[float, float] = BOUNDS,
-                  iters: int = 120) -> tuple[np.ndarray, float]:
-    """Coarse grid (grid^3 points over the box), then Nelder-Mead from the best point. Deterministic."""
+                  iters: int = 120, dims: int = len(CONSTANTS)) -> tuple[np.ndarray, float]:
+    """Coarse grid (grid^dims points over the box), then Nelder-Mead from the best point. Deterministic."""
     lo, hi = bounds
     axis = np.linspace(lo, hi, grid)
     best_x, best_f = None, np.inf
-    for point in itertools.product(axis, repeat=len(CONSTANTS)):
+    for point in itertools.product(axis, repeat=dims):
         value = objective(np.array(point))
         if value < best_f - 1e-12:
             best_x, best_f = np.array(point), value
     step = (hi - lo) / max(grid - 1, 1) / 2
     x, value = nelder_mead(objective, best_x, lo, hi, step=step, iters=iters)
     return (x, value) if value <= best_f else (best_x, best_f)
+
+
+def collective_calibration_rows(rows: list) -> list:
+    """Declared calibration subset of a collective table: every 4th scored size (>= 1 MiB), i.e. 25 %."""
+    scored = [r for r in rows if r.nbytes >= MIN_BYTES]
+    return scored[::4]
+
+
+def fit_network_on_collectives(device: str, grid: int = 71) -> float | None:
+    """The network constant of a device with a measured collective table, fitted on that table's declared
+    calibration rows (the measurement that isolates it); None for devices without one."""
+    if device not in COLLECTIVE_TABLES:
+        return None
+    measure = COLLECTIVE_TABLES[device]
+    axis = np.linspace(BOUNDS[0], BOUNDS[1], grid)
+    errors = []
+    for u in axis:
+        rows = collective_calibration_rows(measure(utilization=float(u)))
+        errors.append(float(np.mean([abs(r.error) for r in rows])))
+    return float(axis[int(np.argmin(errors))])
 
 
 def hardware_file(device: str) -> Path:
@@ -160,7 +184,12 @@ def calibrate(suite_paths: list[Path], grid: int = 5, iters: int = 120, write: b
         measured = np.array([e.measured for e in entries])
         objective = mape_objective(lambda u, es=entries: predict_entries(es, u), measured)
         before = objective(np.array([1.0, 1.0, 1.0]))
-        u, value = fit_constants(objective, grid=grid, iters=iters)
+        network = fit_network_on_collectives(device)
+        if network is None:
+            u, value = fit_constants(objective, grid=grid, iters=iters)
+        else:   # network fixed by the collective table; compute and HBM from the end-to-end rows
+            u2, value = fit_constants(lambda x: objective(np.append(x, network)), grid=grid, iters=iters, dims=2)
+            u = np.append(u2, network)
         u = np.round(u, 3)
         value = objective(u)
         rows = len({(e.suite, e.row) for e in entries})
