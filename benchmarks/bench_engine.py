@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import time
 
@@ -50,7 +51,9 @@ def main() -> None:
         sim, flat = rec["network_events_simulated"], rec["network_events_flattened"]
         print(f"{row['label'][:40]:40s} {o:6.3f} {m:6.3f} {e:6.3f} {t:6.3f} {rec['graph_nodes']:7d} {sim:9.0f} "
               f"{flat:11.3g} {flat / max(sim, 1):8.0f}")
-    print(f"suite: {len(cases)} cases, {suite_total:.2f} s end to end (sum of per-case medians, cold caches)")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"suite: {len(cases)} cases, {suite_total:.2f} s end to end (sum of per-case medians, cold caches); "
+          f"peak RSS {rss:.0f} MiB")
 
 
 if __name__ == "__main__":
