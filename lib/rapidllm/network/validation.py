@@ -1,8 +1,9 @@
 """Network simulator vs nccl-tests all-reduce on one 8x A100 NVSwitch node.
 
 The network is the named `dgx-a100` (one switch dimension, 300 GB/s per direction, its own latency);
-one utilization constant scales every link: NCCL on NVSwitch saturates at ~235 GB/s bus bandwidth of the
-300 GB/s NVLink3 datasheet figure (the 4-16 GiB rows), so A100_NVLINK_UTILIZATION = 0.78 for every row.
+one utilization constant scales every link: the A100's frozen network constant from
+config/hardware/a100-sxm4-80gb.yaml, which `rapidllm calibrate` fits on this table's declared calibration
+rows (every 4th size >= 1 MiB, see validate/calibrate.py); the other rows are held out.
 """
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ import numpy as np
 
 from rapidllm.network.api import DEFAULT_CHUNKS, simulate_collective
 from rapidllm.network.topology import build_topology
+from rapidllm.spec.hardware import HardwareSpec
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import NetworkSpec
 
-A100_NVLINK_UTILIZATION = 0.78
 REFERENCE = Path(__file__).resolve().parents[3] / "validation" / "references" / "collectives_nccl_a100_node.csv"
 MIN_BYTES = 1 << 20
 
@@ -36,8 +37,14 @@ class Row:
         return (self.predicted_s - self.measured_s) / self.measured_s
 
 
-def nccl_a100_rows(path: Path = REFERENCE, network: str | dict = "dgx-a100",
-                   utilization: float = A100_NVLINK_UTILIZATION, chunks: int = DEFAULT_CHUNKS,
+def a100_network_utilization() -> float:
+    """The frozen network constant of config/hardware/a100-sxm4-80gb.yaml."""
+    mapping, where = resolve_named("hardware", "a100-sxm4-80gb", "network.validation", "hardware")
+    return HardwareSpec.from_mapping(mapping, where).utilization.network
+
+
+def nccl_a100_rows(utilization: float, path: Path = REFERENCE, network: str | dict = "dgx-a100",
+                   chunks: int = DEFAULT_CHUNKS,
                    algorithm: str = "ring") -> list[Row]:
     """Predicted vs measured all-reduce time for every row of the reference table."""
     mapping, where = resolve_named("network", network, str(path), "network")
@@ -62,7 +69,7 @@ def mape(rows: list[Row], min_bytes: int = MIN_BYTES) -> float:
 
 
 def main() -> None:
-    rows = nccl_a100_rows()
+    rows = nccl_a100_rows(a100_network_utilization())
     print(f"{'bytes':>12} {'meas_us':>10} {'pred_us':>10} {'err_%':>7} {'meas_busbw':>10} {'pred_busbw':>10}")
     for r in rows:
         print(f"{r.nbytes:>12} {r.measured_s * 1e6:>10.1f} {r.predicted_s * 1e6:>10.1f} {100 * r.error:>7.1f} "

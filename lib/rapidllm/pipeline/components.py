@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from rapidllm.network.validation import MIN_BYTES, nccl_a100_rows
+from rapidllm.network.validation import MIN_BYTES, a100_network_utilization, nccl_a100_rows
 from rapidllm.pipeline.io import write_table
-from rapidllm.spec.named import resolve_named
-from rapidllm.spec.hardware import HardwareSpec
+from rapidllm.validate.calibrate import collective_calibration_rows
 from rapidllm.validate import kernels
 from rapidllm.validate.memory import validate_mpt, validate_nanotron
 
@@ -32,11 +31,12 @@ def run_gemm_validation(rows_out: str | Path, errors_out: str | Path) -> pd.Data
 
 def run_collective_validation(rows_out: str | Path) -> pd.DataFrame:
     """nccl-tests all-reduce on 8x A100 NVSwitch vs the link-queue simulator at the A100's network constant."""
-    mapping, where = resolve_named("hardware", "a100-sxm4-80gb", "collectives", "hardware")
-    util = HardwareSpec.from_mapping(mapping, where).utilization.network
+    util = a100_network_utilization()
+    calibration = {r.nbytes for r in collective_calibration_rows(nccl_a100_rows(util))}
     rows = pd.DataFrame([{"bytes": r.nbytes, "measured_s": r.measured_s, "predicted_s": r.predicted_s,
                           "measured_busbw": r.measured_busbw, "predicted_busbw": r.predicted_busbw,
-                          "error_pct": 100.0 * r.error, "scored": r.nbytes >= MIN_BYTES}
+                          "error_pct": 100.0 * r.error, "scored": r.nbytes >= MIN_BYTES,
+                          "calibration": r.nbytes in calibration}
                          for r in nccl_a100_rows(utilization=util)])
     write_table(rows, rows_out)
     return rows
