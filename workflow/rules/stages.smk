@@ -36,8 +36,6 @@ rule price:
         # measured per shard job: 1-2 s CPU (mostly start-up), 200-262 MB peak RSS (docs/hpc.md)
         mem_mb=lambda w, attempt: 1000 * attempt,
         runtime=lambda w, attempt: attempt * max(10, STUDIES[w.exp][1].shard_size // 60),
-    group:
-        "shard"
     conda:
         "../../environment.yml"
     script:
@@ -57,8 +55,6 @@ rule memory:
         # measured per shard job: 1-2 s CPU (mostly start-up), 200-262 MB peak RSS (docs/hpc.md)
         mem_mb=lambda w, attempt: 1000 * attempt,
         runtime=lambda w, attempt: attempt * max(10, STUDIES[w.exp][1].shard_size // 60),
-    group:
-        "shard"
     conda:
         "../../environment.yml"
     script:
@@ -79,8 +75,6 @@ rule trace:
         # measured per shard job: 1-2 s CPU (mostly start-up), 200-262 MB peak RSS (docs/hpc.md)
         mem_mb=lambda w, attempt: 1000 * attempt,
         runtime=lambda w, attempt: attempt * max(10, STUDIES[w.exp][1].shard_size // 60),
-    group:
-        "shard"
     conda:
         "../../environment.yml"
     script:
@@ -103,8 +97,6 @@ rule simulate:
         # measured per shard job: 1-2 s CPU (mostly start-up), 200-262 MB peak RSS (docs/hpc.md)
         mem_mb=lambda w, attempt: 1000 * attempt,
         runtime=lambda w, attempt: attempt * max(10, STUDIES[w.exp][1].shard_size // 60),
-    group:
-        "shard"
     conda:
         "../../environment.yml"
     script:

@@ -14,8 +14,6 @@ rule validate:
         # measured: 1-2 s CPU, 117-195 MB peak RSS (docs/hpc.md)
         mem_mb=lambda w, attempt: 500 * attempt,
         runtime=lambda w, attempt: 10 * attempt,
-    group:
-        "report"
     conda:
         "../../environment.yml"
     script:
@@ -35,8 +33,6 @@ rule errors:
         # measured: 1-2 s CPU, 117-195 MB peak RSS (docs/hpc.md)
         mem_mb=lambda w, attempt: 500 * attempt,
         runtime=lambda w, attempt: 10 * attempt,
-    group:
-        "report"
     conda:
         "../../environment.yml"
     script:
@@ -58,8 +54,6 @@ rule figure_suite:
         # measured: 1-2 s CPU, 117-195 MB peak RSS (docs/hpc.md)
         mem_mb=lambda w, attempt: 500 * attempt,
         runtime=lambda w, attempt: 10 * attempt,
-    group:
-        "report"
     conda:
         "../../environment.yml"
     script:
