@@ -11,6 +11,8 @@ per device, documented in config/hardware). The reported stage is the one with t
 """
 from __future__ import annotations
 
+from numba import njit
+
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.liveness import LayerLiveness, forward_working_set, layer_liveness
 from rapidllm.memory.state import FRAMEWORKS, ZERO_PAPER, Conventions, stage_layer_counts, stage_params, state_bytes
@@ -71,7 +73,92 @@ def schedule_actions(schedule: str, pp: int, stage: int, m: int, v: int = 1) -> 
 
 def activation_peak(case: Case, stage: int, layer: LayerLiveness, head: LayerLiveness,
                     layers: int) -> float:
-    """Walk the stage's schedule: forwards add stored activations, backwards free them."""
+    """Walk the stage's schedule: forwards add stored activations, backwards free them.
+
+    The walk runs in numba (`_walk_peak`) over the same action order as `schedule_actions`, with the
+    same floating-point operations in the same order, so the result equals `activation_peak_reference`.
+    """
+    p, w = case.parallelism, case.workload
+    assert isinstance(w, TrainingWorkload)
+    last = stage == p.pp - 1
+    v = p.virtual_stages if p.schedule == "interleaved" and p.pp > 1 else 1
+    chunk_layers = layers / v
+    per_chunk = chunk_layers * layer.stored
+    head_stored = head.stored if last else 0.0
+    fwd_extra = max(layer.forward_peak, head.forward_peak if last else 0.0)
+    bwd_extra = max(layer.backward_peak, head.backward_peak if last else 0.0)
+    if p.recompute == "full":
+        per_chunk = chunk_layers * layer.input_bytes
+    mode = 0 if p.pp == 1 else (1 if p.schedule == "gpipe" else 2)
+    return float(_walk_peak(mode, p.pp, stage, max(w.microbatches(p.dp), 1), v, last, float(per_chunk),
+                            float(head_stored), float(fwd_extra), float(bwd_extra)))
+
+
+@njit(cache=True)
+def _walk_peak(mode: int, pp: int, stage: int, m: int, v: int, last: bool, per_chunk: float,
+               head_stored: float, fwd_extra: float, bwd_extra: float) -> float:
+    """`activation_peak_reference`'s loop over `schedule_actions` (mode 0: pp == 1, 1: gpipe, 2: 1F1B /
+    interleaved); `max` is spelled as "replace only when strictly greater", as Python's builtin does."""
+    held = 0.0
+    peak = 0.0
+    if mode == 0 or mode == 1:
+        total = m
+        for j in range(2 * m):
+            if mode == 0:
+                is_f = j % 2 == 0
+                i = j // 2
+            else:
+                is_f = j < m
+                i = j if j < m else j - m
+            extra = head_stored if (last and (i % v == v - 1)) else 0.0
+            if is_f:
+                cand = held + fwd_extra
+                if cand > peak:
+                    peak = cand
+                held += per_chunk + extra
+            else:
+                cand = held + bwd_extra
+                if cand > peak:
+                    peak = cand
+                held -= per_chunk + extra
+    else:
+        total = m * v
+        if v > 1:
+            warm = (pp - stage - 1) * 2 + (v - 1) * pp
+        else:
+            warm = pp - stage - 1
+        if warm > total:
+            warm = total
+        for i in range(warm):
+            extra = head_stored if (last and (i % v == v - 1)) else 0.0
+            cand = held + fwd_extra
+            if cand > peak:
+                peak = cand
+            held += per_chunk + extra
+        f = warm
+        b = 0
+        while b < total:
+            if f < total:
+                extra = head_stored if (last and (f % v == v - 1)) else 0.0
+                cand = held + fwd_extra
+                if cand > peak:
+                    peak = cand
+                held += per_chunk + extra
+                f += 1
+            extra = head_stored if (last and (b % v == v - 1)) else 0.0
+            cand = held + bwd_extra
+            if cand > peak:
+                peak = cand
+            held -= per_chunk + extra
+            b += 1
+    if held > peak:
+        peak = held
+    return peak
+
+
+def activation_peak_reference(case: Case, stage: int, layer: LayerLiveness, head: LayerLiveness,
+                    layers: int) -> float:
+    """The Python walk `activation_peak` reproduces bit for bit (kept for tests/test_sweep_speed_equivalence.py)."""
     p, w = case.parallelism, case.workload
     assert isinstance(w, TrainingWorkload)
     last = stage == p.pp - 1

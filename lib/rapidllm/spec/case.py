@@ -7,6 +7,7 @@ size the network cannot hold, ...) are errors here, so every later stage can tru
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -87,13 +88,37 @@ class Case:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    @property
+    @functools.cached_property
     def case_id(self) -> str:
-        """Stable hash of the fully resolved case (name excluded: it is a label, not physics)."""
+        """Stable hash of the fully resolved case (name excluded: it is a label, not physics).
+
+        Hashes the same JSON text as `case_id_reference` (`dataclasses.asdict`), built without asdict's
+        deep copies; computed once per Case (the case is frozen).
+        """
+        d = _plain(self)
+        d.pop("name")
+        blob = json.dumps(d, sort_keys=True, default=list, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def case_id_reference(self) -> str:
+        """`case_id` through `dataclasses.asdict` (the original definition, kept for tests)."""
         d = self.to_dict()
         d.pop("name")
         blob = json.dumps(d, sort_keys=True, default=list, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _plain(obj: Any) -> Any:
+    """What `dataclasses.asdict` gives as far as `json.dumps` can tell: dataclasses become dicts of their
+    fields, lists and tuples lists (JSON writes both as arrays), dicts are converted key and value; other
+    values are returned as they are (asdict deep-copies them, which JSON cannot see)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {_plain(k): _plain(v) for k, v in obj.items()}
+    return obj
 
 
 def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str) -> None:
@@ -134,9 +159,9 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
 def resolve_case(mapping: Any, source: str) -> Case:
     """Validate a case mapping against workflow/schemas/case and resolve names into specs."""
     validate(mapping, "case", source)
-    model_m, model_src = resolve_named("model", mapping["model"], source, "model")
-    hw_m, hw_src = resolve_named("hardware", mapping["hardware"], source, "hardware")
-    net_m, net_src = resolve_named("network", mapping["network"], source, "network")
+    model_m, model_src = resolve_named("model", mapping["model"], source, "model", copy_named=False)
+    hw_m, hw_src = resolve_named("hardware", mapping["hardware"], source, "hardware", copy_named=False)
+    net_m, net_src = resolve_named("network", mapping["network"], source, "network", copy_named=False)
     model = ModelSpec.from_mapping(model_m, model_src)
     hardware = HardwareSpec.from_mapping(hw_m, hw_src)
     if "clock" in mapping:

@@ -12,25 +12,48 @@ from typing import Any
 
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.paths import config_dir, display, known_names
-from rapidllm.spec.schema import load_yaml, validate
+from rapidllm.spec.schema import _validator, load_yaml, validate
 
 
-def resolve_named(kind: str, value: Any, source: str, key: str) -> tuple[dict, str]:
-    """Return (validated mapping, where it came from) for a name or an inline mapping."""
+def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool = True) -> tuple[dict, str]:
+    """Return (validated mapping, where it came from) for a name or an inline mapping.
+
+    copy_named=False returns a named spec's cached mapping itself (for callers that only read it, such
+    as `resolve_case`); by default callers get their own deep copy. An inline mapping equal (same repr)
+    to one already validated against the same schema is not validated again.
+    """
     if isinstance(value, str):
         path = config_dir(kind) / f"{value}.yaml"
         if not path.exists():
             names = known_names(kind)
             raise SpecError.at(source, key, f"unknown {kind} {value!r}; known: {', '.join(names)}")
         mapping, where = _load_named(kind, value, path, path.stat().st_mtime_ns)
-        return copy.deepcopy(mapping), where
+        return (copy.deepcopy(mapping) if copy_named else mapping), where
     elif isinstance(value, dict):
         mapping, where = dict(value), f"{source}: {key}"
         mapping.setdefault("name", f"inline-{kind}")
     else:
         raise SpecError.at(source, key, f"{value!r} is neither a {kind} name nor a mapping")
-    validate(mapping, kind, where)
+    _validate_inline(mapping, kind, where)
     return mapping, where
+
+
+_VALIDATED: dict[tuple[str, str], Any] = {}
+_VALIDATED_LIMIT = 4096
+
+
+def _validate_inline(mapping: dict, kind: str, where: str) -> None:
+    """`validate`, skipped for a mapping whose repr already passed the same validator (sweep rows carry
+    the same inlined specs thousands of times). The validator object is part of the check, so clearing
+    schema._validator's cache (a different schema directory) validates again."""
+    validator = _validator(kind)
+    key = (kind, repr(mapping))
+    if _VALIDATED.get(key) is validator:
+        return
+    validate(mapping, kind, where)
+    if len(_VALIDATED) >= _VALIDATED_LIMIT:
+        _VALIDATED.clear()
+    _VALIDATED[key] = validator
 
 
 @functools.lru_cache(maxsize=256)

@@ -5,6 +5,7 @@ install and a checkout behave the same.
 """
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -12,9 +13,21 @@ KINDS = {"model": "models", "hardware": "hardware", "network": "networks", "expe
 
 
 def project_root() -> Path:
+    """The project root; resolved once per RAPIDLLM_ROOT value (and working directory, for a relative
+    value): `Path.resolve()` on every call cost sweeps seconds."""
     env = os.environ.get("RAPIDLLM_ROOT")
     if env:
-        return Path(env).resolve()
+        return _resolved(env, "" if os.path.isabs(env) else os.getcwd())
+    return _package_root()
+
+
+@functools.lru_cache(maxsize=64)
+def _resolved(env: str, cwd: str) -> Path:
+    return Path(env).resolve()
+
+
+@functools.lru_cache(maxsize=1)
+def _package_root() -> Path:
     return Path(__file__).resolve().parents[3]
 
 

@@ -1,0 +1,99 @@
+"""The sweep fast paths (issue 7, item 7) return exactly what the plain paths return.
+
+Each cache or compiled loop added for sweep throughput is compared with the code it replaced: the numba
+activation walk with the Python schedule walk, the cached GEMM/attention prices with fresh ones, the
+direct case hash with the `dataclasses.asdict` one, and cached spec resolution with a fresh one.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from rapidllm.memory.liveness import LayerLiveness
+from rapidllm.memory.model import activation_peak, activation_peak_reference
+from rapidllm.spec.case import TrainingWorkload
+
+
+@pytest.mark.parametrize("schedule,pp,v", [("1f1b", 1, 1), ("gpipe", 1, 1), ("gpipe", 4, 1), ("1f1b", 4, 1),
+                                           ("1f1b", 8, 1), ("interleaved", 4, 2), ("interleaved", 8, 3),
+                                           ("interleaved", 1, 2)])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_activation_walk_equals_python_walk(schedule, pp, v, recompute) -> None:
+    rng = random.Random(hash((schedule, pp, v, recompute)) & 0xFFFF)
+    for global_batch, dp, mb in itertools.product((1, 3, 8, 24, 64), (1, 2), (1, 2)):
+        if global_batch % (dp * mb):
+            continue
+        par = SimpleNamespace(pp=pp, dp=dp, schedule=schedule, virtual_stages=v, recompute=recompute)
+        case = SimpleNamespace(parallelism=par, workload=TrainingWorkload(2048, global_batch, mb))
+        layer = LayerLiveness(*(rng.uniform(1e6, 1e9) for _ in range(4)))
+        head = LayerLiveness(*(rng.choice([0.0, rng.uniform(1e6, 1e10)]) for _ in range(4)))
+        for stage in range(pp):
+            layers = rng.choice([1, 2, 3, 7, 12])
+            assert activation_peak(case, stage, layer, head, layers) == \
+                activation_peak_reference(case, stage, layer, head, layers)
+
+
+def _sweep_cases(n: int = 120) -> list:
+    from rapidllm.pipeline.stages import expand_with_cases
+    from rapidllm.spec.experiment import load_experiment
+    from rapidllm.spec.paths import config_dir
+
+    exp = load_experiment(config_dir("experiment") / "sweep-1000.yaml")
+    cases = [c for _, c in expand_with_cases(exp) if c is not None]
+    return random.Random(7).sample(cases, n)
+
+
+def test_case_id_equals_asdict_hash(gpt_case) -> None:
+    from rapidllm.spec.case import resolve_case
+
+    cases = _sweep_cases() + [resolve_case(gpt_case, "test")]
+    for c in cases:
+        assert c.case_id == c.case_id_reference()
+
+
+def test_cached_operator_prices_equal_fresh_ones() -> None:
+    import numpy as np
+    import pandas as pd
+
+    from rapidllm.ops import price
+
+    cases = _sweep_cases(60)
+    warm = [price.price_case(c) for c in cases]           # shapes shared across cases come from the cache
+    for c, got in zip(cases, warm):
+        price._GEMM_TIMES.clear()
+        pairs = price.case_sections(c)
+        ops = [o for _, o in pairs]
+        gi = [i for i, o in enumerate(ops) if o.kind == "gemm"]
+        shapes = np.array([ops[i].gemm for i in gi], dtype=np.int64)
+        fresh = price.price_gemms(c.hardware, shapes[:, 0], shapes[:, 1], shapes[:, 2], shapes[:, 3], c.precision)
+        assert np.array_equal(got["time_s"].to_numpy()[gi], fresh.time_s)
+        rows = [(s, o.name, o.kind, o.phase, o.count, o.flops, o.bytes, o.out_bytes,
+                 *(o.gemm if o.gemm else (0, 0, 0, 0)), float(t)) for (s, o), t in zip(pairs, got["time_s"])]
+        ref = pd.DataFrame(rows, columns=price.OPERATOR_COLUMNS)
+        assert got.equals(ref) and list(got.dtypes) == list(ref.dtypes)
+
+
+def test_inline_validation_cache_still_rejects_bad_specs() -> None:
+    from rapidllm.spec.errors import SpecError
+    from rapidllm.spec.named import resolve_named
+
+    good, _ = resolve_named("hardware", "a100-sxm4-80gb", "test", "hardware")
+    resolve_named("hardware", good, "test", "hardware")
+    resolve_named("hardware", good, "test", "hardware")          # cached
+    bad = {**good, "hbm_bandwidth": "3.35 TB"}
+    for _ in range(2):
+        with pytest.raises(SpecError):
+            resolve_named("hardware", bad, "test", "hardware")
+
+
+def test_project_root_follows_env(tmp_path, monkeypatch) -> None:
+    from rapidllm.spec.paths import project_root
+
+    default = project_root()
+    monkeypatch.setenv("RAPIDLLM_ROOT", str(tmp_path))
+    assert project_root() == tmp_path.resolve()
+    monkeypatch.delenv("RAPIDLLM_ROOT")
+    assert project_root() == default
