@@ -1,5 +1,4 @@
 """Event engine against closed forms: one-stage sums, pipeline bubbles, overlap, homogeneity reuse."""
-import dataclasses
 
 import numpy as np
 import pytest
@@ -66,7 +65,7 @@ def test_homogeneous_reuse_equals_flattened_per_stage(gpt_case) -> None:
     case = resolve_case({**gpt_case, "parallelism": {"tp": 8, "pp": 4, "dp": 2, "sp": True},
                          "workload": {**gpt_case["workload"], "global_batch": 16}}, "x")
     ops = price_case(case)
-    homogeneous = predict_training(case, ops)
+    predict_training(case, ops)
     cost = CommCost(case)
     cost.symmetric = False                   # per-stage templates and per-boundary collectives
     templates = case_templates(case, ops)

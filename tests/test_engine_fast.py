@@ -149,8 +149,7 @@ def test_ops_view_matches_pandas_selections(gpt_case) -> None:
 def test_sweep_expansion_equals_expand(gpt_case) -> None:
     import json
 
-    from rapidllm.pipeline.stages import expand_with_cases
-    from rapidllm.spec.experiment import Experiment, expand, load_experiment
+    from rapidllm.spec.experiment import Experiment, expand, expand_with_cases, load_experiment
     from rapidllm.spec.paths import config_dir
     inline = Experiment("inline", "test", {**gpt_case, "workload": {**gpt_case["workload"], "global_batch": 16}},
                         {"parallelism.recompute": ["selective", "full"]},

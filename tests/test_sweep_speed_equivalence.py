@@ -37,7 +37,7 @@ def test_activation_walk_equals_python_walk(schedule, pp, v, recompute) -> None:
 
 
 def _sweep_cases(n: int = 120) -> list:
-    from rapidllm.pipeline.stages import expand_with_cases
+    from rapidllm.spec.experiment import expand_with_cases
     from rapidllm.spec.experiment import load_experiment
     from rapidllm.spec.paths import config_dir
 

@@ -1,7 +1,6 @@
 """The pipeline stages of DESIGN §2 as functions of paths: expand, price, memory, trace, simulate, collect."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -14,15 +13,7 @@ from rapidllm.graph.templates import case_templates, operator_frame
 from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import OPERATOR_COLUMNS, price_case
 from rapidllm.pipeline.io import shard_cases, write_table
-from rapidllm.spec.case import Case, resolve_case
-from rapidllm.spec.errors import SpecError
-from rapidllm.spec.experiment import (
-    Experiment,
-    expand,
-    flat_columns,
-    inline_names,
-    raw_cases,
-)
+from rapidllm.spec.experiment import Experiment, expand, expand_with_cases
 
 MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "framework", "capacity")
 
@@ -108,30 +99,6 @@ def run_collect(cases: str | Path, sims: list[str], out_parquet: str | Path, out
     write_table(base, out_parquet)
     write_table(base, out_csv)
     return base
-
-
-def expand_with_cases(exp: Experiment) -> list[tuple[dict, Case | None]]:
-    """`expand(exp)`'s rows, each with the Case it resolved to (None for invalid rows).
-
-    Mirrors `spec.experiment.expand` step for step (tests/test_engine_fast.py checks the rows are equal)
-    so a sweep resolves each case once instead of twice (expand, then again from `case_json`).
-    """
-    out: list[tuple[dict, Case | None]] = []
-    for index, (label, raw) in enumerate(raw_cases(exp)):
-        row: dict = {"experiment": exp.name, "index": index, "label": label, "shard": index // exp.shard_size}
-        row.update({f"meta_{k}": v for k, v in raw["meta"].items()})
-        case = None
-        try:
-            case = resolve_case(raw["case"], f"{exp.source} case {index} ({label})")
-            inlined = inline_names(raw["case"], exp.source)
-            row.update(case_id=case.case_id, status="ok", reason="", case_json=json.dumps(inlined, sort_keys=True))
-            row.update(flat_columns(case))
-        except SpecError as err:
-            case = None
-            row.update(case_id="", status="invalid", reason=str(err),
-                       case_json=json.dumps(raw["case"], sort_keys=True, default=str))
-        out.append((row, case))
-    return out
 
 
 def run_sweep(exp: Experiment, progress: bool = True, engine: str = "event") -> pd.DataFrame:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from rapidllm.spec.case import resolve_case
+from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.paths import config_dir, display, project_root
@@ -123,22 +123,31 @@ def referenced_spec_files(exp: Experiment) -> list[str]:
     return sorted(files)
 
 
-def expand(exp: Experiment) -> list[dict]:
-    """One record per combination: case_id, status, reason, the inlined case JSON and flat columns."""
-    rows = []
+def expand_with_cases(exp: Experiment) -> list[tuple[dict, Case | None]]:
+    """One record per combination (case_id, status, reason, the inlined case JSON and flat columns), each
+    with the Case it resolved to (None for invalid rows), so a sweep resolves every case once."""
+    out: list[tuple[dict, Case | None]] = []
     for index, (label, raw) in enumerate(raw_cases(exp)):
         row: dict[str, Any] = {"experiment": exp.name, "index": index, "label": label,
                                "shard": index // exp.shard_size}
         row.update({f"meta_{k}": v for k, v in raw["meta"].items()})
+        case = None
         try:
             case = resolve_case(raw["case"], f"{exp.source} case {index} ({label})")
             inlined = inline_names(raw["case"], exp.source)
             row.update(case_id=case.case_id, status="ok", reason="", case_json=json.dumps(inlined, sort_keys=True))
             row.update(flat_columns(case))
         except SpecError as err:
-            row.update(case_id="", status="invalid", reason=str(err), case_json=json.dumps(raw["case"], sort_keys=True, default=str))
-        rows.append(row)
-    return rows
+            case = None
+            row.update(case_id="", status="invalid", reason=str(err),
+                       case_json=json.dumps(raw["case"], sort_keys=True, default=str))
+        out.append((row, case))
+    return out
+
+
+def expand(exp: Experiment) -> list[dict]:
+    """The rows of `expand_with_cases`, without the resolved cases."""
+    return [row for row, _ in expand_with_cases(exp)]
 
 
 def flat_columns(case: Any) -> dict[str, Any]:
