@@ -1,5 +1,8 @@
 # rapidllm pipeline (DESIGN §2): `snakemake --cores all` reproduces every table and figure.
 # Stages are pure functions of their inputs; library modules each stage imports are declared inputs.
+import re
+
+
 configfile: "config/config.yaml"
 
 
@@ -12,8 +15,8 @@ include: "workflow/rules/components.smk"
 
 wildcard_constraints:
     shard=r"\d+",
-    exp=r"[a-z0-9_\-\.]+",
-    suite=r"[a-z0-9_\-]+",
+    exp="|".join(re.escape(name) for name in STUDIES),
+    suite="|".join(re.escape(name) for name in config["suites"]),
 
 
 rule all:
