@@ -102,24 +102,6 @@ class CommCost:
                 out += [tuple(g) for g in members.tolist()]
         return out
 
-    def groups_reference(self, axis: str, stage: int = -1) -> list[tuple[int, ...]]:
-        """`groups` rank by rank through RankMapping.group_ranks (the definition; tests compare)."""
-        m, p = self.mapping, self.case.parallelism
-        stages = range(p.pp) if stage < 0 else [stage]
-        stride = m.stride("pp")
-        out = []
-        for s in stages:
-            ranks = range(s * stride, (s + 1) * stride) if m.order[-1] == "pp" else \
-                [r for r in range(m.world) if m.parallel_coords(r)["pp"] == s]
-            if axis == "pp":
-                out += [(r, r + stride) for r in ranks if s + 1 < p.pp]
-            elif axis == "ep":
-                ranks = sorted(ranks)
-                out += [tuple(ranks[i:i + p.ep]) for i in range(0, len(ranks), p.ep)]
-            else:
-                out += sorted({tuple(m.group_ranks(axis, r)) for r in ranks})
-        return out
-
     def _contending(self, groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
         """The groups that can share links with the first one (all of them when faults break symmetry)."""
         if not self.symmetric or len(groups) < 2:

@@ -100,32 +100,6 @@ def attribute(g: PipelineGraph, start: np.ndarray, finish: np.ndarray, crit: np.
             "critical_stage": s}
 
 
-def attribute_reference(g: PipelineGraph, start: np.ndarray, finish: np.ndarray, crit: np.ndarray) -> dict[str, float]:
-    """The plain-Python `attribute` (the specification of the numba one; tests/test_engine_fast.py)."""
-    step = float(finish.max()) if len(finish) else 0.0
-    ends = np.zeros(int(g.stage.max()) + 1 if len(g.stage) else 1)
-    np.maximum.at(ends, g.stage, finish)
-    s = int(np.argmax(ends))
-    mine = np.flatnonzero((g.stage == s) & ((g.kind == TASK) | (g.kind == OPT)))
-    compute = float(g.compute[mine].sum())
-    exposed = float((g.dur[mine] - g.compute[mine]).sum())
-    bubble = 0.0
-    prev_end = 0.0
-    for i in mine:
-        gap = float(start[i]) - prev_end
-        prev_end = float(finish[i])
-        if gap <= 0:
-            continue
-        c = int(crit[i])
-        k = g.kind[c] if c >= 0 else TASK
-        part = min(gap, float(g.dur[c])) if k == P2P else (gap if k in (GRAD, PARAM) else 0.0)
-        exposed += part
-        bubble += gap - part
-    exposed += step - prev_end                      # parameter gather after the optimizer, other stages
-    return {"step_time_s": step, "compute_time_s": compute, "exposed_comm_s": exposed, "bubble_s": bubble,
-            "critical_stage": s}
-
-
 def predict_training(case: Case, ops: pd.DataFrame, overlap: bool = True, templates: list[Template] | None = None) -> dict:
     cost = CommCost(case)
     plan = training_plan(case, ops, cost, overlap, templates)

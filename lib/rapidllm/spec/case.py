@@ -100,13 +100,6 @@ class Case:
         blob = json.dumps(d, sort_keys=True, default=list, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    def case_id_reference(self) -> str:
-        """`case_id` through `dataclasses.asdict` (the original definition, kept for tests)."""
-        d = self.to_dict()
-        d.pop("name")
-        blob = json.dumps(d, sort_keys=True, default=list, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
 
 def _plain(obj: Any) -> Any:
     """What `dataclasses.asdict` gives as far as `json.dumps` can tell: dataclasses become dicts of their

@@ -1,0 +1,97 @@
+"""Plain-Python references of fast (numba, cached or vectorized) library paths: their specifications.
+
+DESIGN §7: every kernel has a plain-Python reference in the tests; the tests compare the library's fast
+paths against these bit for bit. (The pipeline-graph builder's Python form stays in the library: it is
+also the fallback for schedules the numba builder does not take.)
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+
+from rapidllm.engine.collectives import CommCost
+from rapidllm.graph.pipeline import GRAD, OPT, P2P, PARAM, TASK, PipelineGraph
+from rapidllm.memory.liveness import LayerLiveness
+from rapidllm.memory.model import schedule_actions
+from rapidllm.spec.case import Case, TrainingWorkload
+
+
+def attribute_reference(g: PipelineGraph, start: np.ndarray, finish: np.ndarray, crit: np.ndarray) -> dict[str, float]:
+    """The plain-Python `attribute` (the specification of the numba one; tests/test_engine_fast.py)."""
+    step = float(finish.max()) if len(finish) else 0.0
+    ends = np.zeros(int(g.stage.max()) + 1 if len(g.stage) else 1)
+    np.maximum.at(ends, g.stage, finish)
+    s = int(np.argmax(ends))
+    mine = np.flatnonzero((g.stage == s) & ((g.kind == TASK) | (g.kind == OPT)))
+    compute = float(g.compute[mine].sum())
+    exposed = float((g.dur[mine] - g.compute[mine]).sum())
+    bubble = 0.0
+    prev_end = 0.0
+    for i in mine:
+        gap = float(start[i]) - prev_end
+        prev_end = float(finish[i])
+        if gap <= 0:
+            continue
+        c = int(crit[i])
+        k = g.kind[c] if c >= 0 else TASK
+        part = min(gap, float(g.dur[c])) if k == P2P else (gap if k in (GRAD, PARAM) else 0.0)
+        exposed += part
+        bubble += gap - part
+    exposed += step - prev_end                      # parameter gather after the optimizer, other stages
+    return {"step_time_s": step, "compute_time_s": compute, "exposed_comm_s": exposed, "bubble_s": bubble,
+            "critical_stage": s}
+
+
+def activation_peak_reference(case: Case, stage: int, layer: LayerLiveness, head: LayerLiveness,
+                    layers: int) -> float:
+    """The Python walk `activation_peak` reproduces bit for bit (kept for tests/test_sweep_speed_equivalence.py)."""
+    p, w = case.parallelism, case.workload
+    assert isinstance(w, TrainingWorkload)
+    last = stage == p.pp - 1
+    v = p.virtual_stages if p.schedule == "interleaved" and p.pp > 1 else 1
+    chunk_layers = layers / v
+    per_chunk = chunk_layers * layer.stored
+    head_stored = head.stored if last else 0.0
+    fwd_extra = max(layer.forward_peak, head.forward_peak if last else 0.0)
+    bwd_extra = max(layer.backward_peak, head.backward_peak if last else 0.0)
+    if p.recompute == "full":
+        per_chunk = chunk_layers * layer.input_bytes
+    held = peak = 0.0
+    for kind, i in schedule_actions(p.schedule, p.pp, stage, max(w.microbatches(p.dp), 1), v):
+        extra = head_stored if (last and (i % v == v - 1)) else 0.0
+        if kind == "F":
+            peak = max(peak, held + fwd_extra)
+            held += per_chunk + extra
+        else:
+            peak = max(peak, held + bwd_extra)
+            held -= per_chunk + extra
+    return max(peak, held)
+
+
+def case_id_reference(case: Case) -> str:
+    """`case_id` through `dataclasses.asdict` (the original definition, kept for tests)."""
+    d = case.to_dict()
+    d.pop("name")
+    blob = json.dumps(d, sort_keys=True, default=list, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def groups_reference(cost: CommCost, axis: str, stage: int = -1) -> list[tuple[int, ...]]:
+    """`groups` rank by rank through RankMapping.group_ranks (the definition; tests compare)."""
+    m, p = cost.mapping, cost.case.parallelism
+    stages = range(p.pp) if stage < 0 else [stage]
+    stride = m.stride("pp")
+    out = []
+    for s in stages:
+        ranks = range(s * stride, (s + 1) * stride) if m.order[-1] == "pp" else \
+            [r for r in range(m.world) if m.parallel_coords(r)["pp"] == s]
+        if axis == "pp":
+            out += [(r, r + stride) for r in ranks if s + 1 < p.pp]
+        elif axis == "ep":
+            ranks = sorted(ranks)
+            out += [tuple(ranks[i:i + p.ep]) for i in range(0, len(ranks), p.ep)]
+        else:
+            out += sorted({tuple(m.group_ranks(axis, r)) for r in ranks})
+    return out
