@@ -129,6 +129,22 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
 
 
 @njit(cache=True)
+def _add_node(n, d, c, k, s, prev, channel_last, repeats, dur, comp, kind, stage, deps, ndep):
+    """Write node n (duration d, compute c, kind k, stage s) after `prev`, plus `repeats` dependencies on
+    the last node of its channel (one per network dimension, as the dict-based builder lists them)."""
+    dur[n] = d
+    comp[n] = c
+    kind[n] = k
+    stage[n] = s
+    deps[n, 0] = prev
+    ndep[n] = 1
+    if channel_last >= 0:
+        for _d in range(repeats):
+            deps[n, ndep[n]] = channel_last
+            ndep[n] += 1
+
+
+@njit(cache=True)
 def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_bwd, buckets, bucket_s,
                   optimizer_s, param_gather_s, n_pp_dims, n_dp_dims):
     """`build_pipeline_reference` on plain arrays: same node numbering, same dependency lists and order.
@@ -175,16 +191,7 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
                 if first < 0:
                     first = prev
                 if pieces > 1:
-                    dur[n] = bucket_s
-                    comp[n] = 0.0
-                    kind[n] = GRAD
-                    stage[n] = s
-                    deps[n, 0] = prev
-                    ndep[n] = 1
-                    if last_dp >= 0:
-                        for _d in range(n_dp_dims):
-                            deps[n, ndep[n]] = last_dp
-                            ndep[n] += 1
+                    _add_node(n, bucket_s, 0.0, GRAD, s, prev, last_dp, n_dp_dims, dur, comp, kind, stage, deps, ndep)
                     if n_dp_dims > 0:
                         last_dp = n
                     n += 1
@@ -202,17 +209,8 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
                 elif c > 0:
                     ns, nc = pp - 1, c - 1
             if ns >= 0:
-                dur[n] = p2p_fwd[s] if fwd else p2p_bwd[s]
-                comp[n] = 0.0
-                kind[n] = P2P
-                stage[n] = s
-                deps[n, 0] = prev
-                ndep[n] = 1
-                last = last_f if fwd else last_b
-                if last >= 0:
-                    for _d in range(n_pp_dims):
-                        deps[n, ndep[n]] = last
-                        ndep[n] += 1
+                _add_node(n, p2p_fwd[s] if fwd else p2p_bwd[s], 0.0, P2P, s, prev, last_f if fwd else last_b,
+                          n_pp_dims, dur, comp, kind, stage, deps, ndep)
                 if n_pp_dims > 0:
                     if fwd:
                         last_f = n
@@ -221,28 +219,11 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
                 incoming[a, ns, nc, i] = n
                 n += 1
         opt = n
-        dur[n] = optimizer_s[s]
-        comp[n] = optimizer_s[s]
-        kind[n] = OPT
-        stage[n] = s
-        deps[n, 0] = prev
-        ndep[n] = 1
-        if last_dp >= 0:
-            for _d in range(n_dp_dims):
-                deps[n, ndep[n]] = last_dp
-                ndep[n] += 1
+        _add_node(n, optimizer_s[s], optimizer_s[s], OPT, s, prev, last_dp, n_dp_dims, dur, comp, kind, stage,
+                  deps, ndep)
         n += 1
         if param_gather_s > 0:
-            dur[n] = param_gather_s
-            comp[n] = 0.0
-            kind[n] = PARAM
-            stage[n] = s
-            deps[n, 0] = opt
-            ndep[n] = 1
-            if last_dp >= 0:
-                for _d in range(n_dp_dims):
-                    deps[n, ndep[n]] = last_dp
-                    ndep[n] += 1
+            _add_node(n, param_gather_s, 0.0, PARAM, s, opt, last_dp, n_dp_dims, dur, comp, kind, stage, deps, ndep)
             n += 1
     for a in range(2):
         for s in range(pp):
