@@ -111,6 +111,30 @@ def test_megatron_suite_outputs_equal_snapshot(frozen):
     assert now == frozen["suite"]
 
 
+def test_vectorized_split_and_ring_groups_equal_definitions():
+    from rapidllm.network.collectives import Schedule, concat, ring, ring_groups_schedule
+    from rapidllm.network.hierarchical import _split, _split_reference, spanned
+    for spec in FABRICS.values():
+        topo = build_topology(spec)
+        world = int(np.prod(topo.sizes))
+        for ranks in _groups(world, tuple(topo.sizes)).values():
+            ref_dims = [d for d in range(len(topo.sizes)) if len({topo.coords(r)[d] for r in ranks}) > 1]
+            assert spanned(topo, ranks) == ref_dims
+            for d in range(len(topo.sizes)):
+                got, ref = _split(topo, ranks, d), _split_reference(topo, ranks, d)
+                assert (got is None) == (ref is None)
+                if got is not None:
+                    assert got[0].tolist() == ref[0] and got[1].tolist() == ref[1]
+    groups = np.random.default_rng(0).integers(0, 50, size=(5, 4)).astype(np.int32)
+    for steps, chunks in ((1, 1), (3, 4), (6, 2)):
+        fast = ring_groups_schedule(groups, steps, chunks, 0.75)
+        parts = [ring(list(g), 0.75, steps, chunks) for g in groups]
+        slow = concat([Schedule(*(np.array(getattr(p, f)) for f in FIELDS)) for p in parts])
+        for f in FIELDS:
+            a, b = getattr(fast, f), getattr(slow, f)
+            assert a.dtype == b.dtype and np.array_equal(a, b), f
+
+
 if __name__ == "__main__" and "--write" in sys.argv:
     FIXTURE.write_text(json.dumps({"schedules": schedule_snapshot(), "suite": suite_snapshot()}, indent=0, sort_keys=True) + "\n")
     print("wrote", FIXTURE)

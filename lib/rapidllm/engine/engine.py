@@ -40,11 +40,16 @@ ENGINES = ("event", "baseline")
 
 
 def clear_caches() -> None:
-    """Drop the in-process result caches (collective simulations, topologies) so a sweep starts cold."""
+    """Drop the in-process result caches (collective simulations, topologies, GEMM prices, validated
+    inline specs) so a sweep starts cold."""
     from rapidllm.engine import collectives
+    from rapidllm.ops import price
+    from rapidllm.spec import named
     collectives._RESULTS.clear()
     collectives._GROUPS.clear()
     collectives._TOPOLOGIES.clear()
+    price._GEMM_TIMES.clear()
+    named._VALIDATED.clear()
 
 
 @njit(cache=True)

@@ -61,6 +61,12 @@ def concat(parts: list[Schedule]) -> Schedule:
         return empty()
     if len(parts) == 1:
         return parts[0]
+    first = parts[0]
+    if type(first) is RingSchedule and not first.overridden:
+        shape = (len(first.group), first.steps, first.chunks, first.size)
+        if all(type(p) is RingSchedule and not p.overridden
+               and (len(p.group), p.steps, p.chunks, p.size) == shape for p in parts):
+            return ring_groups_schedule(np.stack([p.group for p in parts]), first.steps, first.chunks, first.size)
     n = sum(len(p) for p in parts)
     nd = sum(len(p.dep_idx) for p in parts)
     src = np.empty(n, np.int32)
@@ -217,6 +223,27 @@ def _ring_dep_idx(n, steps, chunks):
                 dep_idx[k] = i - n + (p + n - 1) % n
                 k += 1
     return dep_idx
+
+
+def ring_groups_schedule(groups: np.ndarray, steps: int, chunks: int, size: float) -> Schedule:
+    """`concat([ring(g, size, steps, chunks) for g in groups])` for a (m, n) matrix of equal-size groups,
+    built with array broadcasting instead of part by part (same arrays, same dtypes, same values)."""
+    groups = np.ascontiguousarray(groups, dtype=np.int32)
+    m, n = groups.shape
+    reps = chunks * steps
+    length = reps * n
+    src = np.broadcast_to(groups[:, None, :], (m, reps, n)).ravel()
+    dst = np.broadcast_to(np.roll(groups, -1, axis=1)[:, None, :], (m, reps, n)).ravel()
+    nbytes = np.full(m * length, float(size))
+    chunk = np.tile(np.repeat(np.arange(chunks, dtype=np.int32), steps * n), m)
+    one_ptr = _ring_dep_ptr(n, steps, chunks)
+    one_idx = _ring_dep_idx(n, steps, chunks)
+    k = len(one_idx)
+    dep_ptr = np.empty(m * length + 1, np.int64)
+    dep_ptr[0] = 0
+    dep_ptr[1:] = (one_ptr[1:][None, :] + np.arange(m, dtype=np.int64)[:, None] * k).ravel()
+    dep_idx = (one_idx[None, :] + np.arange(m, dtype=np.int32)[:, None] * np.int32(length)).ravel().astype(np.int32)
+    return Schedule(src, dst, nbytes, chunk, dep_ptr, dep_idx)
 
 
 def ring(group: list[int], nbytes_per_transfer: float, steps: int, chunks: int) -> Schedule:

@@ -8,12 +8,45 @@ fabric fall back to a flat ring.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from rapidllm.network.collectives import Schedule, concat, ring_collective, sequence
 from rapidllm.network.topology import Topology
 
 
-def _split(topo: Topology, ranks: list[int], d: int) -> tuple[list[list[int]], list[list[int]]] | None:
-    """(inner groups along d, outer groups with fixed d-coordinate), or None if not a full sub-grid."""
+def _coords(topo: Topology, ranks) -> np.ndarray:
+    """(len(ranks), dims) coordinates, innermost dimension first: `topo.coords` for every rank at once."""
+    r = np.asarray(ranks, dtype=np.int64).reshape(-1)
+    sizes = np.asarray(topo.sizes, dtype=np.int64)
+    strides = np.ones(len(sizes), dtype=np.int64)
+    strides[1:] = np.cumprod(sizes[:-1])
+    return (r[:, None] // strides[None, :]) % sizes[None, :]
+
+
+def _split(topo: Topology, ranks, d: int, coords: np.ndarray | None = None
+           ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(inner groups along d, outer groups with fixed d-coordinate) as (groups, members) rank matrices, or
+    None if not a full sub-grid. Inner groups are ordered by their other coordinates (lexicographically,
+    innermost first) with members by coordinate d; outer groups by coordinate d with members in `ranks`
+    order (stable sorts throughout, as the rank-by-rank definition `_split_reference`)."""
+    r = np.asarray(ranks, dtype=np.int64).reshape(-1)
+    c = _coords(topo, r) if coords is None else coords
+    others = [i for i in range(c.shape[1]) if i != d]
+    order = np.lexsort([c[:, d]] + [c[:, i] for i in reversed(others)])
+    key = c[order][:, others]
+    change = np.flatnonzero((key[1:] != key[:-1]).any(axis=1)) + 1
+    sizes_in = np.diff(np.concatenate(([0], change, [len(r)])))
+    oorder = np.argsort(c[:, d], kind="stable")
+    od = c[oorder, d]
+    ochange = np.flatnonzero(od[1:] != od[:-1]) + 1
+    sizes_out = np.diff(np.concatenate(([0], ochange, [len(r)])))
+    if np.any(sizes_in != sizes_in[0]) or np.any(sizes_out != sizes_out[0]):
+        return None
+    return r[order].reshape(len(sizes_in), -1), r[oorder].reshape(len(sizes_out), -1)
+
+
+def _split_reference(topo: Topology, ranks: list[int], d: int) -> tuple[list[list[int]], list[list[int]]] | None:
+    """`_split` rank by rank (the definition; tests compare)."""
     inner: dict[tuple, list[int]] = {}
     outer: dict[int, list[int]] = {}
     for r in ranks:
@@ -29,19 +62,26 @@ def _split(topo: Topology, ranks: list[int], d: int) -> tuple[list[list[int]], l
     return ins, outs
 
 
-def spanned(topo: Topology, ranks: list[int]) -> list[int]:
-    cs = [topo.coords(r) for r in ranks]
-    return [d for d in range(len(topo.sizes)) if len({c[d] for c in cs}) > 1]
+def _spanned(coords: np.ndarray) -> list[int]:
+    if not len(coords):
+        return []
+    return np.flatnonzero((coords != coords[0]).any(axis=0)).tolist()
+
+
+def spanned(topo: Topology, ranks) -> list[int]:
+    """Dimensions along which the ranks' coordinates differ."""
+    return _spanned(_coords(topo, ranks))
 
 
 def hierarchical(op: str, topo: Topology, ranks: list[int], nbytes: float, chunks: int) -> Schedule:
     """Schedule for `op` in {all_reduce, reduce_scatter, all_gather} over a multi-dimensional group."""
     if op not in ("all_reduce", "reduce_scatter", "all_gather"):
         raise ValueError(f"hierarchical does not implement {op}")
-    dims = spanned(topo, ranks)
+    coords = _coords(topo, ranks)
+    dims = _spanned(coords)
     if len(dims) <= 1:
         return ring_collective(op, ranks, nbytes, chunks)
-    parts = _split(topo, ranks, dims[0])
+    parts = _split(topo, ranks, dims[0], coords)
     if parts is None:
         return ring_collective(op, ranks, nbytes, chunks)
     ins, outs = parts
