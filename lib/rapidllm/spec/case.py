@@ -101,10 +101,35 @@ class Case:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+# Specs built from named files, keyed by the identity of the named-spec cache's mapping (which they keep
+# alive, so ids are never reused), with their plain form: a sweep builds each named spec once.
+_NAMED_SPECS: dict[int, tuple[dict, Any, Any]] = {}
+_PLAIN_OF_SPEC: dict[int, Any] = {}
+
+
+def _spec(cls: Any, value: Any, mapping: dict, source: str) -> Any:
+    """cls.from_mapping, shared across cases when the spec came from a named file (frozen, so safe)."""
+    if not isinstance(value, str):
+        return cls.from_mapping(mapping, source)
+    hit = _NAMED_SPECS.get(id(mapping))
+    if hit is None or hit[0] is not mapping:
+        if hit is not None:                     # a recycled id: forget the stale spec's plain form
+            _PLAIN_OF_SPEC.pop(id(hit[1]), None)
+        spec = cls.from_mapping(mapping, source)
+        hit = (mapping, spec, _plain(spec))
+        _NAMED_SPECS[id(mapping)] = hit
+        _PLAIN_OF_SPEC[id(spec)] = hit[2]
+    return hit[1]
+
+
 def _plain(obj: Any) -> Any:
     """What `dataclasses.asdict` gives as far as `json.dumps` can tell: dataclasses become dicts of their
     fields, lists and tuples lists (JSON writes both as arrays), dicts are converted key and value; other
-    values are returned as they are (asdict deep-copies them, which JSON cannot see)."""
+    values are returned as they are (asdict deep-copies them, which JSON cannot see). Shared named specs
+    reuse the plain form computed when they were built (callers never mutate it)."""
+    cached = _PLAIN_OF_SPEC.get(id(obj))
+    if cached is not None:
+        return cached
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
@@ -155,8 +180,8 @@ def resolve_case(mapping: Any, source: str) -> Case:
     model_m, model_src = resolve_named("model", mapping["model"], source, "model", copy_named=False)
     hw_m, hw_src = resolve_named("hardware", mapping["hardware"], source, "hardware", copy_named=False)
     net_m, net_src = resolve_named("network", mapping["network"], source, "network", copy_named=False)
-    model = ModelSpec.from_mapping(model_m, model_src)
-    hardware = HardwareSpec.from_mapping(hw_m, hw_src)
+    model = _spec(ModelSpec, mapping["model"], model_m, model_src)
+    hardware = _spec(HardwareSpec, mapping["hardware"], hw_m, hw_src)
     if "clock" in mapping:
         hardware = hardware.at_clock(parse_quantity(mapping["clock"], "frequency"))
     network = NetworkSpec.from_mapping(net_m, net_src)

@@ -102,11 +102,12 @@ def count_cases(exp: Experiment) -> int:
 
 
 def inline_names(case: dict, source: str) -> dict:
-    """Replace model/hardware/network names by their validated mappings (so rows are self-contained)."""
+    """Replace model/hardware/network names by their validated mappings (so rows are self-contained).
+    The mappings are shared with the named-spec cache: callers only serialize them, never mutate."""
     out = dict(case)
     for kind in NAMED_KINDS:
         if kind in out:
-            mapping, _ = resolve_named(kind, out[kind], source, kind)
+            mapping, _ = resolve_named(kind, out[kind], source, kind, copy_named=False)
             out[kind] = mapping
     return out
 
