@@ -1,6 +1,8 @@
 """ns-3 comparison (issue 6): schedule export, the packet-level replay harness, and the smallest cases."""
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 
 import numpy as np
@@ -24,6 +26,8 @@ def _line(hops: int, bw: float = 50 * GB, lat: float = 1 * US) -> NetworkSpec:
 def replay():
     why = ns3.find_ns3()
     if why:
+        if os.geteuid() == 0 and shutil.which("apt-get"):
+            pytest.fail(f"ns-3 is missing although scripts/system/ns3.sh can install it here (root, apt-get): {why}")
         pytest.skip(why)
     return ns3.compile_replay()
 
