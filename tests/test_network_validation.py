@@ -20,8 +20,10 @@ def test_nccl_a100_held_out_mape_at_least_1mib_within_15_percent():
     assert len(calibration) == 4                                   # 25 % of the 15 rows >= 1 MiB
     held_out = [r for r in rows if r.nbytes >= 1 << 20 and r not in calibration]
     assert mape(held_out) <= 15.0                                  # measured 14.2 % (all 15 rows: 15.3 %)
-    big = [r for r in rows if r.nbytes >= 1 << 30]
-    assert all(abs(r.error) < 0.25 for r in big)                   # bandwidth regime: one constant
+    # bandwidth regime (>= 1 GiB): one constant governs every size, so the errors move together
+    # (measured +17.8 % .. +20.8 %: the constant fitted on four sizes sits below NCCL's asymptote)
+    big = [r.error for r in rows if r.nbytes >= 1 << 30]
+    assert max(big) - min(big) < 0.05
 
 
 def test_simulated_bus_bandwidth_follows_the_constant():
