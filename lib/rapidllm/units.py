@@ -81,10 +81,3 @@ def parse_quantity(value: object, kind: str) -> float:
         raise UnitError(f"{value!r} is not a {kind}; use a unit like {KIND_EXAMPLES[kind]}")
     return float(match.group("num")) * parsed[1]
 
-
-def format_bytes(n: float) -> str:
-    """Human-readable binary size for messages and tables."""
-    for unit, scale in (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:.0f} B"

@@ -1,7 +1,5 @@
 # Component validation: GEMM kernels (paper Fig 10), nccl-tests collectives, nanotron/MPT memory.
 
-ruleorder: figure_component > figure_suite
-
 
 rule validate_gemm:
     input:

@@ -1,13 +1,15 @@
-"""Which network dimensions a parallel group spans, for the congestion-unaware alpha-beta baseline.
+"""The slowest link a parallel group crosses, for the congestion-unaware alpha-beta baseline.
 
-Ranks are numbered by flattening parallel coordinates in the network's axis order (innermost first) and
-the flat index is decoded into network dimensions innermost first (DESIGN §3). An axis with stride s and
-size n covers flat offsets s, 2s, ..., (n-1)s, so it crosses every dimension whose span it reaches.
+The group itself comes from the same rank mapping the event engine uses (`CommCost.groups`: parallel
+coordinates flattened in the network's axis order, decoded into network dimensions); the baseline only
+reduces it to the slowest bandwidth and latency among the dimensions it spans.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rapidllm.engine.collectives import CommCost
+from rapidllm.network.mapping import dims_spanned
 from rapidllm.spec.case import Case
 
 
@@ -18,26 +20,12 @@ class GroupLink:
     latency_s: float       # per hop, slowest dimension crossed
 
 
-def axis_stride(case: Case, axis: str) -> int:
-    stride = 1
-    for a in case.network.axis_order:
-        if a == axis:
-            return stride
-        stride *= case.parallelism.size(a) if a != "ep" else 1
-    raise KeyError(axis)
-
-
 def group_link(case: Case, axis: str, bandwidth_scale: float = 1.0) -> GroupLink:
-    """The slowest link a ring over parallel axis `axis` crosses (EP lives inside dp x cp x tp)."""
+    """Size, slowest bandwidth (scaled) and latency of the first `axis` group of pipeline stage 0."""
     size = case.parallelism.size(axis)
-    stride = 1 if axis == "ep" else axis_stride(case, axis)
-    reach = stride * size                      # flat offsets the group spans
-    bandwidth, latency, span = float("inf"), 0.0, 1
-    for dim in case.network.dimensions:
-        if size > 1 and span < reach and span * dim.size > stride:
-            bandwidth = min(bandwidth, dim.link_bandwidth)
-            latency = max(latency, dim.latency_s)
-        span *= dim.size
-    if bandwidth == float("inf"):
-        bandwidth = case.network.dimensions[0].link_bandwidth
-    return GroupLink(size=size, bandwidth=bandwidth * bandwidth_scale, latency_s=latency)
+    dims = case.network.dimensions
+    groups = CommCost(case).groups(axis, 0) if size > 1 else []
+    spanned = dims_spanned(case.network, list(groups[0])) if groups else ()
+    crossed = [dims[d] for d in spanned] or [dims[0]]
+    return GroupLink(size=size, bandwidth=min(d.link_bandwidth for d in crossed) * bandwidth_scale,
+                     latency_s=max(d.latency_s for d in crossed) if spanned else 0.0)

@@ -25,10 +25,6 @@ class ParamCounts:
         return (self.embedding + self.lm_head + self.attention + self.dense_mlp + self.experts
                 + self.shared_experts + self.norms)
 
-    @property
-    def non_expert(self) -> int:
-        return self.total - self.experts
-
 
 def attention_params(m: ModelSpec) -> int:
     """One layer's attention projections (and biases)."""
