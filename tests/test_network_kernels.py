@@ -104,7 +104,7 @@ def test_ring_kernel_matches_generic_and_reference(network, n, chunks):
 def test_ring_fast_path_used_by_simulate_collective_and_equals_generic():
     network = net("ring", 64, 50e9, 500e-9)
     topo = build_topology(network)
-    sched, _ = build_schedule(topo, "all_reduce", float(64 << 20), list(range(64)), "ring", 4)
+    sched, _, _ = build_schedule(topo, "all_reduce", float(64 << 20), list(range(64)), "ring", 4)
     fast = run_schedule(topo, sched, np.zeros(len(sched)), 1.0)
     assert isinstance(sched, RingSchedule) and not sched.materialized
     generic = run_schedule(topo, Schedule(sched.src, sched.dst, sched.nbytes, sched.chunk, sched.dep_ptr,

@@ -67,7 +67,7 @@ def simulate_py(route_of, nbytes, release, dep_ptr, dep_idx, route_ptr, route_li
 
 def run_both(network, op, nbytes, ranks, algorithm, chunks):
     topo = build_topology(network)
-    sched, _ = build_schedule(topo, op, nbytes, ranks, algorithm, chunks)
+    sched, _, _ = build_schedule(topo, op, nbytes, ranks, algorithm, chunks)
     ro, ptr, links = route_table(Router(topo), sched.src, sched.dst)
     args = (ro, sched.nbytes, np.zeros(len(sched)), sched.dep_ptr, sched.dep_idx, ptr, links,
             topo.bandwidth.copy(), topo.latency.copy())
@@ -219,3 +219,19 @@ def test_faults_never_speed_up_a_ring_all_reduce(n, a, factor, chunks):
     assert soft >= healthy * (1 - 1e-12) and hard >= healthy * (1 - 1e-12)
     if factor < 0.9:
         assert soft > healthy
+
+
+def test_chunk_count_follows_the_network_chunk_size():
+    """ceil(bytes per transfer / chunk size), at least 1, at most MAX_CHUNKS; explicit counts still win."""
+    from rapidllm.network.api import MAX_CHUNKS, chunk_count
+    topo = build_topology(net("switch", 8))
+    c = topo.chunk_bytes
+    assert chunk_count(topo, "all_reduce", 8 * c, 8) == 1
+    assert chunk_count(topo, "all_reduce", 8 * c + 1, 8) == 2
+    assert chunk_count(topo, "send_recv", 3 * c, 2) == 3
+    assert chunk_count(topo, "all_reduce", 1.0, 8) == 1
+    assert chunk_count(topo, "all_reduce", 1e15, 8) == MAX_CHUNKS
+    _, used, _ = build_schedule(topo, "all_reduce", 64 * c, list(range(8)), "ring", None)
+    assert used == 8
+    _, used, _ = build_schedule(topo, "all_reduce", 64 * c, list(range(8)), "ring", 3)
+    assert used == 3

@@ -69,7 +69,7 @@ def schedule_snapshot() -> dict[str, dict]:
                 for algo in algos:
                     for nbytes in (1.0, 3e6, 1234567.0, 2.0 ** 30):
                         for chunks in (1, 4):
-                            s, used = build_schedule(topo, op, nbytes, ranks, algo, chunks)
+                            s, _, used = build_schedule(topo, op, nbytes, ranks, algo, chunks)
                             key = f"{fname}|{gname}|{op}|{algo}|{nbytes!r}|{chunks}"
                             out[key] = f"{used} {len(s)} {_digest(s)}"
     return out

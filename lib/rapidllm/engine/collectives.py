@@ -145,7 +145,7 @@ class CommCost:
             t, ev, _ = _RESULTS[rkey]
             return t, ev
         topo, router = topology_of(net)
-        parts = [build_schedule(topo, op, nbytes, list(g), "auto", 4)[0] for g in groups]
+        parts = [build_schedule(topo, op, nbytes, list(g), "auto", None)[0] for g in groups]
         sched = concat(parts)
         finish, _, events = run_schedule(topo, sched, np.zeros(len(sched)), self.util, router)
         t = float(finish.max()) if len(finish) else 0.0

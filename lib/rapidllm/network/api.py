@@ -1,6 +1,7 @@
 """Simulate collectives on a network spec: schedule -> routes -> link-queue event loop -> result."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,7 +16,8 @@ from rapidllm.network.topology import Topology, build_topology
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.network import NetworkSpec
 
-DEFAULT_CHUNKS = 4
+DEFAULT_CHUNKS = None          # chunk count from the network's chunk size (chunk_count)
+MAX_CHUNKS = 64               # beyond this the store-and-forward fill is < 2% of a transfer; bounds events
 
 
 @dataclass
@@ -26,7 +28,7 @@ class CollectiveResult:
     busiest_link: str
     link_busy: np.ndarray        # seconds per link id (Topology order)
     algorithm: str
-    chunks: int
+    chunks: int                  # chunks per transfer actually used
     events: int
     topology: Topology
 
@@ -37,7 +39,7 @@ class CollectiveRequest:
     nbytes: float
     ranks: tuple[int, ...]
     algorithm: str = "auto"
-    chunks: int = DEFAULT_CHUNKS
+    chunks: int | None = DEFAULT_CHUNKS
     start_s: float = 0.0
 
 
@@ -65,12 +67,30 @@ def choose_algorithm(topo: Topology, op: str, ranks: list[int]) -> str:
     return "ring"
 
 
+def chunk_count(topo: Topology, op: str, nbytes: float, n: int) -> int:
+    """Chunks per transfer when a collective moves through fixed-size buffers of `topo.chunk_bytes`.
+
+    A ring step (and a direct or all-to-all peer transfer) carries nbytes / n; broadcast and send/recv carry
+    nbytes. Store and forward charges one chunk's serialization per extra hop, so a transfer that fits in
+    one buffer sees the whole step twice through a switch while a large one pipelines: this is what makes
+    bus bandwidth ramp up with message size (docs/network.md, "Chunking").
+    """
+    per_transfer = nbytes if op in ("broadcast", "send_recv") else nbytes / max(n, 1)
+    return int(min(MAX_CHUNKS, max(1, math.ceil(per_transfer / topo.chunk_bytes))))
+
+
 def build_schedule(topo: Topology, op: str, nbytes: float, ranks: list[int], algorithm: str,
-                   chunks: int) -> tuple[Schedule, str]:
+                   chunks: int | None) -> tuple[Schedule, int, str]:
+    """The chunk schedule of one collective: (schedule, chunks per transfer, algorithm used).
+
+    `chunks` None: from the network's chunk size (chunk_count); an int forces that many.
+    """
     if op not in SUPPORTED:
         raise SpecError(f"unknown collective {op!r}; allowed: {', '.join(SUPPORTED)}")
     if op == "send_recv" and len(ranks) != 2:
         raise SpecError(f"send_recv needs exactly 2 ranks (source, destination), got {len(ranks)}")
+    if chunks is None:
+        chunks = chunk_count(topo, op, nbytes, len(ranks))
     if chunks < 1:
         raise SpecError(f"chunks must be >= 1, got {chunks}")
     algo = choose_algorithm(topo, op, ranks) if algorithm == "auto" else algorithm
@@ -78,8 +98,8 @@ def build_schedule(topo: Topology, op: str, nbytes: float, ranks: list[int], alg
         raise SpecError(f"{op} has no algorithm {algo!r}; allowed: auto, {', '.join(SUPPORTED[op])}")
     try:
         if algo == "hierarchical":
-            return hierarchical(op, topo, ranks, nbytes, chunks), algo
-        return ALGORITHMS[algo](op, ranks, nbytes, chunks), algo
+            return hierarchical(op, topo, ranks, nbytes, chunks), chunks, algo
+        return ALGORITHMS[algo](op, ranks, nbytes, chunks), chunks, algo
     except ValueError as e:
         raise SpecError(str(e)) from None
 
@@ -103,7 +123,7 @@ def _result(topo: Topology, op: str, nbytes: float, n: int, time_s: float, busy:
 
 
 def simulate_collective(network: NetworkSpec, op: str, nbytes: float, ranks: int | Sequence[int] | None = None,
-                        algorithm: str = "auto", chunks: int = DEFAULT_CHUNKS,
+                        algorithm: str = "auto", chunks: int | None = DEFAULT_CHUNKS,
                         utilization: float | None = None, topology: Topology | None = None) -> CollectiveResult:
     """Time one collective of `nbytes` (nccl-tests size convention) over `ranks` on an otherwise idle network.
 
@@ -113,7 +133,7 @@ def simulate_collective(network: NetworkSpec, op: str, nbytes: float, ranks: int
     topo = topology or build_topology(network)
     group = _ranks(network, ranks)
     util = network.utilization if utilization is None else utilization
-    sched, algo = build_schedule(topo, op, float(nbytes), group, algorithm, chunks)
+    sched, chunks, algo = build_schedule(topo, op, float(nbytes), group, algorithm, chunks)
     finish, busy, events = run_schedule(topo, sched, np.zeros(len(sched)), util)
     t = float(finish.max()) if len(finish) else 0.0
     return _result(topo, op, float(nbytes), len(group), t, busy, algo, chunks, events)
@@ -126,7 +146,8 @@ def simulate_concurrent(network: NetworkSpec, requests: Sequence[CollectiveReque
     util = network.utilization if utilization is None else utilization
     parts, owner, release = [], [], []
     for k, req in enumerate(requests):
-        s, _ = build_schedule(topo, req.op, float(req.nbytes), _ranks(network, req.ranks), req.algorithm, req.chunks)
+        s, _, _ = build_schedule(topo, req.op, float(req.nbytes), _ranks(network, req.ranks), req.algorithm,
+                                 req.chunks)
         parts.append(s)
         owner.append(np.full(len(s), k))
         release.append(np.full(len(s), req.start_s))

@@ -24,7 +24,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="rank count N (ranks 0..N-1) or a comma list of rank ids (send_recv: SRC,DST)")
     p.add_argument("--algorithm", default="auto",
                    help="auto, ring, direct, halving_doubling, tree, hierarchical")
-    p.add_argument("--chunks", type=int, default=DEFAULT_CHUNKS, help="pipelined chunks per collective")
+    p.add_argument("--chunks", type=int, default=DEFAULT_CHUNKS,
+                   help="pipelined chunks per transfer (default: from the network's chunk_size, 4 MiB)")
     p.add_argument("--utilization", type=float, default=None, help="link bandwidth factor (default: network's)")
     p.add_argument("--fault", action="append", default=[], metavar="A,B,FACTOR|A,B,dead",
                    help="degrade (factor in (0,1]) or kill the link between nodes A and B; repeatable")

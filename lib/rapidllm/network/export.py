@@ -50,7 +50,8 @@ def concurrent_schedule(network: NetworkSpec, requests: Sequence[CollectiveReque
     topo = topology or build_topology(network)
     parts, owner, release = [], [], []
     for k, req in enumerate(requests):
-        s, _ = build_schedule(topo, req.op, float(req.nbytes), group_ranks(network, req.ranks), req.algorithm, req.chunks)
+        s, _, _ = build_schedule(topo, req.op, float(req.nbytes), group_ranks(network, req.ranks), req.algorithm,
+                                 req.chunks)
         parts.append(s)
         owner.append(np.full(len(s), k, dtype=np.int64))
         release.append(np.full(len(s), float(req.start_s)))
@@ -99,7 +100,7 @@ def export_concurrent(network: NetworkSpec, requests: Sequence[CollectiveRequest
 
 
 def export_collective(network: NetworkSpec, op: str, nbytes: float, ranks: int | Sequence[int] | None = None,
-                      algorithm: str = "auto", chunks: int = 4, utilization: float | None = None,
+                      algorithm: str = "auto", chunks: int | None = None, utilization: float | None = None,
                       packet_bytes: int = DEFAULT_PACKET_BYTES) -> dict[str, Any]:
     """Document for one collective on an otherwise idle network (what `simulate_collective` simulates)."""
     group = tuple(group_ranks(network, ranks))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.network import DimensionSpec, FaultSpec, NetworkSpec
+from rapidllm.spec.network import DEFAULT_CHUNK_BYTES, DimensionSpec, FaultSpec, NetworkSpec
 
 TOPOLOGIES = ("ring", "fully_connected", "switch", "mesh", "torus", "kingmesh", "fat_tree")
 DEFAULT_LEAF_PORTS = 32
@@ -39,6 +39,7 @@ class Topology:
     switch_labels: dict[int, str] = field(default_factory=dict)
     fat_tree: dict[int, dict] = field(default_factory=dict)   # dim -> {leaf_of: {rank: leaf}, spines: [...]}
     link_of: dict[tuple[int, int], int] = field(default_factory=dict)
+    chunk_bytes: float = DEFAULT_CHUNK_BYTES   # the network's collective chunk size (NetworkSpec.chunk_bytes)
 
     @property
     def n_links(self) -> int:
@@ -231,7 +232,7 @@ def build_topology(net: NetworkSpec) -> Topology:
         src=np.array(b.src, dtype=np.int32), dst=np.array(b.dst, dtype=np.int32),
         bandwidth=np.array(b.bw, dtype=np.float64), latency=np.array(b.lat, dtype=np.float64),
         dim=np.array(b.dim, dtype=np.int32), alive=np.ones(len(b.src), dtype=bool),
-        switches=switches, switch_labels=labels, fat_tree=fat)
+        switches=switches, switch_labels=labels, fat_tree=fat, chunk_bytes=net.chunk_bytes)
     topo.link_of = {(int(s), int(t)): i for i, (s, t) in enumerate(zip(topo.src, topo.dst))}
     apply_faults(topo, net.faults)
     return topo

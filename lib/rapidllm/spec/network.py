@@ -9,6 +9,9 @@ from rapidllm.spec.errors import SpecError
 from rapidllm.units import parse_quantity as q
 
 DEFAULT_AXIS_ORDER = ("tp", "cp", "ep", "dp", "pp")
+# NCCL stages every transfer through fixed-size buffers (NCCL_BUFFSIZE, 4 MiB by default; NCCL environment
+# variable documentation), so a collective moves in chunks of this size: see docs/network.md "Chunking".
+DEFAULT_CHUNK_BYTES = 4 * 2**20
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class NetworkSpec:
     axis_order: tuple[str, ...] = DEFAULT_AXIS_ORDER
     utilization: float = 1.0
     faults: tuple[FaultSpec, ...] = field(default_factory=tuple)
+    chunk_bytes: float = DEFAULT_CHUNK_BYTES
 
     @property
     def total_size(self) -> int:
@@ -83,4 +87,5 @@ class NetworkSpec:
         order = order + tuple(a for a in DEFAULT_AXIS_ORDER if a not in order)
         return cls(name=m["name"], dimensions=tuple(dims), axis_order=order,
                    utilization=float(m.get("utilization", 1.0)),
-                   faults=tuple(FaultSpec.from_mapping(f) for f in m.get("faults", [])))
+                   faults=tuple(FaultSpec.from_mapping(f) for f in m.get("faults", [])),
+                   chunk_bytes=q(m.get("chunk_size", DEFAULT_CHUNK_BYTES), "bytes"))
