@@ -10,11 +10,15 @@ Head shapes: MHA (kv_heads == q_heads), GQA/MQA (fewer kv heads, shared by a gro
 MLA (head_dim_qk != head_dim_v; `kv_shared=True` for the absorbed form whose V is a slice of the cached
 latent K). Timing: launch + max(tensor math + softmax on the vector/SFU units, HBM, L2) — the softmax is
 not overlapped with the MMAs (FlashAttention-2 behaviour; FA3's ping-pong overlap is not modelled).
+`impl="flash"` is the FlashAttention-2 kernel, so on Hopper its MMAs are the legacy warp-level mma.sync
+(no wgmma), and causal diagonal tiles are computed in full and masked.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from rapidllm.ops.gemm import price_gemms
 from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec
@@ -23,7 +27,16 @@ IMPLS = ("flash", "naive")
 MAX_BLOCK = 128          # register-file limit on the query block (FA2 uses 64-128)
 VEC_OPS_FWD = 8.0        # scale, running max, subtract, sum (4 fp32 ops = 8 FLOP-equivalents of an FMA rate)
 VEC_OPS_BWD = 12.0       # recompute P (scale, subtract) and dS = P * (dP - D) (3 ops), 6 FLOP-equivalents x2
-SFU_RATIO = 8.0          # exp throughput: 16 SFU lanes vs 64 FP32 FMA lanes (x2 FLOP) per SM, sm_80/sm_90
+# exp2 results per clock per SM: 16 on compute capability 5.x-9.0 (CUDA C++ Programming Guide, "Arithmetic
+# Instructions" throughput table). H100 SXM5: 16 x 132 x 1.83 GHz = 3.9 T/s, the figure Shah et al. 2024
+# (FlashAttention-3, §3) contrast with its 989 TFLOP/s of matmul. Not a fixed ratio to the FP32 rate:
+# sm_90 doubled the FP32 lanes per SM (128) but not the SFUs.
+EXP_PER_SM_CLOCK = 16.0
+# Fraction of the dense tensor peak the legacy warp-level mma.sync reaches, by compute-capability major.
+# Hopper's peak needs the warpgroup wgmma instruction; mma.sync (all FlashAttention-2 uses) reaches about
+# 2/3 of it (Shah et al. 2024, §2.2, after the microbenchmarks of Luo et al. 2024, arXiv:2402.13499).
+# Other generations: mma.sync is the native path (sm_80) or unmeasured (sm_100), so no cap is assumed.
+LEGACY_MMA_FRACTION = {9: 2.0 / 3.0}
 
 
 @dataclass(frozen=True)
@@ -39,11 +52,24 @@ class AttentionPrice:
 
 
 def visible_pairs(q_len: int, kv_len: int, causal: bool) -> float:
-    """(query, key) pairs that are computed; causal queries are the last q_len positions of kv_len."""
+    """(query, key) pairs the mask leaves visible; causal queries are the last q_len positions of kv_len."""
     if not causal:
         return float(q_len) * kv_len
     q = min(q_len, kv_len)
     return float(q) * (kv_len - q) + q * (q + 1) / 2.0 + float(q_len - q) * kv_len
+
+
+def executed_pairs(q_len: int, kv_len: int, causal: bool, q_block: int, k_block: int) -> float:
+    """Pairs the tensor cores actually compute: FlashAttention skips fully masked tiles but computes a tile
+    the causal diagonal crosses in full and masks it (FA-2, Dao 2023, §3.1), so each query block runs up
+    to the key block holding its last query's last visible key."""
+    if not causal or q_len > kv_len:
+        return visible_pairs(q_len, kv_len, causal)
+    starts = np.arange(0, q_len, q_block)
+    rows = np.minimum(q_block, q_len - starts)
+    last_key = kv_len - q_len + starts + rows          # queries are the last q_len positions of kv_len
+    keys = np.minimum(kv_len, np.ceil(last_key / k_block) * k_block)
+    return float(np.dot(rows, keys))
 
 
 def block_rows(hw: HardwareSpec, head_dim: int, dtype: str, tiles: int) -> int:
@@ -55,7 +81,14 @@ def block_rows(hw: HardwareSpec, head_dim: int, dtype: str, tiles: int) -> int:
 
 def _softmax_s(hw: HardwareSpec, elements: float, vec_ops: float) -> float:
     """Score-element work on the CUDA cores: vec_ops FLOP-equivalents plus one exp on the SFUs."""
-    return elements * (vec_ops + SFU_RATIO) / hw.vector_flops
+    return elements * (vec_ops / hw.vector_flops + 1.0 / (EXP_PER_SM_CLOCK * hw.sm_count * hw.clock_hz))
+
+
+def flash_mma_flops(hw: HardwareSpec, dtype: str) -> float:
+    """Tensor FLOP/s of FlashAttention-2's MMAs: the calibrated peak, capped where mma.sync is not the
+    instruction that reaches the datasheet peak (Hopper)."""
+    major = int(hw.compute_capability.split(".")[0]) if hw.compute_capability else 0
+    return hw.peak_flops(dtype) * hw.utilization.compute * LEGACY_MMA_FRACTION.get(major, 1.0)
 
 
 def _hbm_rereads(hw: HardwareSpec, ctas: int, span: int, head_bytes: float,
@@ -121,8 +154,9 @@ def attention_forward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int,
     reread = float(batch) * kv_heads * n_qb * kv_head * vis
     kv_hbm = batch * kv_heads * kv_head * vis * _hbm_rereads(hw, ctas, n_qb, kv_head, kv_head * br / kv_len)
     hbm = kv_hbm + float(batch) * q_heads * q_len * ((head_dim_qk + head_dim_v) * b + (4 if training else 0))
-    compute = flops / (hw.peak_flops(dtype) * hw.utilization.compute)
-    math_s = (compute + _softmax_s(hw, pairs, VEC_OPS_FWD)) * _wave_factor(hw, ctas)
+    run = batch * q_heads * executed_pairs(q_len, kv_len, causal, max(br // group, 1), br)
+    compute = 2.0 * run * (head_dim_qk + head_dim_v) / flash_mma_flops(hw, dtype)
+    math_s = (compute + _softmax_s(hw, run, VEC_OPS_FWD)) * _wave_factor(hw, ctas)
     hbm_s = hbm / (hw.hbm_bandwidth * hw.utilization.hbm)
     t = hw.launch_overhead_s + max(math_s, hbm_s, (reread + hbm - kv_hbm) / hw.l2_bandwidth)
     return AttentionPrice(t, flops, hbm, compute, hbm_s, br, reread)
@@ -157,8 +191,9 @@ def attention_backward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int
     pre = float(batch) * q_heads * q_len * (2 * dv * b + 4)               # D = rowsum(dO * O)
     dq_out = float(batch) * q_heads * q_len * dqk * b                      # fp32 dQ -> dtype
     hbm = q_hbm + kv_once + pre + dq_out
-    compute = flops / (hw.peak_flops(dtype) * hw.utilization.compute)
-    math_s = (compute + _softmax_s(hw, pairs, VEC_OPS_BWD)) * _wave_factor(hw, ctas)
+    run = batch * q_heads * executed_pairs(q_len, kv_len, causal, bc, bc)
+    compute = 2.0 * run * (2 * dqk + 3 * dv) / flash_mma_flops(hw, dtype)
+    math_s = (compute + _softmax_s(hw, run, VEC_OPS_BWD)) * _wave_factor(hw, ctas)
     hbm_s = hbm / (hw.hbm_bandwidth * hw.utilization.hbm)
     t = 3 * hw.launch_overhead_s + max(math_s, hbm_s, (reread + hbm - q_hbm) / hw.l2_bandwidth)
     return AttentionPrice(t, flops, hbm, compute, hbm_s, bc, reread)
