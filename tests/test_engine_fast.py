@@ -153,7 +153,7 @@ def test_sweep_expansion_equals_expand(gpt_case) -> None:
     from rapidllm.spec.paths import config_dir
     inline = Experiment("inline", "test", {**gpt_case, "workload": {**gpt_case["workload"], "global_batch": 16}},
                         {"parallelism.recompute": ["selective", "full"]},
-                        [{"label": "a", "meta": {"k": 1}}, {"label": "b", "parallelism": {"tp": 8, "pp": 5, "dp": 1}}],
+                        [{"label": "a", "meta": {"k": 1}}, {"label": "b", "parallelism": {"cp": 3}}],
                         {"gpus": 64, "axes": ["dp", "tp", "pp"], "bounds": {"tp": [4, 8]}}, 7)
     statuses = set()
     for exp in (load_experiment(config_dir("experiment") / "llama70b-layouts.yaml"), inline):

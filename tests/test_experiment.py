@@ -1,4 +1,5 @@
 """Sweep expansion: factorizations, crossing, invalid rows kept with reasons, stable case ids."""
+import dataclasses
 import math
 
 import yaml
@@ -25,12 +26,16 @@ def test_llama_layouts_keep_invalid_rows_with_reasons() -> None:
     exp = load_experiment(ROOT / "config" / "experiments" / "llama70b-layouts.yaml")
     rows = expand(exp)
     assert len(rows) == 2 * 22
-    invalid = [r for r in rows if r["status"] == "invalid"]
-    # pp in {32, 64} cannot divide 80 layers: (tp, dp) pairs with tp*dp*pp = 64 -> 3 layouts, x2 recompute.
-    assert len(invalid) == 6
-    assert all("does not divide layers 80" in r["reason"] for r in invalid)
+    # pp 32 and 64 split 80 layers unevenly (3/2 and 2/1 layers per stage): valid layouts now
+    assert all(r["status"] == "ok" for r in rows)
     ok_ids = [r["case_id"] for r in rows if r["status"] == "ok"]
     assert len(set(ok_ids)) == len(ok_ids)
+    # interleaving with 2 chunks per stage: pp 64 x 2 = 128 chunks > 80 layers -> 1 layout x 2 recompute
+    interleaved = dataclasses.replace(exp, cross={**exp.cross, "parallelism.schedule": ["interleaved"],
+                                                  "parallelism.virtual_stages": [2]})
+    invalid = [r for r in expand(interleaved) if r["status"] == "invalid"]
+    assert len(invalid) == 2
+    assert all("pp x virtual_stages = 128 exceeds the 80 layer slots" in r["reason"] for r in invalid)
 
 
 def test_case_id_is_stable_and_ignores_the_label(gpt_case) -> None:

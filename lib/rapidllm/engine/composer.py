@@ -2,7 +2,10 @@
 
 Layers of a kind are identical, so a chunk's forward is (layers of each kind) x (replayed template span);
 ZeRO-3/FSDP gathers the next layer's weights while the current one computes (one-layer prefetch), so a
-layer costs max(span, gather) and only the first gather of a chunk is exposed.
+layer costs max(span, gather) and only the first gather of a chunk is exposed. Chunks hold the layers the
+case's pipeline split gives them (`Parallelism.stage_chunk_layers`, uneven when pp x v does not divide
+the layers), each kind in its model-wide proportion; a stage's optimizer step scales with its parameters,
+and the data-parallel gradient and parameter collectives are sized for the heaviest stage.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from rapidllm.graph.templates import (
     ops_view,
 )
 from rapidllm.memory.closed_form import state_bytes_per_param
+from rapidllm.memory.state import layer_params
 from rapidllm.ops.price import local_parameters
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -78,6 +82,24 @@ def layer_counts(case: Case, prefix: str = "") -> dict[str, float]:
     return {k: v for k, v in out.items() if v > 0}
 
 
+def chunk_scale(case: Case, v: int) -> np.ndarray:
+    """[pp, v] layers of each chunk over the mean chunk's (exactly 1.0 everywhere for an even split)."""
+    p, layers = case.parallelism, case.model.layers
+    split = np.array(p.stage_chunk_layers(layers), dtype=float)
+    if split.shape[1] != v:          # interleaving unused (m % pp != 0): a stage's chunks run as one
+        split = split.sum(axis=1, keepdims=True)
+    return split / (layers / (p.pp * v))
+
+
+def stage_parameters(case: Case) -> np.ndarray:
+    """[pp] parameters one rank of each stage holds before ZeRO/FSDP: the average rank's
+    (`local_parameters`) plus or minus whole layers where the split is uneven."""
+    p, m = case.parallelism, case.model
+    per_layer = sum(layer_params(m, p.tp, p.ep))
+    extra = np.array(p.stage_layers(m.layers), dtype=float) - m.layers / p.pp
+    return local_parameters(case) + extra * per_layer
+
+
 @dataclass
 class TrainingPlan:
     inputs: PipelineInputs
@@ -108,6 +130,7 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
     shape = (p.pp, v)
     f_span, f_comp, b_span, b_comp = (np.zeros(shape) for _ in range(4))
     counts = layer_counts(case)
+    scale = chunk_scale(case, v)
     for (section, _part, axis, op, nb), k in replayed[0].comm_instances.items():
         cost.count(axis, op, nb, k * counts.get(section, 0.0) * m)
     for s in range(p.pp):
@@ -120,10 +143,11 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
             cost.count("dp", "reduce_scatter", per_layer * gb_, m * case.model.layers / p.pp)
         for c in range(v):
             for section, n in counts.items():
-                n_chunk = n / v
+                n_chunk = n / v * scale[s, c]
+                exposed = gather if gather and n_chunk else 0.0       # an empty chunk gathers nothing
                 fs, bs = r.span(section, "fwd"), r.span(section, "bwd")
-                f_span[s, c] += n_chunk * max(fs, gather) + (gather if gather else 0.0)
-                b_span[s, c] += n_chunk * max(bs, gather + scatter) + (gather + scatter if gather else 0.0)
+                f_span[s, c] += n_chunk * max(fs, gather) + exposed
+                b_span[s, c] += n_chunk * max(bs, gather + scatter) + (exposed + scatter if exposed else 0.0)
                 f_comp[s, c] += n_chunk * r.compute(section, "fwd")
                 b_comp[s, c] += n_chunk * r.compute(section, "bwd")
             for section, first in (("first_stage", s == 0 and c == 0), ("last_stage", s == p.pp - 1 and c == v - 1)):
@@ -140,21 +164,23 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
     wb, gb, _ = state_bytes_per_param(case.precision, p.fp32_grad_accum)
     sharded_opt = p.zero in (1, 2) or p.fsdp == "shard_grad_op"
     buckets, bucket_s, gather_s = 0, 0.0, 0.0
+    params = stage_parameters(case)
+    heaviest = float(params.max())
     if p.dp > 1 and not (p.zero == 3 or p.fsdp == "full_shard"):
-        chunk_params = local_parameters(case) / v
+        chunk_params = heaviest / v
         buckets = max(1, math.ceil(chunk_params / max(BUCKET_PARAMS, 1e6 * p.dp)))
         op = "reduce_scatter" if sharded_opt else "all_reduce"
         bucket_s = cost.time("dp", op, chunk_params * gb / buckets, 0)
         cost.count("dp", op, chunk_params * gb / buckets, buckets * v)
         if sharded_opt:
-            gather_s = cost.time("dp", "all_gather", local_parameters(case) * wb, 0)
-            cost.count("dp", "all_gather", local_parameters(case) * wb, 1)
+            gather_s = cost.time("dp", "all_gather", heaviest * wb, 0)
+            cost.count("dp", "all_gather", heaviest * wb, 1)
     # the same row selections, products and sums as the pandas masks they replace (table order kept)
     timed = view.frame.time_s.to_numpy() * view.frame["count"].to_numpy()
     work = view.frame.flops.to_numpy() * view.frame["count"].to_numpy()
-    opt = float(timed[view.sections.get("optimizer", [])].sum())
+    opt = float(timed[view.sections.get("optimizer", [])].sum()) * (params / local_parameters(case))
     inputs = PipelineInputs(p.schedule, p.pp, v, m, f_span, f_comp, b_span, b_comp, p2p_f, p2p_b, buckets,
-                            bucket_s, np.full(p.pp, opt), gather_s, cost.dims("pp"), cost.dims("dp"))
+                            bucket_s, opt, gather_s, cost.dims("pp"), cost.dims("dp"))
     per_stage = 0.0
     for section, n in counts.items():
         per_stage += n * float(work[view.sections.get(section, [])].sum())

@@ -101,7 +101,7 @@ def closed_form_memory(case: Case) -> MemoryResult:
         optim = params * ob / (p.dp if stage >= 1 else 1)
         per_layer = korthikanti_layer_activations(w.seq_len // p.cp, w.micro_batch, model.hidden, model.heads,
                                                   p.tp, p.sp, p.recompute, case.attention_impl == "flash")
-        acts = per_layer * (model.layers // p.pp) * inflight_microbatches(case)
+        acts = per_layer * max(p.stage_layers(model.layers)) * inflight_microbatches(case)
         return MemoryResult(weights, grads, optim, acts, 0.0, hw.framework_memory, hw.hbm_capacity)
     w = case.workload
     assert isinstance(w, InferenceWorkload)
@@ -114,7 +114,7 @@ def kv_cache_bytes(case: Case) -> float:
     w, p, m = case.workload, case.parallelism, case.model
     assert isinstance(w, InferenceWorkload)
     tokens = w.batch * (w.prompt_tokens + w.output_tokens)
-    layers = m.layers / p.pp
+    layers = float(max(p.stage_layers(m.layers)))         # the heaviest stage
     if m.attention == "mla" and m.mla:
         per_token = (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
     else:

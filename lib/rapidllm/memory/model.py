@@ -161,7 +161,7 @@ def _training_stage(case: Case, stage: int, conv: Conventions, layer: LayerLiven
     hw, w = case.hardware, case.workload
     assert isinstance(w, TrainingWorkload)
     st = state_bytes(case, stage, conv)
-    layers = stage_layer_counts(case.model, case.parallelism.pp, conv)[stage]
+    layers = stage_layer_counts(case, conv)[stage]
     acts = activation_peak(case, stage, layer, head, layers) + st.gathered_layer + conv.runtime_allocated
     step = st.step_transient + conv.runtime_allocated + conv.step_hidden_bytes * w.micro_batch * w.seq_len * case.model.hidden
     return MemoryResult(st.weights, st.gradients, st.optimizer, acts, 0.0, hw.framework_memory,

@@ -61,13 +61,14 @@ class StateBytes:
     gathered_layer: float     # ZeRO-3/FSDP: one layer's full weights materialized transiently
 
 
-def stage_layer_counts(model: ModelSpec, pp: int, conv: Conventions = ZERO_PAPER) -> tuple[int, ...]:
-    """Transformer layers per pipeline stage (even split, earlier stages take any remainder)."""
+def stage_layer_counts(case: Case, conv: Conventions = ZERO_PAPER) -> tuple[int, ...]:
+    """Transformer layers per pipeline stage: the framework's split if it has its own, else the case's
+    (`Parallelism.stage_layers`: even as possible, earlier chunks take any remainder)."""
+    m, pp = case.model, case.parallelism.pp
     if conv.stage_layers is not None:
-        assert len(conv.stage_layers) == pp and sum(conv.stage_layers) == model.layers
+        assert len(conv.stage_layers) == pp and sum(conv.stage_layers) == m.layers
         return conv.stage_layers
-    base, extra = divmod(model.layers, pp)
-    return tuple(base + (1 if i < extra else 0) for i in range(pp))
+    return case.parallelism.stage_layers(m.layers)
 
 
 def layer_params(model: ModelSpec, tp: int, ep: int) -> tuple[float, float]:
@@ -88,7 +89,7 @@ def layer_params(model: ModelSpec, tp: int, ep: int) -> tuple[float, float]:
 def stage_params(case: Case, stage: int, conv: Conventions = ZERO_PAPER) -> StageParams:
     """Parameters of one rank of `stage` (embedding first, head last, tied head duplicated when pp > 1)."""
     m, p = case.model, case.parallelism
-    layers = stage_layer_counts(m, p.pp, conv)[stage]
+    layers = stage_layer_counts(case, conv)[stage]
     dense_l, expert_l = layer_params(m, p.tp, p.ep)
     embed = m.vocab * m.hidden / p.tp + (m.max_seq_len * m.hidden if m.position == "learned" else 0)
     dense = layers * dense_l

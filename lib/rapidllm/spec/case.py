@@ -38,10 +38,39 @@ class Parallelism:
     schedule: str = "1f1b"           # gpipe | 1f1b | interleaved
     virtual_stages: int = 1
     fp32_grad_accum: bool = False
+    # Megatron-Core --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split: the
+    # embedding and the loss (LM head) each take one layer's slot in the split over pipeline chunks
+    embedding_in_split: bool = False
+    loss_in_split: bool = False
 
     @property
     def world(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def chunks_per_stage(self) -> int:
+        """Model chunks per pipeline stage: the virtual stages of the interleaved schedule, else 1."""
+        return self.virtual_stages if self.schedule == "interleaved" and self.pp > 1 else 1
+
+    def stage_chunk_layers(self, layers: int) -> tuple[tuple[int, ...], ...]:
+        """Transformer layers of each (stage, chunk), so uneven splits are explicit.
+
+        The layers, plus one slot each for the embedding and the loss when they count in the split, go
+        over the pp x chunks model chunks as evenly as possible, earlier chunks taking the remainder
+        (Megatron-Core itself only accepts slot counts that divide; the remainder rule extends it). The
+        embedding slot comes off the first model chunk, the loss slot off the last. Model chunk k runs on
+        stage k mod pp as that stage's chunk k // pp (Megatron's interleaved placement).
+        """
+        v, n = self.chunks_per_stage, self.pp * self.chunks_per_stage
+        base, extra = divmod(layers + self.embedding_in_split + self.loss_in_split, n)
+        flat = [base + (k < extra) for k in range(n)]
+        flat[0] -= self.embedding_in_split
+        flat[-1] -= self.loss_in_split
+        return tuple(tuple(flat[c * self.pp + s] for c in range(v)) for s in range(self.pp))
+
+    def stage_layers(self, layers: int) -> tuple[int, ...]:
+        """Transformer layers per pipeline stage (sum over its chunks)."""
+        return tuple(sum(chunks) for chunks in self.stage_chunk_layers(layers))
 
     def size(self, axis: str) -> int:
         return getattr(self, axis)
@@ -65,6 +94,9 @@ class InferenceWorkload:
     output_tokens: int
     batch: int = 1
     concurrency: int = 1
+    # serving (concurrency > batch): tokens one in-flight-batching iteration may schedule; TensorRT-LLM's
+    # default max_num_tokens (docs/engine.md, "Serving")
+    max_num_tokens: int = 8192
     mode: str = "inference"
 
 
@@ -147,10 +179,10 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
         raise bad("parallelism.tp", f"tp {par.tp} does not divide heads {model.heads} of {model.name}")
     if model.kv_heads % par.tp and par.tp % model.kv_heads:
         raise bad("parallelism.tp", f"tp {par.tp} and kv_heads {model.kv_heads} of {model.name}: one must divide the other")
-    if model.layers % par.pp:
-        raise bad("parallelism.pp", f"pp {par.pp} does not divide layers {model.layers} of {model.name}")
-    if par.virtual_stages > 1 and model.layers % (par.pp * par.virtual_stages):
-        raise bad("parallelism.virtual_stages", f"pp x virtual_stages = {par.pp * par.virtual_stages} does not divide layers {model.layers}")
+    slots = model.layers + par.embedding_in_split + par.loss_in_split
+    if par.pp * par.chunks_per_stage > slots:
+        raise bad("parallelism.pp", f"pp x virtual_stages = {par.pp * par.chunks_per_stage} exceeds the {slots} "
+                  f"layer slots of {model.name} (layers, plus embedding / loss when they count in the split)")
     if par.schedule == "interleaved" and par.virtual_stages < 2 and par.pp > 1:
         raise bad("parallelism.virtual_stages", "schedule 'interleaved' needs virtual_stages >= 2")
     if par.ep > 1:
