@@ -118,12 +118,16 @@ def test_compute_durations_follow_template_order(gpt_case) -> None:
         assert len(compute_durations(ops, t)) == sum(1 for n in t.nodes if n.kind != COMM)
 
 
-def test_inference_serving_concurrency(gpt_case) -> None:
+@pytest.mark.parametrize("serving", ["steady_state", "simulated"])
+def test_inference_serving_concurrency(gpt_case, serving) -> None:
     inf = {**gpt_case, "model": "gpt-22b", "parallelism": {"tp": 8}, "network": gpt_case["network"],
            "workload": {"mode": "inference", "batch": 1, "prompt_tokens": 128, "output_tokens": 64}}
     one = resolve_case(inf, "x")
-    many = resolve_case({**inf, "workload": {**inf["workload"], "concurrency": 16}}, "x")
+    many = resolve_case({**inf, "workload": {**inf["workload"], "concurrency": 16, "serving": serving}}, "x")
     r1 = predict(one, price_case(one), memory_for_case(one))
     r16 = predict(many, price_case(many), memory_for_case(many))
     assert r1["e2e_latency_s"] == pytest.approx(r1["ttft_s"] + 63 * r1["itl_s"])
     assert r16["itl_s"] > r1["itl_s"] and r16["tokens_per_s"] > r1["tokens_per_s"]
+    if serving == "steady_state":     # a new request waits half a step, then runs its own prefill
+        assert r16["ttft_s"] == pytest.approx(r1["ttft_s"] + 0.5 * r16["itl_s"], rel=1e-12)
+        assert r16["tokens_per_s"] == pytest.approx(16 / r16["itl_s"], rel=1e-12)

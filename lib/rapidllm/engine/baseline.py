@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from rapidllm.engine.composer import layer_counts
 from rapidllm.engine.groups import group_link
 from rapidllm.engine.metrics import model_flops_per_step, utilization
 from rapidllm.graph.comm_nodes import CommNode
@@ -53,11 +54,10 @@ def _comm(case: Case, axis: str, op: str, nbytes: float) -> float:
 
 
 def _layer_mix(case: Case, prefix: str) -> list[tuple[str, float]]:
-    """(section, layers of that kind per pipeline stage)."""
-    m, pp = case.model, case.parallelism.pp
-    moe = m.moe_layer_count()
-    mix = [(f"{prefix}layer_dense", (m.layers - moe) / pp), (f"{prefix}layer_moe", moe / pp)]
-    return [(s, n) for s, n in mix if n > 0]
+    """(section, layers of that kind on the heaviest pipeline stage): the slowest stage paces the pipeline."""
+    m, p = case.model, case.parallelism
+    heaviest = max(p.stage_layers(m.layers)) / (m.layers / p.pp)
+    return [(s, n * heaviest) for s, n in layer_counts(case, prefix).items()]
 
 
 def comm_time(case: Case, nodes: list[CommNode], scope: str, tokens_scale: float = 1.0) -> float:

@@ -6,26 +6,34 @@ context, so the mean decode step is the mean of the first and last step (exact f
 
 Static batching (concurrency <= batch): TTFT = prefill(batch), ITL = decode step(batch),
 e2e = TTFT + (output_tokens - 1) x ITL, throughput = batch x output_tokens / e2e.
-In-flight batching (concurrency C > batch, a serving engine such as vLLM/TensorRT-LLM): decode steps run
-with C sequences; every step also absorbs the prefills of the requests that replace finished ones,
-C / (batch x output_tokens) requests per step on average, so ITL = decode(C) + that share of prefill;
-a new request waits on average half a step before its prefill, TTFT = prefill(batch) + ITL / 2;
-throughput = C / ITL tokens per second. This is a steady-state mean, not a queueing model.
+In-flight batching (concurrency C > batch, a serving engine such as vLLM/TensorRT-LLM), two models
+(`workload.serving`, docs/engine.md "Serving"):
+- "steady_state" (default): decode steps run with C sequences; every step also absorbs the prefills of the
+  requests that replace finished ones, C / (batch x output_tokens) requests per step on average, so
+  ITL = decode(C) + that share of prefill; a new request waits on average half a step before its prefill,
+  TTFT = prefill(batch) + ITL / 2; throughput = C / ITL. A mean over desynchronized clients.
+- "simulated": C closed-loop clients, one sequence per request, run through the iteration-level simulator
+  of `engine/serving.py`; its iteration cost is interpolated between forward passes priced here at running
+  batches 1, 2, 4, ... and C (prefill of n whole prompts, decode of n sequences at the first and last context).
 """
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
 
+import numpy as np
 import pandas as pd
 
 from rapidllm.engine.collectives import CommCost
 from rapidllm.engine.composer import layer_counts, replay_all
+from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, simulate
 from rapidllm.graph.templates import extra_templates, layer_templates
+from rapidllm.ops.price import price_case
 from rapidllm.spec.case import Case, InferenceWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 
 Adjust = Callable[[pd.DataFrame], pd.DataFrame]
+SECTIONS = ("prefill_", "decode_first_", "decode_last_")
 
 
 def forward_pass(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool) -> tuple[float, float]:
@@ -48,28 +56,77 @@ def forward_pass(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, ove
 def predict_inference(case: Case, ops: pd.DataFrame, overlap: bool = True, adjust: Adjust | None = None) -> dict:
     w = case.workload
     assert isinstance(w, InferenceWorkload)
+    if w.concurrency > w.batch and w.serving == "simulated":
+        return _predict_serving(case, ops, overlap, adjust)
+    if w.concurrency > w.batch:
+        return _predict_steady_state(case, ops, overlap, adjust)
     cost = CommCost(case)
-    ttft, ttft_c = forward_pass(case, ops, "prefill_", cost, overlap)
-    serving = w.concurrency > w.batch
-    dcase, dops = case, ops
-    if serving:
-        from rapidllm.ops.price import price_case
-        dcase = dataclasses.replace(case, workload=dataclasses.replace(w, batch=w.concurrency))
-        dops = price_case(dcase)
-        dops = adjust(dops) if adjust else dops
-    dcost = CommCost(dcase) if serving else cost
-    first, first_c = forward_pass(dcase, dops, "decode_first_", dcost, overlap)
-    last, last_c = forward_pass(dcase, dops, "decode_last_", dcost, overlap)
-    step, step_c = 0.5 * (first + last), 0.5 * (first_c + last_c)
-    if serving:
-        share = w.concurrency / (w.batch * max(w.output_tokens, 1))
-        itl, itl_c = step + share * ttft, step_c + share * ttft_c
-        ttft, ttft_c = ttft + 0.5 * itl, ttft_c + 0.5 * itl_c
-    else:
-        itl, itl_c = step, step_c
+    prefill, first, last = (np.array(forward_pass(case, ops, s, cost, overlap)) for s in SECTIONS)
+    ttft, itl = prefill, 0.5 * (first + last)
     e2e = ttft + (w.output_tokens - 1) * itl
-    compute = ttft_c + (w.output_tokens - 1) * itl_c
-    rate = w.concurrency / itl if serving else w.batch * w.output_tokens / e2e
-    return dict(step_time_s=e2e, compute_time_s=compute, exposed_comm_s=e2e - compute, bubble_s=0.0, mfu=0.0,
-                hfu=0.0, tokens_per_s=rate, ttft_s=ttft, itl_s=itl, e2e_latency_s=e2e,
-                network_events_simulated=float(cost.simulated + (dcost.simulated if serving else 0)))
+    return _record(ttft, itl, e2e, w.batch * w.output_tokens / e2e[SPAN], cost.simulated)
+
+
+def _predict_steady_state(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> dict:
+    """Mean in-flight batching over desynchronized clients: decode at batch C plus its share of prefills."""
+    w = case.workload
+    assert isinstance(w, InferenceWorkload)
+    cost = CommCost(case)
+    prefill = np.array(forward_pass(case, ops, "prefill_", cost, overlap))
+    dcase, dops = _at_batch(case, ops, w.concurrency, adjust)
+    dcost = CommCost(dcase)
+    first, last = (np.array(forward_pass(dcase, dops, s, dcost, overlap)) for s in SECTIONS[1:])
+    share = w.concurrency / (w.batch * max(w.output_tokens, 1))
+    itl = 0.5 * (first + last) + share * prefill
+    ttft = prefill + 0.5 * itl
+    e2e = ttft + (w.output_tokens - 1) * itl
+    return _record(ttft, itl, e2e, w.concurrency / itl[SPAN], cost.simulated + dcost.simulated)
+
+
+def _predict_serving(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> dict:
+    w = case.workload
+    assert isinstance(w, InferenceWorkload)
+    table, events = _iteration_cost(case, ops, overlap, adjust)
+    r = simulate(table, w.concurrency, w.prompt_tokens, w.output_tokens, w.max_num_tokens)
+    return _record(r.ttft_s, r.itl_s, r.e2e_latency_s, r.tokens_per_s, events)
+
+
+def _iteration_cost(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> tuple[IterationCost, int]:
+    """Serving iteration cost from forward passes at the anchor batches; also the link events simulated."""
+    w = case.workload
+    assert isinstance(w, InferenceWorkload)
+    prefill, decode, events = [], [], 0
+    for n in anchor_batches(w.concurrency):
+        ncase, nops = _at_batch(case, ops, n, adjust)
+        cost = CommCost(ncase)
+        pf, first, last = (np.array(forward_pass(ncase, nops, s, cost, overlap)) for s in SECTIONS)
+        prefill.append((n * w.prompt_tokens, pf))
+        decode.append((n, first, last))
+        events += cost.simulated
+    return build_cost(prefill, decode, w.prompt_tokens, w.prompt_tokens + w.output_tokens - 1), events
+
+
+def anchor_batches(concurrency: int) -> list[int]:
+    """1, 2, 4, ... below C, then C: dense where small batches change the cost most, C for the full batch."""
+    out = [1]
+    while out[-1] * 2 < concurrency:
+        out.append(out[-1] * 2)
+    return out + [concurrency] if concurrency > 1 else out
+
+
+def _at_batch(case: Case, ops: pd.DataFrame, batch: int, adjust: Adjust | None) -> tuple[Case, pd.DataFrame]:
+    """The case and its priced operators with `batch` sequences (the given ones when the batch matches)."""
+    w = case.workload
+    if batch == w.batch:
+        return case, ops
+    bcase = dataclasses.replace(case, workload=dataclasses.replace(w, batch=batch))
+    bops = price_case(bcase)
+    return bcase, adjust(bops) if adjust else bops
+
+
+def _record(ttft: np.ndarray, itl: np.ndarray, e2e: np.ndarray, rate: float, events: int) -> dict:
+    """Output keys from (span, compute) pairs of TTFT, ITL and e2e latency."""
+    return dict(step_time_s=float(e2e[SPAN]), compute_time_s=float(e2e[COMPUTE]),
+                exposed_comm_s=float(e2e[SPAN] - e2e[COMPUTE]),
+                bubble_s=0.0, mfu=0.0, hfu=0.0, tokens_per_s=float(rate), ttft_s=float(ttft[SPAN]),
+                itl_s=float(itl[SPAN]), e2e_latency_s=float(e2e[SPAN]), network_events_simulated=float(events))

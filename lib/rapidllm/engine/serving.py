@@ -1,0 +1,178 @@
+"""Closed-loop in-flight-batching simulator: C clients against one serving engine (TensorRT-LLM / vLLM).
+
+Clients (genai-perf concurrency mode): C clients start at t = 0; each sends a request of P prompt and O output
+tokens and sends the next one as soon as the last token of the previous one arrives (no think time).
+
+Engine (TensorRT-LLM's in-flight batching scheduler, GUARANTEED_NO_EVICT, FCFS chunked context): every
+iteration runs one decode token for each request past its prefill, then prefill tokens of the waiting
+requests in arrival order until `max_num_tokens` tokens are scheduled; a request's prompt may be split across
+iterations (chunked prefill). The first output token is produced by the iteration that finishes the prefill;
+each later iteration adds one token. KV-cache capacity is not limited.
+
+Iteration time comes from `IterationCost`, a piecewise-linear table over anchor forward passes priced by the
+engine (see `engine/inference.py`). Everything runs on two clocks at once: the iteration span (the schedule)
+and its pure compute time (for the compute / exposed-communication split).
+
+Measurement (perf_analyzer, the load generator under genai-perf, documents it): consecutive windows, here of C
+completed requests, until the last three agree within 10 % on throughput and mean request latency (at most 10
+windows); the result averages those three: mean TTFT, ITL ((e2e - TTFT) / (O - 1) per request), e2e latency,
+and output tokens per second over the windows.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numba
+import numpy as np
+
+SPAN, COMPUTE = 0, 1
+
+
+@dataclasses.dataclass(frozen=True)
+class IterationCost:
+    """Time of one iteration from prefill tokens k, decode batch b and total decode context S.
+
+    Prefill-only and decode-only iterations are interpolated between priced anchors: prefill over k (anchors
+    at 0 and n x P tokens: a burst of n whole prompts), decode over b (anchors at batch n) and linearly in the
+    mean context S / b (decode attention reads the KV cache once per token). A mixed iteration costs
+    prefill(k) + decode(b, S) - floor, where floor is a one-token iteration (batch 1, empty cache): the fused
+    GEMMs read every weight once for all k + b rows, and launch and collective latencies are paid once, so
+    the part both passes share is counted once; the rest (GEMM rows, prefill and decode attention, which run
+    as separate kernels, activation collectives) adds.
+    Columns of the time arrays are (span, compute)."""
+    pf_tokens: np.ndarray   # (n,) float64, increasing, 0 first
+    pf_time: np.ndarray     # (n, 2) prefill-only iteration; row 0 is the floor
+    dec_batch: np.ndarray   # (m,) float64, increasing, 1 first
+    dec_time: np.ndarray    # (m, 2) decode-only iteration with ctx0 tokens of context per sequence
+    dec_slope: np.ndarray   # (m, 2) d time / d context per sequence
+    ctx0: float
+
+    def time(self, k: float, b: float, s: float) -> np.ndarray:
+        """(span, compute) of one iteration (plain-Python entry to the kernel's cost, for tests and docs)."""
+        return np.array([_iteration_time(k, b, s, self.pf_tokens, self.pf_time, self.dec_batch, self.dec_time,
+                                         self.dec_slope, self.ctx0, j) for j in (SPAN, COMPUTE)])
+
+
+def build_cost(prefill: list[tuple[int, np.ndarray]], decode: list[tuple[int, np.ndarray, np.ndarray]],
+               ctx0: int, ctx1: int) -> IterationCost:
+    """Cost table from anchors: prefill (tokens, (span, compute)) and decode (batch, first, last), where
+    first / last are decode steps with ctx0 / ctx1 tokens of context per sequence."""
+    dec_batch = np.array([b for b, _, _ in decode], dtype=np.float64)
+    first = np.array([f for _, f, _ in decode], dtype=np.float64)
+    slope = np.array([(la - f) / max(ctx1 - ctx0, 1) for _, f, la in decode], dtype=np.float64)
+    floor = first[0] - slope[0] * ctx0
+    pf_tokens = np.array([0.0] + [float(k) for k, _ in prefill])
+    pf_time = np.vstack([floor] + [t for _, t in prefill]).astype(np.float64)
+    return IterationCost(pf_tokens, pf_time, dec_batch, first, slope, float(ctx0))
+
+
+@numba.njit(cache=True)
+def _iteration_time(k: float, b: float, s: float, pf_tokens: np.ndarray, pf_time: np.ndarray,
+                    dec_batch: np.ndarray, dec_time: np.ndarray, dec_slope: np.ndarray, ctx0: float,
+                    col: int) -> float:
+    t = 0.0
+    if k > 0:
+        t += np.interp(k, pf_tokens, pf_time[:, col])
+    if b > 0:
+        t += np.interp(b, dec_batch, dec_time[:, col]) + np.interp(b, dec_batch, dec_slope[:, col]) * (s / b - ctx0)
+    if k > 0 and b > 0:
+        t -= pf_time[0, col]
+    return t
+
+
+@numba.njit(cache=True)
+def _simulate(clients: int, prompt: int, output: int, budget: int, n_done: int, pf_tokens: np.ndarray,
+              pf_time: np.ndarray, dec_batch: np.ndarray, dec_time: np.ndarray, dec_slope: np.ndarray,
+              ctx0: float) -> tuple[np.ndarray, np.ndarray]:
+    """Run until n_done requests complete. Returns per completed request (completion order) the
+    (start, first token, end) times on both clocks, (n_done, 3, 2), and the output tokens produced up to
+    its completion, (n_done,)."""
+    rec = np.zeros((n_done, 3, 2))
+    produced = np.zeros(n_done)
+    left = np.full(clients, prompt, dtype=np.int64)   # prompt tokens still to prefill
+    gen = np.zeros(clients, dtype=np.int64)            # output tokens produced
+    start = np.zeros((clients, 2))
+    first = np.zeros((clients, 2))
+    chunk = np.zeros(clients, dtype=np.int64)
+    decoding = np.zeros(clients, dtype=np.bool_)
+    queue = np.arange(clients)                          # FCFS ring of requests waiting for prefill
+    head, waiting = 0, clients
+    clock = np.zeros(2)
+    tokens, done = 0, 0
+    while done < n_done:
+        b, s = 0, 0.0
+        for i in range(clients):
+            decoding[i] = left[i] == 0
+            if decoding[i]:
+                b += 1
+                s += prompt + gen[i] - 1
+        room, k = max(budget - b, 0), 0
+        for q in range(waiting):
+            i = queue[(head + q) % clients]
+            chunk[i] = min(left[i], room)
+            room -= chunk[i]
+            k += chunk[i]
+        for j in range(2):
+            clock[j] += _iteration_time(k, b, s, pf_tokens, pf_time, dec_batch, dec_time, dec_slope, ctx0, j)
+        for q in range(waiting):
+            i = queue[(head + q) % clients]
+            left[i] -= chunk[i]
+            chunk[i] = 0
+        while waiting > 0 and left[queue[head]] == 0:
+            i = queue[head]
+            head, waiting = (head + 1) % clients, waiting - 1
+            first[i, :] = clock
+            gen[i] = 1
+            tokens += 1
+        for i in range(clients):
+            if decoding[i]:
+                gen[i] += 1
+                tokens += 1
+        for i in range(clients):
+            if left[i] == 0 and gen[i] >= output and done < n_done:
+                rec[done, 0, :] = start[i, :]
+                rec[done, 1, :] = first[i, :]
+                rec[done, 2, :] = clock
+                produced[done] = tokens
+                done += 1
+                start[i, :] = clock
+                left[i], gen[i] = prompt, 0
+                queue[(head + waiting) % clients] = i
+                waiting += 1
+    return rec, produced
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingResult:
+    """Means over the measurement window; (span, compute) pairs where a compute split is meaningful."""
+    ttft_s: np.ndarray
+    itl_s: np.ndarray
+    e2e_latency_s: np.ndarray
+    tokens_per_s: float
+    windows: int            # windows run until the last three were stable
+
+
+def simulate(cost: IterationCost, clients: int, prompt: int, output: int, max_num_tokens: int,
+             stability: float = 0.10, max_trials: int = 10) -> ServingResult:
+    """Closed-loop serving run measured like perf_analyzer (genai-perf's load generator): consecutive windows
+    of C completed requests, until the last three agree within `stability` (max / min - 1) on both throughput
+    and mean request latency, or `max_trials` windows; the result averages those three windows."""
+    assert cost.pf_tokens[-1] >= min(clients * prompt, max_num_tokens) and cost.dec_batch[-1] >= clients
+    rec, produced = _simulate(clients, prompt, output, max_num_tokens, max_trials * clients, cost.pf_tokens,
+                              cost.pf_time, cost.dec_batch, cost.dec_time, cost.dec_slope, cost.ctx0)
+    ends = np.concatenate(([0.0], rec[clients - 1::clients, 2, SPAN]))
+    made = np.concatenate(([0.0], produced[clients - 1::clients]))
+    rate = np.diff(made) / np.diff(ends)
+    latency = (rec[:, 2, SPAN] - rec[:, 0, SPAN]).reshape(max_trials, clients).mean(axis=1)
+    last = next((j for j in range(3, max_trials + 1) if _stable(rate[j - 3:j], stability)
+                 and _stable(latency[j - 3:j], stability)), max_trials)
+    win = rec[(last - 3) * clients:last * clients]
+    ttft = (win[:, 1] - win[:, 0]).mean(axis=0)
+    e2e = (win[:, 2] - win[:, 0]).mean(axis=0)
+    itl = (win[:, 2] - win[:, 1]).mean(axis=0) / max(output - 1, 1)
+    tokens = (made[last] - made[last - 3]) / (ends[last] - ends[last - 3])
+    return ServingResult(ttft, itl, e2e, float(tokens), last)
+
+
+def _stable(values: np.ndarray, tolerance: float) -> bool:
+    return bool(values.max() <= (1.0 + tolerance) * values.min())
