@@ -7,6 +7,12 @@ Groups in different lines of the dimensions they span use disjoint links (switch
 rail-optimized fat-tree lines), so only one line-set is simulated. Without faults every pipeline stage is
 equivalent and one simulation serves all; with faults each stage (each stage boundary for PP) gets its own.
 Results are cached per (op, bytes, groups) within a process, so identical collectives simulate once.
+
+Algorithms are NCCL's (network.api.choose_algorithm: ring, hierarchical across dimensions) except for
+`framework: tensorrt-llm`, whose all-reduces inside one NVLink switch use TensorRT-LLM's custom all-reduce
+kernels (cpp/tensorrt_llm/kernels/customAllReduceKernels.cu: every rank reads and writes its peers'
+buffers over NVLink directly) instead of NCCL rings: the `direct` schedule (reduce-scatter and all-gather
+straight to every peer), two latency steps instead of 2(n-1), the same bytes per link.
 """
 from __future__ import annotations
 
@@ -140,12 +146,13 @@ class CommCost:
 
     def _simulate(self, op: str, nbytes: float, groups: list[tuple[int, ...]]) -> tuple[float, int]:
         net = self.case.network
-        rkey = (net, self.util, op, nbytes, tuple(groups))
+        rkey = (net, self.util, self.case.framework, op, nbytes, tuple(groups))
         if rkey in _RESULTS:
             t, ev, _ = _RESULTS[rkey]
             return t, ev
         topo, router = topology_of(net)
-        parts = [build_schedule(topo, op, nbytes, list(g), "auto", None)[0] for g in groups]
+        algorithm = self._algorithm(topo, op, groups[0]) if groups else "auto"
+        parts = [build_schedule(topo, op, nbytes, list(g), algorithm, None)[0] for g in groups]
         sched = concat(parts)
         finish, _, events = run_schedule(topo, sched, np.zeros(len(sched)), self.util, router)
         t = float(finish.max()) if len(finish) else 0.0
@@ -154,6 +161,13 @@ class CommCost:
         _RESULTS[rkey] = (t, int(events), len(groups))
         self.simulated_events += int(events)
         return t, int(events)
+
+    def _algorithm(self, topo: Topology, op: str, group: tuple[int, ...]) -> str:
+        """'direct' for TensorRT-LLM all-reduces within one switch dimension, else NCCL's choice ('auto')."""
+        if self.case.framework != "tensorrt-llm" or op != "all_reduce":
+            return "auto"
+        dims = dims_spanned(self.case.network, list(group))
+        return "direct" if len(dims) == 1 and topo.dims[dims[0]].topology == "switch" else "auto"
 
     def count(self, axis: str, op: str, nbytes: float, per_group: float) -> None:
         """Record how often a collective runs per group per step (for the flattened-trace comparison)."""

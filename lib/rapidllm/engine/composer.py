@@ -5,7 +5,8 @@ ZeRO-3/FSDP gathers the next layer's weights while the current one computes (one
 layer costs max(span, gather) and only the first gather of a chunk is exposed. Chunks hold the layers the
 case's pipeline split gives them (`Parallelism.stage_chunk_layers`, uneven when pp x v does not divide
 the layers), each kind in its model-wide proportion; a stage's optimizer step scales with its parameters,
-and the data-parallel gradient and parameter collectives are sized for the heaviest stage.
+and the data-parallel gradient and parameter collectives are sized for the heaviest stage, routed-expert
+gradients weighted for their expert-data-parallel group (`graph.comm_nodes.expert_grad_weight`).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pandas as pd
 
 from rapidllm.engine.collectives import CommCost
 from rapidllm.engine.replay import TemplateResult, replay_template
+from rapidllm.graph.comm_nodes import dp_reduced_parameters
 from rapidllm.graph.pipeline import PipelineInputs
 from rapidllm.graph.schedules import interleaving
 from rapidllm.graph.templates import (
@@ -29,7 +31,7 @@ from rapidllm.graph.templates import (
 )
 from rapidllm.memory.closed_form import state_bytes_per_param
 from rapidllm.memory.state import layer_params
-from rapidllm.ops.price import local_parameters
+from rapidllm.ops.price import local_expert_parameters, local_parameters
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 
@@ -91,13 +93,13 @@ def chunk_scale(case: Case, v: int) -> np.ndarray:
     return split / (layers / (p.pp * v))
 
 
-def stage_parameters(case: Case) -> np.ndarray:
-    """[pp] parameters one rank of each stage holds before ZeRO/FSDP: the average rank's
-    (`local_parameters`) plus or minus whole layers where the split is uneven."""
+def stage_parameters(case: Case) -> tuple[np.ndarray, np.ndarray]:
+    """[pp] parameters one rank of each stage holds before ZeRO/FSDP, all and routed experts only: the
+    average rank's (`local_parameters`) plus or minus whole layers where the split is uneven."""
     p, m = case.parallelism, case.model
-    per_layer = sum(layer_params(m, p.tp, p.ep))
+    dense, experts = layer_params(m, p.tp, p.expert_tp * p.ep)
     extra = np.array(p.stage_layers(m.layers), dtype=float) - m.layers / p.pp
-    return local_parameters(case) + extra * per_layer
+    return local_parameters(case) + extra * sum((dense, experts)), local_expert_parameters(case) + extra * experts
 
 
 @dataclass
@@ -164,8 +166,9 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
     wb, gb, _ = state_bytes_per_param(case.precision, p.fp32_grad_accum)
     sharded_opt = p.zero in (1, 2) or p.fsdp == "shard_grad_op"
     buckets, bucket_s, gather_s = 0, 0.0, 0.0
-    params = stage_parameters(case)
-    heaviest = float(params.max())
+    params, expert_params = stage_parameters(case)
+    heavy = int(params.argmax())
+    heaviest = dp_reduced_parameters(case, float(params[heavy]), float(expert_params[heavy]))
     if p.dp > 1 and not (p.zero == 3 or p.fsdp == "full_shard"):
         chunk_params = heaviest / v
         buckets = max(1, math.ceil(chunk_params / max(BUCKET_PARAMS, 1e6 * p.dp)))

@@ -4,14 +4,18 @@ Scopes: `layer_dense`/`layer_moe` (per layer per traversal: TP all-reduces, CP k
 dispatch+combine), `pp` (per micro-batch per stage boundary), `dp` (per step, gradient reduction) and
 `fsdp` (per micro-batch per traversal, parameter gathers). Counts follow Megatron-LM: two TP all-reduces
 per layer per traversal (after attention and after the MLP; with SP a reduce-scatter + all-gather pair of
-the same volume), two all-to-alls per MoE layer per traversal.
+the same volume; none around routed experts that are not TP-sharded, etp 1), two all-to-alls per MoE
+layer per traversal.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import comb
 
+from rapidllm.engine.collectives import CommCost
 from rapidllm.memory.closed_form import state_bytes_per_param
-from rapidllm.ops.price import local_parameters
+from rapidllm.ops.price import local_expert_parameters, local_parameters
+from rapidllm.ops.workload import moe_tokens
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 
@@ -25,17 +29,93 @@ class CommNode:
     count: float          # occurrences per scope unit
 
 
+def expected_distinct(experts: int, top_k: int, groups: int) -> float:
+    """Expected number of the `groups` equal expert groups (ranks, nodes) a token's top_k experts fall in.
+
+    Balanced routing picks top_k distinct experts uniformly at random; a given group of E/g experts is
+    missed with probability C(E - E/g, k) / C(E, k) (hypergeometric), so by linearity of expectation the
+    token reaches g·(1 - C(E - E/g, k)/C(E, k)) groups. For E >> k this tends to g·(1 - (1 - 1/g)^k),
+    the value for k independent picks.
+    """
+    return groups * (1.0 - comb(experts - experts // groups, top_k) / comb(experts, top_k))
+
+
+def ep_nodes(case: Case) -> int:
+    """Nodes (distinct coordinates beyond the first network dimension) the first EP group spans."""
+    cost = CommCost(case)
+    return len({cost.mapping.dim_coords(r)[1:] for r in cost.groups("ep", 0)[0]})
+
+
+def dispatch_copies(case: Case) -> float:
+    """Copies of each routed token one rank's dispatch (and combine) sends, self included.
+
+    alltoall (Megatron-Core's dispatcher): one per selected expert, top_k. deepep (DeepEP, DeepSeek-AI
+    2025, github.com/deepseek-ai/DeepEP; DeepSeek-V3 report §3.2.2): a token crosses the inter-node fabric
+    once per destination node (RDMA to the same-index GPU there, then NVLink forwarding to the GPUs that
+    hold its experts), and inside one node goes once per destination rank. So the copies are the expected
+    distinct destination nodes when the EP group spans several, else the distinct ranks. Priced as one
+    all-to-all over the EP group, this puts exactly DeepEP's RDMA volume on the inter-node links: a copy
+    leaves the node with probability (nodes - 1)/nodes in both. The NVLink forward is not a separate
+    transfer: DeepEP pipelines it behind the RDMA receives, at ~9x the per-GPU bandwidth on DGX H100.
+    """
+    moe, p = case.model.moe, case.parallelism
+    assert moe is not None
+    if p.moe_dispatcher == "alltoall":
+        return float(moe.top_k)
+    nodes = ep_nodes(case)
+    return expected_distinct(moe.experts, moe.top_k, nodes if nodes > 1 else p.ep)
+
+
+def dispatch_bytes(case: Case, tokens: int) -> float:
+    """Bytes one rank sends in a MoE dispatch (= combine) all-to-all (nccl-tests size: the send buffer).
+
+    `tokens` is the TP-gathered layer input; the dispatcher routes each rank's `moe_tokens` (its SP
+    shard when etp < tp).
+    """
+    m, p = case.model, case.parallelism
+    routed = moe_tokens(tokens, p.tp, p.expert_tp, p.sp)
+    return float(routed * m.hidden * DTYPE_BYTES[case.precision]) * dispatch_copies(case)
+
+
+def moe_tp_collectives(case: Case) -> bool:
+    """Whether an MoE layer's MLP position keeps the TP collectives (gather before, reduce after).
+
+    Routed experts with etp < tp take each rank's sequence shard and need none; shared experts are
+    ordinary TP-sharded MLPs on the gathered sequence and keep them.
+    """
+    m, p = case.model, case.parallelism
+    return p.expert_tp == p.tp or bool(m.moe and m.moe.shared_experts)
+
+
+def expert_grad_weight(case: Case) -> float:
+    """Per-rank reduction volume of an expert gradient byte, relative to a dense one on the DP group.
+
+    Expert gradients are reduced over the edp ranks holding the same experts, dense ones over dp; a ring
+    reduce-scatter (or all-reduce) moves (n - 1)/n of the buffer per rank, so an expert byte weighs
+    ((edp - 1)/edp) / ((dp - 1)/dp) when both are priced on the DP group's links (0 when edp is 1).
+    """
+    p = case.parallelism
+    return (1.0 - 1.0 / p.edp) / (1.0 - 1.0 / p.dp) if p.dp > 1 else 0.0
+
+
+def dp_reduced_parameters(case: Case, params: float, experts: float) -> float:
+    """Parameters whose gradients the DP group reduces, expert ones weighted by `expert_grad_weight`
+    (params itself when there are no routed experts)."""
+    return params - experts * (1.0 - expert_grad_weight(case)) if experts else params
+
+
 def layer_nodes(case: Case, tokens: int, scope: str) -> list[CommNode]:
     m, p = case.model, case.parallelism
     b = DTYPE_BYTES[case.precision]
     act = tokens * m.hidden * b
     nodes = []
+    moe = scope.endswith("moe") and m.moe is not None
     if p.tp > 1:
-        nodes.append(CommNode(scope, "tp", "all_reduce", act, 2))
+        nodes.append(CommNode(scope, "tp", "all_reduce", act, 2 if not moe or moe_tp_collectives(case) else 1))
     if p.cp > 1:
         nodes.append(CommNode(scope, "cp", "all_gather", 2.0 * m.kv_dim * b * tokens * p.cp / p.tp, 1))
-    if scope.endswith("moe") and m.moe and p.ep > 1:
-        nodes.append(CommNode(scope, "ep", "all_to_all", act * m.moe.top_k, 2))
+    if moe and p.ep > 1:
+        nodes.append(CommNode(scope, "ep", "all_to_all", dispatch_bytes(case, tokens), 2))
     return nodes
 
 
@@ -52,7 +132,8 @@ def communication_nodes(case: Case) -> list[CommNode]:
     if p.pp > 1:
         nodes.append(CommNode("pp", "pp", "send_recv", tokens * m.hidden * b / (p.tp if p.sp else 1), 2))
     if isinstance(w, TrainingWorkload) and p.dp > 1:
-        grads = local_parameters(case) * state_bytes_per_param(case.precision, p.fp32_grad_accum)[1]
+        reduced = dp_reduced_parameters(case, local_parameters(case), local_expert_parameters(case))
+        grads = reduced * state_bytes_per_param(case.precision, p.fp32_grad_accum)[1]
         if p.zero >= 2 or p.fsdp != "none":
             nodes += [CommNode("dp", "dp", "reduce_scatter", grads, 1), CommNode("dp", "dp", "all_gather", grads, 1)]
         else:

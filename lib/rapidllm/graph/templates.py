@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from rapidllm.graph.comm_nodes import dispatch_bytes, moe_tp_collectives
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 
@@ -58,7 +59,11 @@ def layer_tokens(case: Case, prefix: str) -> int:
 
 
 def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule]:
-    """Collectives of one layer traversal (Megatron-LM TP/SP, ring-free CP KV gather, EP all-to-all)."""
+    """Collectives of one layer traversal (Megatron-LM TP/SP, ring-free CP KV gather, EP all-to-all).
+
+    An MoE layer whose routed experts are not TP-sharded (etp < tp) dispatches each rank's SP shard, so
+    the MLP position has no TP gather / reduce-scatter (unless shared experts need them).
+    """
     m, p = case.model, case.parallelism
     b = DTYPE_BYTES[case.precision]
     act = float(tokens * m.hidden * b)
@@ -73,22 +78,23 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
                       Rule(PREV, "residual2", "tp", "all_reduce", act)]
     elif p.tp > 1:
         full = act
+        mlp_tp = not moe or moe_tp_collectives(case)
         if backward:
             rules += [Rule("residual2_bwd", "+residual2_bwd", "tp", "all_gather", full),
-                      Rule(("mlp_up_dgrad", PREV), "norm2_bwd", "tp", "reduce_scatter", full),
-                      Rule("residual1_bwd", "o_proj_dgrad", "tp", "all_gather", full),
+                      Rule(("mlp_up_dgrad", PREV), "norm2_bwd", "tp", "reduce_scatter", full)] * mlp_tp
+            rules += [Rule("residual1_bwd", "o_proj_dgrad", "tp", "all_gather", full),
                       Rule("qkv_dgrad", "norm1_bwd", "tp", "reduce_scatter", full)]
         else:
             rules += [Rule("norm1", "qkv", "tp", "all_gather", full),
-                      Rule("o_proj", "residual1", "tp", "reduce_scatter", full),
-                      Rule("norm2", mlp_in, "tp", "all_gather", full),
-                      Rule(PREV, "residual2", "tp", "reduce_scatter", full)]
+                      Rule("o_proj", "residual1", "tp", "reduce_scatter", full)]
+            rules += [Rule("norm2", mlp_in, "tp", "all_gather", full),
+                      Rule(PREV, "residual2", "tp", "reduce_scatter", full)] * mlp_tp
     if p.cp > 1:
         kv = 2.0 * m.kv_dim * b * tokens * p.cp / p.tp
         rules.append(Rule("attn_bwd", "qkv_dgrad", "cp", "reduce_scatter", kv) if backward
                      else Rule("qkv", "attn", "cp", "all_gather", kv))
     if moe and m.moe and p.ep > 1:
-        a2a = act * m.moe.top_k
+        a2a = dispatch_bytes(case, tokens)
         if backward:
             rules += [Rule("unpermute_bwd", "+unpermute_bwd", "ep", "all_to_all", a2a),
                       Rule(PREV, "permute_bwd", "ep", "all_to_all", a2a)]

@@ -2,7 +2,8 @@
 
 Parameters are placed the Megatron way: transformer layers split over pipeline stages, the token
 embedding on the first stage, final norm and LM head on the last (a tied head keeps its own copy of the
-embedding there when pp > 1), everything divided by TP, routed experts also by EP. Mixed-precision Adam
+embedding there when pp > 1), everything divided by TP except the routed experts, which are divided by
+EP x ETP (expert tensor parallelism) and replicated over the expert-data-parallel group. Mixed-precision Adam
 (Rajbhandari et al. 2020) keeps half-precision weights (2 B) and gradients (2 B, or a 4 B fp32
 accumulation buffer), fp32 master weights (4 B) and two fp32 moments (8 B). ZeRO-1 shards the optimizer
 state over the data-parallel group, ZeRO-2 (FSDP shard_grad_op) also the gradients, ZeRO-3 (FSDP
@@ -37,14 +38,14 @@ class Conventions:
 ZERO_PAPER = Conventions()
 # Conventions a case selects with its `framework` key. llm-foundry trains with flash-attn's fused
 # (in-place) cross entropy (loss_fn: fused_crossentropy in its MPT pretrain YAMLs).
-FRAMEWORKS = {"megatron": ZERO_PAPER, "llm-foundry": Conventions(fused_loss=True)}
+FRAMEWORKS = {"megatron": ZERO_PAPER, "llm-foundry": Conventions(fused_loss=True), "tensorrt-llm": ZERO_PAPER}
 
 
 @dataclass(frozen=True)
 class StageParams:
     """Parameters one rank of a pipeline stage holds after TP/PP/EP partitioning (before ZeRO)."""
     dense: float        # replicated across the data-parallel group
-    experts: float      # routed experts, replicated over dp*cp/ep ranks
+    experts: float      # routed experts, replicated over the edp = dp*cp*tp/(ep*etp) ranks
     layers: int
 
     @property
@@ -71,8 +72,9 @@ def stage_layer_counts(case: Case, conv: Conventions = ZERO_PAPER) -> tuple[int,
     return case.parallelism.stage_layers(m.layers)
 
 
-def layer_params(model: ModelSpec, tp: int, ep: int) -> tuple[float, float]:
-    """(dense, routed-expert) parameters of one average transformer layer on one TP/EP rank."""
+def layer_params(model: ModelSpec, tp: int, expert_shards: int) -> tuple[float, float]:
+    """(dense, routed-expert) parameters of one average transformer layer on one rank: dense split over
+    tp, routed experts over expert_shards = ep x etp."""
     dense = attention_params(model) / tp + 2 * norm_params(model)
     experts = 0.0
     if model.moe:
@@ -80,7 +82,7 @@ def layer_params(model: ModelSpec, tp: int, ep: int) -> tuple[float, float]:
         shared_ffn = moe.shared_expert_ffn or moe.expert_ffn
         dense += frac * (moe.shared_experts * mlp_params(model, shared_ffn) / tp + model.hidden * moe.experts)
         dense += (1 - frac) * mlp_params(model, model.ffn) / tp
-        experts = frac * moe.experts * mlp_params(model, moe.expert_ffn) / (tp * ep)
+        experts = frac * moe.experts * mlp_params(model, moe.expert_ffn) / expert_shards
     else:
         dense += mlp_params(model, model.ffn) / tp
     return dense, experts
@@ -90,7 +92,7 @@ def stage_params(case: Case, stage: int, conv: Conventions = ZERO_PAPER) -> Stag
     """Parameters of one rank of `stage` (embedding first, head last, tied head duplicated when pp > 1)."""
     m, p = case.model, case.parallelism
     layers = stage_layer_counts(case, conv)[stage]
-    dense_l, expert_l = layer_params(m, p.tp, p.ep)
+    dense_l, expert_l = layer_params(m, p.tp, p.expert_tp * p.ep)
     embed = m.vocab * m.hidden / p.tp + (m.max_seq_len * m.hidden if m.position == "learned" else 0)
     dense = layers * dense_l
     if stage == 0:
@@ -118,7 +120,7 @@ def state_bytes(case: Case, stage: int = 0, conv: Conventions = ZERO_PAPER) -> S
     wb = float(DTYPE_BYTES[case.precision])
     half = wb if wb < 4 else 0.0
     dp_dense = p.dp * p.cp
-    dp_expert = max(dp_dense // p.ep, 1)
+    dp_expert = p.edp
 
     def sharded(nbytes: float, from_stage: int) -> float:
         if z < from_stage:

@@ -30,8 +30,13 @@ def local_parameters(case: Case) -> float:
     p = case.parallelism
     c = parameter_counts(case.model)
     dense = (c.attention + c.dense_mlp + c.shared_experts + c.norms) / (p.tp * p.pp)
-    experts = c.experts / (p.tp * p.pp * p.ep)
-    return dense + experts + (c.embedding + c.lm_head) / p.tp / (2 if p.pp > 1 else 1)
+    return dense + local_expert_parameters(case) + (c.embedding + c.lm_head) / p.tp / (2 if p.pp > 1 else 1)
+
+
+def local_expert_parameters(case: Case) -> float:
+    """Routed-expert parameters of one rank: the experts are split over pp x ep x etp ranks."""
+    p = case.parallelism
+    return parameter_counts(case.model).experts / (p.expert_tp * p.pp * p.ep)
 
 
 def _layer_sections(case: Case, shard: wl.Shard, prefix: str, training: bool) -> list[tuple[str, Operator]]:
@@ -58,7 +63,7 @@ def case_sections(case: Case) -> list[tuple[str, Operator]]:
         head = wl.head_forward(model, shard)
         out += [("first_stage", o) for o in emb + [b for o in emb for b in wl.backward_of(o)]]
         out += [("last_stage", o) for o in head + [b for o in reversed(head) for b in wl.backward_of(o)]]
-        out.append(("optimizer", wl.optimizer_step(local_parameters(case) / _optimizer_shards(case), 16.0)))
+        out.append(("optimizer", wl.optimizer_step(_optimizer_parameters(case), 16.0)))
         return out
     w = case.workload
     assert isinstance(w, InferenceWorkload)
@@ -70,9 +75,14 @@ def case_sections(case: Case) -> list[tuple[str, Operator]]:
     return out
 
 
-def _optimizer_shards(case: Case) -> int:
+def _optimizer_parameters(case: Case) -> float:
+    """Parameters one rank's optimizer updates: a sharded optimizer splits the dense ones over dp and the
+    routed experts over the expert-data-parallel group (Megatron's distributed optimizer)."""
     p = case.parallelism
-    return p.dp if (p.zero >= 1 or p.fsdp != "none") else 1
+    if not (p.zero >= 1 or p.fsdp != "none"):
+        return local_parameters(case)
+    experts = local_expert_parameters(case)
+    return (local_parameters(case) - experts) / p.dp + experts / p.edp
 
 
 def operator_times(case: Case, ops: list[Operator], method: str = "tiles") -> np.ndarray:

@@ -2,8 +2,9 @@
 
 Shapes follow Megatron-style sharding (Shoeybi et al. 2019; Korthikanti et al. 2023): TP splits heads
 and FFN columns, SP splits the sequence around norms and residuals, CP splits queries while keys/values
-cover the whole sequence, EP places experts. Backward GEMMs are the data-gradient (dX = dY·Wᵀ) and
-weight-gradient (dW = Xᵀ·dY) products of every forward GEMM.
+cover the whole sequence, EP places experts (over ep x etp ranks, each expert's FFN split over etp).
+Backward GEMMs are the data-gradient (dX = dY·Wᵀ) and weight-gradient (dW = Xᵀ·dY) products of every
+forward GEMM.
 """
 from __future__ import annotations
 
@@ -29,9 +30,23 @@ class Shard:
     sp: bool
     ep: int
     dtype_bytes: int
+    etp: int                 # expert tensor parallelism (1 or tp)
     causal: bool
     decode: bool = False
     hot_expert_factor: float = 1.0
+
+    @property
+    def moe_tokens(self) -> int:
+        return moe_tokens(self.tokens, self.tp, self.etp, self.sp)
+
+
+def moe_tokens(tokens: int, tp: int, etp: int, sp: bool) -> int:
+    """Tokens one rank routes to the experts, from the TP-gathered `tokens` of a layer.
+
+    With SP and etp < tp the expert TP group (etp of the tp ranks) gathers only its own sequence shards:
+    Megatron-Core with etp 1 routes each rank's s/tp SP shard, where etp = tp routes the gathered sequence.
+    """
+    return tokens * etp // tp if sp else tokens
 
 
 def _gemm(name: str, phase: str, m: int, n: int, k: int, b: int, inputs: tuple[str, ...] = (),
@@ -87,11 +102,11 @@ def attention_forward(model: ModelSpec, s: Shard) -> list[Operator]:
 
 
 def mlp_forward(model: ModelSpec, s: Shard, ffn: int, prefix: str, tokens: int | None = None,
-                count: int = 1) -> list[Operator]:
-    """Up (+gate), activation, down projections of one MLP of width ffn, sharded by TP."""
+                count: int = 1, shards: int | None = None) -> list[Operator]:
+    """Up (+gate), activation, down projections of one MLP of width ffn, split over `shards` ranks (TP)."""
     h, b = model.hidden, s.dtype_bytes
     T = s.tokens if tokens is None else tokens
-    f = ffn // s.tp
+    f = ffn // (s.tp if shards is None else shards)
     up_n = 2 * f if model.mlp == "gated" else f
     return [
         _gemm(f"{prefix}_up", "fwd", T, up_n, h, b, inputs=("norm2",), count=count),
@@ -104,13 +119,14 @@ def mlp_forward(model: ModelSpec, s: Shard, ffn: int, prefix: str, tokens: int |
 def expert_tokens(model: ModelSpec, s: Shard) -> tuple[int, int, int]:
     """(tokens of the busiest local expert, tokens of each other local expert, local experts).
 
-    Balanced routing gives every expert tokens·top_k/E of the EP group's tokens. A hot expert carries
-    hot_expert_factor x the mean and the others share the rest, so the total is conserved.
+    Balanced routing gives every expert tokens·top_k/E of the EP group's tokens (each of the ep ranks
+    routes `moe_tokens`). A hot expert carries hot_expert_factor x the mean and the others share the
+    rest, so the total is conserved.
     """
     moe = model.moe
     assert moe is not None
     local = moe.experts // s.ep
-    group_tokens = s.tokens * s.ep * moe.top_k
+    group_tokens = s.moe_tokens * s.ep * moe.top_k
     mean = group_tokens / moe.experts
     hot = min(mean * s.hot_expert_factor, group_tokens)
     rest = (group_tokens - hot) / max(moe.experts - 1, 1)
@@ -123,16 +139,16 @@ def layer_forward(model: ModelSpec, s: Shard, moe_layer: bool) -> list[Operator]
     ops = attention_forward(model, s)
     ops.append(_pointwise("norm2", "fwd", norm_elems, b, 1, 1, NORM_FLOPS, inputs=("residual1",)))
     if moe_layer and model.moe:
-        moe = model.moe
-        ops.append(_gemm("router", "fwd", s.tokens, moe.experts, h, b, inputs=("norm2",)))
-        ops.append(_pointwise("permute", "fwd", s.tokens * moe.top_k * h, b, 1, 1, 0.0, inputs=("router",)))
+        moe, T = model.moe, s.moe_tokens
+        ops.append(_gemm("router", "fwd", T, moe.experts, h, b, inputs=("norm2",)))
+        ops.append(_pointwise("permute", "fwd", T * moe.top_k * h, b, 1, 1, 0.0, inputs=("router",)))
         hot, rest, local = expert_tokens(model, s)
-        ops += mlp_forward(model, s, moe.expert_ffn, "expert_hot", tokens=hot)
+        ops += mlp_forward(model, s, moe.expert_ffn, "expert_hot", tokens=hot, shards=s.etp)
         if local > 1 and rest:
-            ops += mlp_forward(model, s, moe.expert_ffn, "expert", tokens=rest, count=local - 1)
+            ops += mlp_forward(model, s, moe.expert_ffn, "expert", tokens=rest, count=local - 1, shards=s.etp)
         if moe.shared_experts:
             ops += mlp_forward(model, s, (moe.shared_expert_ffn or moe.expert_ffn) * moe.shared_experts, "shared")
-        ops.append(_pointwise("unpermute", "fwd", s.tokens * moe.top_k * h, b, 1, 1, 1.0))
+        ops.append(_pointwise("unpermute", "fwd", T * moe.top_k * h, b, 1, 1, 1.0))
     else:
         ops += mlp_forward(model, s, model.ffn, "mlp")
     ops.append(_pointwise("residual2", "fwd", norm_elems, b, 2, 1, 1.0))
@@ -173,7 +189,7 @@ def training_shard(case: Case) -> Shard:
     assert isinstance(w, TrainingWorkload)
     s_local = w.seq_len // p.cp
     return Shard(tokens=w.micro_batch * s_local, batch=w.micro_batch, q_len=s_local, kv_len=w.seq_len,
-                 tp=p.tp, sp=p.sp, ep=p.ep, dtype_bytes=DTYPE_BYTES[case.precision], causal=True,
+                 tp=p.tp, sp=p.sp, ep=p.ep, etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.precision], causal=True,
                  hot_expert_factor=case.moe_hot_expert_factor)
 
 
@@ -181,7 +197,7 @@ def prefill_shard(case: Case) -> Shard:
     w, p = case.workload, case.parallelism
     assert isinstance(w, InferenceWorkload)
     return Shard(tokens=w.batch * w.prompt_tokens, batch=w.batch, q_len=w.prompt_tokens, kv_len=w.prompt_tokens,
-                 tp=p.tp, sp=False, ep=p.ep, dtype_bytes=DTYPE_BYTES[case.precision], causal=True,
+                 tp=p.tp, sp=False, ep=p.ep, etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.precision], causal=True,
                  hot_expert_factor=case.moe_hot_expert_factor)
 
 
@@ -190,7 +206,7 @@ def decode_shard(case: Case, context: int) -> Shard:
     w, p = case.workload, case.parallelism
     assert isinstance(w, InferenceWorkload)
     return Shard(tokens=w.batch, batch=w.batch, q_len=1, kv_len=context + 1, tp=p.tp, sp=False, ep=p.ep,
-                 dtype_bytes=DTYPE_BYTES[case.precision], causal=False, decode=True,
+                 etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.precision], causal=False, decode=True,
                  hot_expert_factor=case.moe_hot_expert_factor)
 
 

@@ -31,6 +31,12 @@ class Parallelism:
     pp: int = 1
     cp: int = 1
     ep: int = 1
+    # Megatron-Core --expert-tensor-parallel-size; None = tp (its default). Experts are sharded over
+    # ep x etp ranks and their gradients reduced over the expert-data-parallel group (`edp`)
+    etp: int | None = None
+    # token dispatcher of the MoE layers: alltoall (Megatron's, one copy per selected expert) or deepep
+    # (DeepEP: one copy per destination node, or per destination rank inside a node)
+    moe_dispatcher: str = "alltoall"
     sp: bool = False
     zero: int = 0
     fsdp: str = "none"               # none | full_shard | shard_grad_op
@@ -46,6 +52,16 @@ class Parallelism:
     @property
     def world(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel width of each expert (etp, defaulting to tp as Megatron-Core does)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def edp(self) -> int:
+        """Expert data parallelism: ranks of a stage holding the same experts, world / (pp x ep x etp)."""
+        return max(self.dp * self.cp * self.tp // (self.ep * self.expert_tp), 1)
 
     @property
     def chunks_per_stage(self) -> int:
@@ -94,8 +110,10 @@ class InferenceWorkload:
     output_tokens: int
     batch: int = 1
     concurrency: int = 1
-    # serving (concurrency > batch): tokens one in-flight-batching iteration may schedule; TensorRT-LLM's
-    # default max_num_tokens (docs/engine.md, "Serving")
+    # serving (concurrency > batch): "steady_state" mean formula or the "simulated" closed-loop iteration
+    # simulator, and the tokens one iteration may schedule (TensorRT-LLM's default max_num_tokens); see
+    # docs/engine.md, "Serving"
+    serving: str = "steady_state"
     max_num_tokens: int = 8192
     mode: str = "inference"
 
@@ -110,7 +128,8 @@ class Case:
     precision: str = "bf16"
     attention_impl: str = "flash"
     moe_hot_expert_factor: float = 1.0   # 1.0 = balanced routing
-    framework: str = "megatron"          # memory conventions of the training framework (memory/state.py)
+    framework: str = "megatron"          # software stack: memory conventions (memory/state.py), collectives
+                                         # (engine/collectives.py: tensorrt-llm's NVLink custom all-reduce)
     name: str = ""
 
     @property
@@ -192,6 +211,11 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
             raise bad("parallelism.ep", f"ep {par.ep} does not divide experts {model.moe.experts}")
         if (par.dp * par.cp * par.tp) % par.ep:
             raise bad("parallelism.ep", f"ep {par.ep} must divide dp x cp x tp = {par.dp * par.cp * par.tp} (experts are placed across data-parallel ranks)")
+    if par.expert_tp not in (1, par.tp):
+        raise bad("parallelism.etp", f"etp {par.expert_tp} must be 1 or tp {par.tp}: expert TP groups inside the TP group are not modelled")
+    if par.expert_tp < par.tp and not (isinstance(workload, TrainingWorkload) and par.sp):
+        raise bad("parallelism.etp", "etp < tp is modelled for training with sequence parallelism (the experts "
+                  "take each rank's sequence shard; Megatron-Core requires SP with EP and TP)")
     if par.zero and par.fsdp != "none":
         raise bad("parallelism.fsdp", "set either zero or fsdp, not both (fsdp full_shard is ZeRO-3, shard_grad_op is ZeRO-2)")
     if isinstance(workload, TrainingWorkload):

@@ -1,0 +1,104 @@
+"""Expert tensor parallelism (etp) and the DeepEP dispatcher: closed forms the MoE model must meet."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from rapidllm.graph.comm_nodes import dispatch_bytes, ep_nodes, expected_distinct
+from rapidllm.graph.templates import layer_rules
+from rapidllm.memory.state import state_bytes
+from rapidllm.ops import workload as wl
+from rapidllm.ops.price import local_expert_parameters
+from rapidllm.spec.case import Case, resolve_case
+from rapidllm.spec.errors import SpecError
+
+SEQ = 4096
+
+
+def mapping(tp: int = 2, ep: int = 32, pp: int = 8, dp: int = 16, **par) -> dict:
+    """Qwen3-235B-A22B on DGX H100 nodes (8 GPUs per node), by default the layout of the ModelZoo's rows 0/1."""
+    return dict(model="qwen3-235b-a22b", hardware="h100-sxm5-80gb", network="superpod-ndr",
+                workload=dict(mode="training", seq_len=SEQ, global_batch=2048, micro_batch=1),
+                parallelism=dict(tp=tp, ep=ep, pp=pp, dp=dp, sp=True, **par))
+
+
+def qwen3(**par) -> Case:
+    return resolve_case(mapping(**par), "test")
+
+
+def test_etp1_dispatches_the_sequence_shard() -> None:
+    """etp 1 routes each rank's s/tp SP shard, so the all-to-all carries tp x fewer bytes than etp = tp."""
+    for tp in (2, 4):
+        full, shard = qwen3(tp=tp, dp=32 // tp), qwen3(tp=tp, dp=32 // tp, etp=1)
+        m = full.model
+        assert dispatch_bytes(full, SEQ) == SEQ * m.hidden * 2 * m.moe.top_k
+        assert dispatch_bytes(full, SEQ) / dispatch_bytes(shard, SEQ) == tp
+
+
+def test_etp1_experts_are_whole_and_see_the_group_tokens() -> None:
+    case = qwen3(etp=1)
+    moe, s = case.model.moe, wl.training_shard(case)
+    ops = {o.name: o for o in wl.layer_forward(case.model, s, True)}
+    tokens = SEQ // 2 * 32 * moe.top_k // moe.experts          # SP shard x ep ranks x top_k / experts
+    assert ops["expert_up"].gemm == (1, tokens, 2 * moe.expert_ffn, case.model.hidden)
+    assert ops["expert_up"].count == moe.experts // 32 - 1
+    assert ops["router"].gemm[1] == SEQ // 2
+    legacy = {o.name: o for o in wl.layer_forward(case.model, wl.training_shard(qwen3()), True)}
+    assert legacy["expert_up"].gemm[2] == moe.expert_ffn             # etp = tp: FFN split over tp = 2
+
+
+def test_etp1_drops_tp_collectives_around_the_experts() -> None:
+    def tp_ops(case: Case, backward: bool) -> int:
+        return sum(r.axis == "tp" for r in layer_rules(case, SEQ, True, backward))
+    for backward in (False, True):
+        assert tp_ops(qwen3(), backward) == 4
+        assert tp_ops(qwen3(etp=1), backward) == 2
+
+
+def test_expert_parameters_per_rank() -> None:
+    case = qwen3(etp=1)
+    m, p = case.model, case.parallelism
+    per_expert = 3 * m.hidden * m.moe.expert_ffn
+    assert local_expert_parameters(case) == m.moe_layer_count() * m.moe.experts * per_expert / (32 * 1 * 8)
+    assert local_expert_parameters(qwen3()) * 2 == local_expert_parameters(case)
+    assert p.edp == 1 and qwen3(tp=4, ep=8, dp=8, etp=1).parallelism.edp == 4
+    # ZeRO-1 shards expert optimizer state over edp (here 4), dense state over dp (8)
+    row4 = qwen3(tp=4, ep=8, dp=8, etp=1, zero=1)
+    assert state_bytes(row4).optimizer < state_bytes(qwen3(tp=4, ep=8, dp=8, etp=1)).optimizer / 3
+
+
+@pytest.mark.parametrize("experts,top_k,groups", [(4, 1, 2), (4, 2, 2), (8, 2, 4), (8, 3, 2), (12, 4, 3),
+                                                  (12, 5, 6), (16, 8, 4)])
+def test_expected_distinct_groups_matches_enumeration(experts: int, top_k: int, groups: int) -> None:
+    size = experts // groups
+    picks = list(itertools.combinations(range(experts), top_k))
+    mean = sum(len({e // size for e in pick}) for pick in picks) / len(picks)
+    assert expected_distinct(experts, top_k, groups) == pytest.approx(mean, rel=1e-12)
+
+
+def test_expected_distinct_tends_to_independent_picks() -> None:
+    """For E >> k the hypergeometric miss probability tends to (1 - 1/g)^k."""
+    g, k = 4, 8
+    assert expected_distinct(2 ** 16, k, g) == pytest.approx(g * (1 - (1 - 1 / g) ** k), rel=1e-3)
+
+
+def test_deepep_sends_no_more_than_alltoall() -> None:
+    layouts = [(dict(), 4), (dict(tp=4, ep=8, dp=8), 1), (dict(ep=8, pp=1, dp=128), 1)]   # (layout, EP nodes)
+    for layout, nodes in layouts:
+        plain, deep = qwen3(etp=1, **layout), qwen3(etp=1, moe_dispatcher="deepep", **layout)
+        assert ep_nodes(deep) == nodes
+        assert dispatch_bytes(deep, SEQ) <= dispatch_bytes(plain, SEQ)
+        moe = deep.model.moe
+        units = nodes if nodes > 1 else deep.parallelism.ep
+        assert dispatch_bytes(deep, SEQ) / dispatch_bytes(plain, SEQ) == pytest.approx(
+            expected_distinct(moe.experts, moe.top_k, units) / moe.top_k)
+
+
+@pytest.mark.parametrize("par,key", [(dict(tp=4, dp=8, etp=2), "etp 2 must be 1 or tp"),
+                                     (dict(etp=1, sp=False), "sequence parallelism")])
+def test_bad_etp_layouts(par: dict, key: str) -> None:
+    m = mapping()
+    m["parallelism"].update(par)
+    with pytest.raises(SpecError, match=key):
+        resolve_case(m, "test")
