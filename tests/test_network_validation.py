@@ -28,7 +28,7 @@ def test_nccl_a100_held_out_mape_at_least_1mib_within_15_percent():
 
 
 def test_simulated_bus_bandwidth_follows_the_constant():
-    """Large messages approach utilization x 300 GB/s (less the store-and-forward share of 64 chunks)."""
+    """Large messages approach utilization x 300 GB/s (less the store-and-forward share of 32 chunks)."""
     u = a100_network_utilization()
     slow, fast = nccl_a100_rows(u)[-1], nccl_a100_rows(min(1.0, 1.2 * u))[-1]
     assert fast.predicted_busbw == pytest.approx(1.2 * slow.predicted_busbw, rel=0.01)

@@ -17,7 +17,7 @@ from rapidllm.spec.errors import SpecError
 from rapidllm.spec.network import NetworkSpec
 
 DEFAULT_CHUNKS = None          # chunk count from the network's chunk size (chunk_count)
-MAX_CHUNKS = 64               # beyond this the store-and-forward fill is < 2% of a transfer; bounds events
+MAX_CHUNKS = 32               # beyond this the store-and-forward fill is < 3% of a transfer; bounds events
 
 
 @dataclass

@@ -24,6 +24,30 @@ from rapidllm.spec.schema import load_yaml, validate
 from rapidllm.units import parse_quantity
 
 
+@functools.lru_cache(maxsize=4096)
+def chunk_split(pp: int, v: int, layers: int, embedding_in_split: bool, loss_in_split: bool
+                ) -> tuple[tuple[int, ...], ...]:
+    """Layers of each (stage, chunk): the layers, plus one slot each for the embedding and the loss when
+    they count in the split, go over the pp x v model chunks as evenly as possible, earlier chunks taking
+    the remainder (Megatron-Core itself only accepts slot counts that divide; the remainder rule extends
+    it). The embedding slot comes off the first model chunk, the loss slot off the last. Model chunk k runs
+    on stage k mod pp as that stage's chunk k // pp (Megatron's interleaved placement). Cached: sweeps and
+    the memory model ask for the same few splits thousands of times.
+    """
+    n = pp * v
+    base, extra = divmod(layers + embedding_in_split + loss_in_split, n)
+    flat = [base + (k < extra) for k in range(n)]
+    flat[0] -= embedding_in_split
+    flat[-1] -= loss_in_split
+    return tuple(tuple(flat[c * pp + s] for c in range(v)) for s in range(pp))
+
+
+@functools.lru_cache(maxsize=4096)
+def stage_split(pp: int, v: int, layers: int, embedding_in_split: bool, loss_in_split: bool) -> tuple[int, ...]:
+    """Layers per pipeline stage: `chunk_split` summed over each stage's chunks."""
+    return tuple(sum(c) for c in chunk_split(pp, v, layers, embedding_in_split, loss_in_split))
+
+
 @dataclass(frozen=True)
 class Parallelism:
     dp: int = 1
@@ -69,24 +93,12 @@ class Parallelism:
         return self.virtual_stages if self.schedule == "interleaved" and self.pp > 1 else 1
 
     def stage_chunk_layers(self, layers: int) -> tuple[tuple[int, ...], ...]:
-        """Transformer layers of each (stage, chunk), so uneven splits are explicit.
-
-        The layers, plus one slot each for the embedding and the loss when they count in the split, go
-        over the pp x chunks model chunks as evenly as possible, earlier chunks taking the remainder
-        (Megatron-Core itself only accepts slot counts that divide; the remainder rule extends it). The
-        embedding slot comes off the first model chunk, the loss slot off the last. Model chunk k runs on
-        stage k mod pp as that stage's chunk k // pp (Megatron's interleaved placement).
-        """
-        v, n = self.chunks_per_stage, self.pp * self.chunks_per_stage
-        base, extra = divmod(layers + self.embedding_in_split + self.loss_in_split, n)
-        flat = [base + (k < extra) for k in range(n)]
-        flat[0] -= self.embedding_in_split
-        flat[-1] -= self.loss_in_split
-        return tuple(tuple(flat[c * self.pp + s] for c in range(v)) for s in range(self.pp))
+        """Transformer layers of each (stage, chunk), so uneven splits are explicit (see `chunk_split`)."""
+        return chunk_split(self.pp, self.chunks_per_stage, layers, self.embedding_in_split, self.loss_in_split)
 
     def stage_layers(self, layers: int) -> tuple[int, ...]:
         """Transformer layers per pipeline stage (sum over its chunks)."""
-        return tuple(sum(chunks) for chunks in self.stage_chunk_layers(layers))
+        return stage_split(self.pp, self.chunks_per_stage, layers, self.embedding_in_split, self.loss_in_split)
 
     def size(self, axis: str) -> int:
         return getattr(self, axis)
