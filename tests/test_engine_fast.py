@@ -8,6 +8,7 @@ compared too, on GPipe, 1F1B, interleaved, data-parallel bucket and sharded-opti
 import itertools
 
 import numpy as np
+import pandas as pd
 import pytest
 from rapidllm.engine import engine as engine_mod
 from rapidllm.engine.engine import (
@@ -166,3 +167,22 @@ def test_sweep_expansion_equals_expand(gpt_case) -> None:
             else:
                 assert case is None
     assert statuses == {"ok", "invalid"}
+
+
+def test_cached_pricing_equals_the_reference_over_sweep_cases():
+    """price_case reuses the layer sections across dp/pp/ZeRO variants; every frame must equal the uncached
+    definition exactly (values, dtypes, order), optimizer row included."""
+    import json
+
+    from rapidllm.engine.engine import clear_caches
+    from rapidllm.ops.price import price_case, price_case_reference
+    from rapidllm.spec.case import resolve_case
+    from rapidllm.spec.experiment import expand, load_experiment
+    from rapidllm.spec.paths import project_root
+
+    clear_caches()
+    rows = [r for r in expand(load_experiment(project_root() / "config" / "experiments" / "sweep-1000.yaml"))
+            if r["status"] == "ok"][::7]
+    for r in rows:
+        case = resolve_case(json.loads(r["case_json"]), r["label"])
+        pd.testing.assert_frame_equal(price_case(case), price_case_reference(case))

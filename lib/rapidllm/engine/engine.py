@@ -49,6 +49,7 @@ def clear_caches() -> None:
     collectives._GROUPS.clear()
     collectives._TOPOLOGIES.clear()
     price._GEMM_TIMES.clear()
+    price._PRICED.clear()
     named._VALIDATED.clear()
 
 
