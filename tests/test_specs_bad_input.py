@@ -92,3 +92,24 @@ def test_sweep_with_bad_experiment_writes_nothing(tmp_path, capsys) -> None:
     assert main(["sweep", str(exp), "--out", str(out)]) == 2
     assert "cross.parallelism.tp" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_inference_workload_judged_against_its_own_branch(tmp_path, gpt_case, capsys) -> None:
+    """The workload schema is a oneOf on `mode`: a bad inference key is reported as such, not as 'unknown
+    keys' of the training branch."""
+    case = {**gpt_case, "parallelism": {"tp": 8},
+            "workload": {"mode": "inference", "prompt_tokens": 200, "output_tokens": 20, "concurrency": 4,
+                         "serving": "queue"}}
+    code, err = _run(tmp_path, case, capsys)
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.endswith("workload.serving: 'queue' is not allowed; allowed: steady_state, simulated")
+
+
+def test_expert_tp_between_one_and_tp_rejected(tmp_path, gpt_case, capsys) -> None:
+    case = {**gpt_case, "model": "qwen3-235b-a22b",
+            "parallelism": {"tp": 4, "ep": 8, "pp": 8, "dp": 8, "etp": 2, "sp": True}}
+    case.pop("network", None)
+    code, err = _run(tmp_path, {**case, "network": "superpod-ndr",
+                                "workload": {"mode": "training", "seq_len": 4096, "global_batch": 2048}}, capsys)
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "parallelism.etp: etp 2 must be 1 or tp 4" in err

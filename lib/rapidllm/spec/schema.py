@@ -64,9 +64,19 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v == "type":
         return f"{error.instance!r} is not of type {error.validator_value}"
     if v in ("oneOf", "anyOf") and error.context:
-        best = jsonschema.exceptions.best_match(error.context)
-        return _describe(best)
+        return _describe(_branch_error(error))
     return error.message
+
+
+def _branch_error(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """The error to report for a oneOf/anyOf: from the one branch whose discriminating `const` (such as the
+    workload's `mode`) matched, so an inference workload is not judged against the training branch; else
+    jsonschema's best match over all branches."""
+    branches: dict[Any, list[jsonschema.ValidationError]] = {}
+    for e in error.context:
+        branches.setdefault(e.relative_schema_path[0] if e.relative_schema_path else None, []).append(e)
+    live = [errs for errs in branches.values() if not any(e.validator == "const" for e in errs)]
+    return jsonschema.exceptions.best_match(live[0] if len(live) == 1 else error.context)
 
 
 def validate(mapping: Any, kind: str, source: str) -> None:
@@ -76,7 +86,7 @@ def validate(mapping: Any, kind: str, source: str) -> None:
         lines = []
         for error in errors:
             if error.validator in ("oneOf", "anyOf") and error.context:
-                deepest = jsonschema.exceptions.best_match(error.context)
+                deepest = _branch_error(error)
                 lines.append(f"{source}: {_key(deepest) or '(top level)'}: {_describe(deepest)}")
             else:
                 lines.append(f"{source}: {_key(error) or '(top level)'}: {_describe(error)}")
