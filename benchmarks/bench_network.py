@@ -53,7 +53,7 @@ def best_rate(fn, repeats: int) -> tuple[int, float, float]:
 
 def generic_kernel_rate(n: int = 256) -> tuple[int, float, float]:
     topo = build_topology(ring_net(n))
-    sched, _ = build_schedule(topo, "all_reduce", float(SIZE), list(range(n)), "ring", CHUNKS)
+    sched, _, _ = build_schedule(topo, "all_reduce", float(SIZE), list(range(n)), "ring", CHUNKS)
     route_of, ptr, links = route_table(Router(topo), sched.src, sched.dst)
     args = (route_of, sched.nbytes, np.zeros(len(sched)), sched.dep_ptr, sched.dep_idx, ptr, links,
             topo.bandwidth, topo.latency)
@@ -62,7 +62,7 @@ def generic_kernel_rate(n: int = 256) -> tuple[int, float, float]:
 
 def ring_kernel_rate(n: int = N) -> tuple[int, float, float]:
     topo = build_topology(ring_net(n))
-    sched, _ = build_schedule(topo, "all_reduce", float(SIZE), list(range(n)), "ring", CHUNKS)
+    sched, _, _ = build_schedule(topo, "all_reduce", float(SIZE), list(range(n)), "ring", CHUNKS)
     g = sched.group
     pos_route, ptr, links = route_table(Router(topo), g, np.roll(g, -1))
     release = np.zeros(len(sched))
