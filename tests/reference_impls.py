@@ -14,7 +14,7 @@ import numpy as np
 from rapidllm.engine.collectives import CommCost
 from rapidllm.graph.pipeline import GRAD, OPT, P2P, PARAM, TASK, PipelineGraph
 from rapidllm.memory.liveness import LayerLiveness
-from rapidllm.memory.model import schedule_actions
+from rapidllm.memory.model import schedule_actions, walk_inputs
 from rapidllm.spec.case import Case, TrainingWorkload
 
 
@@ -49,24 +49,17 @@ def activation_peak_reference(case: Case, stage: int, layer: LayerLiveness, head
     """The Python walk `activation_peak` reproduces bit for bit (kept for tests/test_sweep_speed_equivalence.py)."""
     p, w = case.parallelism, case.workload
     assert isinstance(w, TrainingWorkload)
-    last = stage == p.pp - 1
-    v = p.virtual_stages if p.schedule == "interleaved" and p.pp > 1 else 1
-    chunk_layers = layers / v
-    per_chunk = chunk_layers * layer.stored
-    head_stored = head.stored if last else 0.0
-    fwd_extra = max(layer.forward_peak, head.forward_peak if last else 0.0)
-    bwd_extra = max(layer.backward_peak, head.backward_peak if last else 0.0)
-    if p.recompute == "full":
-        per_chunk = chunk_layers * layer.input_bytes
+    x = walk_inputs(case, stage, layer, head, layers)
+    v = x.chunks
     held = peak = 0.0
     for kind, i in schedule_actions(p.schedule, p.pp, stage, max(w.microbatches(p.dp), 1), v):
-        extra = head_stored if (last and (i % v == v - 1)) else 0.0
+        extra = x.head_stored if (x.last and (i % v == v - 1)) else 0.0
         if kind == "F":
-            peak = max(peak, held + fwd_extra)
-            held += per_chunk + extra
+            peak = max(peak, held + x.fwd_extra)
+            held += x.per_chunk + extra
         else:
-            peak = max(peak, held + bwd_extra)
-            held -= per_chunk + extra
+            peak = max(peak, held + x.bwd_extra)
+            held -= x.per_chunk + extra
     return max(peak, held)
 
 

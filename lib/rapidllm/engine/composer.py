@@ -30,8 +30,8 @@ from rapidllm.graph.templates import (
     ops_view,
 )
 from rapidllm.memory.closed_form import state_bytes_per_param
-from rapidllm.memory.state import layer_params
-from rapidllm.ops.price import local_expert_parameters, local_parameters
+from rapidllm.memory.state import FRAMEWORKS, stage_params
+from rapidllm.ops.price import local_parameters
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 
@@ -94,12 +94,11 @@ def chunk_scale(case: Case, v: int) -> np.ndarray:
 
 
 def stage_parameters(case: Case) -> tuple[np.ndarray, np.ndarray]:
-    """[pp] parameters one rank of each stage holds before ZeRO/FSDP, all and routed experts only: the
-    average rank's (`local_parameters`) plus or minus whole layers where the split is uneven."""
-    p, m = case.parallelism, case.model
-    dense, experts = layer_params(m, p.tp, p.expert_tp * p.ep)
-    extra = np.array(p.stage_layers(m.layers), dtype=float) - m.layers / p.pp
-    return local_parameters(case) + extra * sum((dense, experts)), local_expert_parameters(case) + extra * experts
+    """[pp] parameters one rank of each stage holds before ZeRO/FSDP, all and routed experts only, placed
+    as the memory model places them (`memory.state.stage_params`: embedding first, head last)."""
+    conv = FRAMEWORKS[case.framework]
+    stages = [stage_params(case, s, conv) for s in range(case.parallelism.pp)]
+    return np.array([st.total for st in stages]), np.array([st.experts for st in stages])
 
 
 @dataclass
@@ -181,7 +180,7 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
     # the same row selections, products and sums as the pandas masks they replace (table order kept)
     timed = view.frame.time_s.to_numpy() * view.frame["count"].to_numpy()
     work = view.frame.flops.to_numpy() * view.frame["count"].to_numpy()
-    opt = float(timed[view.sections.get("optimizer", [])].sum()) * (params / local_parameters(case))
+    opt = float(timed[view.sections.get("optimizer", [])].sum()) * (params / params.mean())   # each stage by its share
     inputs = PipelineInputs(p.schedule, p.pp, v, m, f_span, f_comp, b_span, b_comp, p2p_f, p2p_b, buckets,
                             bucket_s, opt, gather_s, cost.dims("pp"), cost.dims("dp"))
     per_stage = 0.0

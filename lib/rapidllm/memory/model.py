@@ -11,6 +11,8 @@ per device, documented in config/hardware). The reported stage is the one with t
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from numba import njit
 
 from rapidllm.memory.closed_form import MemoryResult
@@ -71,6 +73,30 @@ def schedule_actions(schedule: str, pp: int, stage: int, m: int, v: int = 1) -> 
     return acts
 
 
+@dataclass(frozen=True)
+class WalkInputs:
+    """What the activation walk of one stage needs: bytes each forward stores per model chunk, the head's
+    extra bytes (last stage), and the transient peaks of a forward and a backward on top of what is held."""
+    last: bool
+    chunks: int
+    per_chunk: float
+    head_stored: float
+    fwd_extra: float
+    bwd_extra: float
+
+
+def walk_inputs(case: Case, stage: int, layer: LayerLiveness, head: LayerLiveness, layers: int) -> WalkInputs:
+    """The per-chunk quantities of `stage` (shared by `activation_peak` and its Python reference)."""
+    p = case.parallelism
+    last = stage == p.pp - 1
+    v = p.virtual_stages if p.schedule == "interleaved" and p.pp > 1 else 1
+    chunk_layers = layers / v
+    per_chunk = chunk_layers * (layer.input_bytes if p.recompute == "full" else layer.stored)
+    return WalkInputs(last, v, per_chunk, head.stored if last else 0.0,
+                      max(layer.forward_peak, head.forward_peak if last else 0.0),
+                      max(layer.backward_peak, head.backward_peak if last else 0.0))
+
+
 def activation_peak(case: Case, stage: int, layer: LayerLiveness, head: LayerLiveness,
                     layers: int) -> float:
     """Walk the stage's schedule: forwards add stored activations, backwards free them.
@@ -80,18 +106,10 @@ def activation_peak(case: Case, stage: int, layer: LayerLiveness, head: LayerLiv
     """
     p, w = case.parallelism, case.workload
     assert isinstance(w, TrainingWorkload)
-    last = stage == p.pp - 1
-    v = p.virtual_stages if p.schedule == "interleaved" and p.pp > 1 else 1
-    chunk_layers = layers / v
-    per_chunk = chunk_layers * layer.stored
-    head_stored = head.stored if last else 0.0
-    fwd_extra = max(layer.forward_peak, head.forward_peak if last else 0.0)
-    bwd_extra = max(layer.backward_peak, head.backward_peak if last else 0.0)
-    if p.recompute == "full":
-        per_chunk = chunk_layers * layer.input_bytes
+    x = walk_inputs(case, stage, layer, head, layers)
     mode = 0 if p.pp == 1 else (1 if p.schedule == "gpipe" else 2)
-    return float(_walk_peak(mode, p.pp, stage, max(w.microbatches(p.dp), 1), v, last, float(per_chunk),
-                            float(head_stored), float(fwd_extra), float(bwd_extra)))
+    return float(_walk_peak(mode, p.pp, stage, max(w.microbatches(p.dp), 1), x.chunks, x.last, float(x.per_chunk),
+                            float(x.head_stored), float(x.fwd_extra), float(x.bwd_extra)))
 
 
 @njit(cache=True)
