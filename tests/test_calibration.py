@@ -4,8 +4,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rapidllm.spec.hardware import HardwareSpec
+from rapidllm.spec.named import resolve_named
 from rapidllm.spec.paths import project_root
-from rapidllm.validate.calibrate import fit_constants, mape_objective, write_constants
+from rapidllm.validate.calibrate import (COLLECTIVE_SOURCE, calibration_entries, fit_constants,
+                                        fit_network_on_collectives, mape_objective, write_constants)
 from rapidllm.validate.suites import load_suite
 
 SUITES = sorted((project_root() / "validation" / "suites").glob("*.yaml"))
@@ -60,3 +63,18 @@ def test_calibration_subset_at_most_quarter_overall():
     total = sum(s.rows - len(s.skipped) for s in suites if s.in_overall)
     cal = sum(len(s.calibration_rows) for s in suites if s.in_overall)
     assert 0 < cal <= 0.25 * total
+
+
+def test_calibration_fits_the_full_basis_only():
+    nim = load_suite(project_root() / "validation" / "suites" / "nim_llama33_70b_a100.yaml")
+    entries = calibration_entries([nim])["a100-sxm4-80gb"]
+    assert {e.metric for e in entries} == {"ttft_s", "itl_s", "tokens_per_s"}          # not the paper-basis e2e
+    assert len(entries) == 3 * len(nim.calibration_rows)
+
+
+def test_devices_without_a_collective_table_borrow_the_fitted_network_constant():
+    for device, source in COLLECTIVE_SOURCE.items():
+        assert fit_network_on_collectives(device) == fit_network_on_collectives(source) is not None
+    assert fit_network_on_collectives("no-such-device") is None
+    frozen = HardwareSpec.from_mapping(*resolve_named("hardware", "h100-sxm5-80gb", "test", "hardware")).utilization
+    assert frozen.network == pytest.approx(fit_network_on_collectives("h100-sxm5-80gb"), abs=5e-4)

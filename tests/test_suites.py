@@ -44,6 +44,10 @@ def test_measured_expressions_and_scales():
     assert first["meta"]["measured_ttft_s"] == pytest.approx(0.04773)
     assert first["meta"]["measured_itl_s"] == pytest.approx(0.01811)
     assert first["meta"]["measured_tokens_per_s"] == pytest.approx(54.77)
+    # paper basis: total request latency = TTFT + (200 - 1) x ITL, derived from the two published averages
+    assert first["meta"]["measured_e2e_latency_s"] == pytest.approx(0.04773 + 199 * 0.01811)
+    assert {m.metric: m.basis for m in nim.metrics} == {"ttft_s": "full", "itl_s": "full", "tokens_per_s": "full",
+                                                         "e2e_latency_s": "paper"}
     assert first["workload"] == {"prompt_tokens": 200, "output_tokens": 200, "concurrency": 1}
     mpt = load_suite(project_root() / "validation" / "suites" / "mpt_fsdp_h100.yaml")
     assert mpt.experiment.cases[0]["meta"]["measured_step_time_s"] == pytest.approx(4194304 / 66523)

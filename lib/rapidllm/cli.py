@@ -75,7 +75,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         rows = compare(suite, run_sweep(suite.experiment, progress=False))
         write_table(rows, Path(args.out) / f"{suite.name}.csv")
         for rec in error_summary(rows[rows.status == "ok"], suite.name):
-            print(f"{rec['suite']:28s} {rec['split']:12s} rows {rec['rows']:4d}  MAPE {rec['mape_pct']:6.2f}%  max {rec['max_error_pct']:6.2f}%")
+            basis = " (paper basis)" if rec["basis"] == "paper" else ""
+            print(f"{rec['suite']:28s} {rec['split']:12s} rows {rec['rows']:4d}  MAPE {rec['mape_pct']:6.2f}%  "
+                  f"max {rec['max_error_pct']:6.2f}%{basis}")
     return 0
 
 

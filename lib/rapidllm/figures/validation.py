@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from rapidllm.figures.style import plt, save
+from rapidllm.validate.metrics import on_basis
 
 UNITS = {"step_time_s": "s", "e2e_latency_s": "s", "ttft_s": "s", "itl_s": "s", "tokens_per_s": "tokens/s",
          "mfu": "MFU", "hfu": "HFU", "peak_memory_bytes": "B"}
@@ -32,7 +33,7 @@ def _pairs(ax, ok: pd.DataFrame, metric: str) -> None:
 
 
 def _peers(ax, ours: float, paper: dict) -> None:
-    names, values, colors = ["rapidllm (this run)"], [ours], ["#dd8452"]
+    names, values, colors = ["rapidllm (paper basis)"], [ours], ["#dd8452"]
     if "mape_pct" in paper:
         names.append("RAPID-LLM (paper)"), values.append(paper["mape_pct"]), colors.append("#55a868")
     for k, v in paper.get("peers", {}).items():
@@ -50,8 +51,9 @@ def _peers(ax, ours: float, paper: dict) -> None:
 def predicted_vs_measured(rows: pd.DataFrame, title: str, unit: str | None, stem: str | Path,
                           paper: dict | None = None, max_bars: int = 60) -> list[Path]:
     """One panel of measured/predicted bar pairs per metric (signed error above each pair) and a panel of
-    MAPE beside the paper's RAPID-LLM figure and the published peers. Suites with more rows than
-    `max_bars` get a predicted-vs-measured scatter instead of bars."""
+    MAPE beside the paper's RAPID-LLM figure and the published peers, compared on the paper's basis (the
+    quantity it scores per case). Suites with more rows than `max_bars` get a predicted-vs-measured scatter
+    instead of bars."""
     ok = rows[rows.status == "ok"].dropna(subset=["predicted"]).reset_index(drop=True)
     metrics = list(dict.fromkeys(ok.metric)) if "metric" in ok and len(ok) else ["value"]
     widest = max([len(ok[ok.metric == m]) for m in metrics] + [1]) if "metric" in ok else len(ok)
@@ -69,8 +71,11 @@ def predicted_vs_measured(rows: pd.DataFrame, title: str, unit: str | None, stem
         else:
             _pairs(ax, sel, metric)
     axes[0].legend(fontsize=7)
-    _peers(axes[-1], _mape(ok), paper or {})
+    full, on_paper = on_basis(ok, "full"), on_basis(ok, "paper")
+    _peers(axes[-1], _mape(on_paper), paper or {})
     skipped = int((rows.status != "ok").sum())
-    fig.suptitle(f"{title}: MAPE {_mape(ok):.1f}% over {len(ok)} entries"
+    basis = "" if len(on_paper) == len(ok) == len(full) else \
+        f"; paper basis {_mape(on_paper):.1f}% over {len(on_paper)}"
+    fig.suptitle(f"{title}: MAPE {_mape(full):.1f}% over {len(full)} entries{basis}"
                  + (f" ({skipped} rows not scored: see the suite CSV)" if skipped else ""), fontsize=9)
     return save(fig, stem)

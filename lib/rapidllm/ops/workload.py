@@ -34,6 +34,7 @@ class Shard:
     causal: bool
     decode: bool = False
     hot_expert_factor: float = 1.0
+    last_token_logits: bool = False   # inference: the LM head runs on each sequence's last position only
 
     @property
     def moe_tokens(self) -> int:
@@ -198,7 +199,7 @@ def prefill_shard(case: Case) -> Shard:
     assert isinstance(w, InferenceWorkload)
     return Shard(tokens=w.batch * w.prompt_tokens, batch=w.batch, q_len=w.prompt_tokens, kv_len=w.prompt_tokens,
                  tp=p.tp, sp=False, ep=p.ep, etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.precision], causal=True,
-                 hot_expert_factor=case.moe_hot_expert_factor)
+                 hot_expert_factor=case.moe_hot_expert_factor, last_token_logits=True)
 
 
 def decode_shard(case: Case, context: int) -> Shard:
@@ -207,18 +208,23 @@ def decode_shard(case: Case, context: int) -> Shard:
     assert isinstance(w, InferenceWorkload)
     return Shard(tokens=w.batch, batch=w.batch, q_len=1, kv_len=context + 1, tp=p.tp, sp=False, ep=p.ep,
                  etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.precision], causal=False, decode=True,
-                 hot_expert_factor=case.moe_hot_expert_factor)
+                 hot_expert_factor=case.moe_hot_expert_factor, last_token_logits=True)
 
 
 def head_forward(model: ModelSpec, s: Shard) -> list[Operator]:
-    """Final norm, LM head GEMM (vocab split by TP) and softmax/cross-entropy, on the last stage."""
+    """Final norm, LM head GEMM (vocab split by TP) and softmax/cross-entropy, on the last stage.
+
+    Training needs logits at every position for the loss. Inference needs them only at each sequence's
+    last position (the next token), so serving engines gather those rows before the LM head (TensorRT-LLM
+    unless context logits are requested, vLLM's logits processor) and sample instead of taking a loss."""
     h, b = model.hidden, s.dtype_bytes
     v = model.vocab // s.tp
-    return [
-        _pointwise("final_norm", "fwd", s.tokens * h, b, 1, 1, NORM_FLOPS),
-        _gemm("lm_head", "fwd", s.tokens, v, h, b, inputs=("final_norm",)),
-        _pointwise("cross_entropy", "fwd", s.tokens * v, 4, 1, 1, 5.0, inputs=("lm_head",)),
-    ]
+    norm = _pointwise("final_norm", "fwd", s.tokens * h, b, 1, 1, NORM_FLOPS)
+    if s.last_token_logits:
+        return [norm, _gemm("lm_head", "fwd", s.batch, v, h, b, inputs=("final_norm",)),
+                _pointwise("sampling", "fwd", s.batch * v, 4, 1, 0, 5.0, inputs=("lm_head",))]
+    return [norm, _gemm("lm_head", "fwd", s.tokens, v, h, b, inputs=("final_norm",)),
+            _pointwise("cross_entropy", "fwd", s.tokens * v, 4, 1, 1, 5.0, inputs=("lm_head",))]
 
 
 def embedding_forward(model: ModelSpec, s: Shard) -> list[Operator]:

@@ -32,6 +32,11 @@ CONSTANTS = ("compute", "hbm", "network")
 # Devices whose network constant is fitted on a measured collective table (nccl-tests) instead of the
 # end-to-end rows: that table isolates the network, where end-to-end rows mix it with everything else.
 COLLECTIVE_TABLES = {"a100-sxm4-80gb": nccl_a100_rows}
+# Devices with no collective table of their own borrow the network constant of one that has: the constant is
+# the fraction of NVLink bandwidth NCCL's ring reaches through an NVSwitch (A100: 235 of 300 GB/s), a property
+# of the NCCL protocol and the switch rather than of the GPU's math. Their end-to-end rows cannot pin it
+# (the H100 fit is flat in it and drifts to the lower bound, trading all-reduce time for serving queueing).
+COLLECTIVE_SOURCE = {"h100-sxm5-80gb": "a100-sxm4-80gb"}
 BOUNDS = (0.3, 1.0)        # a utilization is a fraction of a datasheet peak
 
 
@@ -52,7 +57,7 @@ def calibration_entries(suites: list[Suite]) -> dict[str, list[Entry]]:
             if not rec["meta_calibration"] or rec["status"] != "ok":
                 continue
             case = resolve_case(json.loads(rec["case_json"]), rec["label"])
-            for m in suite.metrics:
+            for m in (m for m in suite.metrics if m.full_basis):
                 measured = rec.get(f"meta_measured_{m.metric}")
                 if measured is not None and np.isfinite(measured):
                     out.setdefault(case.hardware.name, []).append(
@@ -146,11 +151,13 @@ def collective_calibration_rows(rows: list) -> list:
 
 
 def fit_network_on_collectives(device: str, grid: int = 71) -> float | None:
-    """The network constant of a device with a measured collective table, fitted on that table's declared
-    calibration rows (the measurement that isolates it); None for devices without one."""
-    if device not in COLLECTIVE_TABLES:
+    """The network constant of a device with a measured collective table (its own, or the one named in
+    COLLECTIVE_SOURCE), fitted on that table's declared calibration rows (the measurement that isolates it);
+    None for devices without one."""
+    source = COLLECTIVE_SOURCE.get(device, device)
+    if source not in COLLECTIVE_TABLES:
         return None
-    measure = COLLECTIVE_TABLES[device]
+    measure = COLLECTIVE_TABLES[source]
     axis = np.linspace(BOUNDS[0], BOUNDS[1], grid)
     errors = []
     for u in axis:

@@ -9,6 +9,12 @@ columns with + - * / // arithmetic, and `rules` that set keys on rows matching g
 One reference row is one case; a row with several metrics (NIM: TTFT, ITL, throughput) gives one scored
 entry per metric. `calibration_rows` (row indices) declare the calibration subset; every other row is
 held out.
+
+Each metric declares the basis it is scored on (`basis`): `full` (this project's accounting: every metric
+a reference publishes), `paper` (the one quantity the RAPID-LLM paper scores per case, e.g. total request
+latency for the NIM rows of its Fig. 6, so that group MAPEs compare with the paper's like for like) or
+`both` (the default: a single-metric suite scores the same entry on both bases). Calibration fits the
+full basis only.
 """
 from __future__ import annotations
 
@@ -28,8 +34,9 @@ from rapidllm.spec.schema import load_yaml, validate
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.FloorDiv: operator.floordiv}
-ROW_COLUMNS = ["suite", "group", "in_overall", "row", "label", "metric", "calibration", "measured", "predicted",
-               "status", "reason", "error_pct"]
+ROW_COLUMNS = ["suite", "group", "in_overall", "row", "label", "metric", "basis", "calibration", "measured",
+               "predicted", "status", "reason", "error_pct"]
+BASES = ("both", "full", "paper")
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,11 @@ class MetricSpec:
     metric: str          # prediction key (step_time_s, ttft_s, ...)
     measured: str        # reference column, or an expression over columns
     scale: float = 1.0   # multiplies the measurement into the metric's SI unit
+    basis: str = "both"  # scored on the full basis, the paper's basis, or both (see module doc)
+
+    @property
+    def full_basis(self) -> bool:
+        return self.basis != "paper"
 
 
 @dataclass(frozen=True)
@@ -120,7 +132,8 @@ def row_to_case(spec: dict, row: dict[str, Any], where: str) -> dict:
 
 def metric_specs(spec: dict) -> tuple[MetricSpec, ...]:
     if "metrics" in spec:
-        return tuple(MetricSpec(m["metric"], m["measured"], float(m.get("scale", 1.0))) for m in spec["metrics"])
+        return tuple(MetricSpec(m["metric"], m["measured"], float(m.get("scale", 1.0)), m.get("basis", "both"))
+                     for m in spec["metrics"])
     return (MetricSpec(spec["metric"], spec["measured"], float(spec.get("measured_scale", 1.0))),)
 
 
@@ -184,7 +197,7 @@ def compare(suite: Suite, summary: pd.DataFrame) -> pd.DataFrame:
         df = summary
         frames.append(pd.DataFrame({
             "suite": suite.name, "group": suite.group, "in_overall": suite.in_overall,
-            "row": df["meta_row"].astype(int), "label": df["label"], "metric": m.metric,
+            "row": df["meta_row"].astype(int), "label": df["label"], "metric": m.metric, "basis": m.basis,
             "calibration": df["meta_calibration"].astype(bool),
             "measured": df[f"meta_measured_{m.metric}"].astype(float),
             "predicted": df[m.metric].astype(float) if m.metric in df else float("nan"),
@@ -194,7 +207,8 @@ def compare(suite: Suite, summary: pd.DataFrame) -> pd.DataFrame:
     out = out[~out.measured.isna()]
     out["error_pct"] = 100.0 * (out.predicted - out.measured) / out.measured
     skipped = pd.DataFrame([{"suite": suite.name, "group": suite.group, "in_overall": suite.in_overall, "row": r,
-                             "label": f"row {r}", "metric": suite.metric, "calibration": False,
+                             "label": f"row {r}", "metric": suite.metric, "basis": suite.metrics[0].basis,
+                             "calibration": False,
                              "measured": float("nan"), "predicted": float("nan"), "status": "skipped",
                              "reason": why, "error_pct": float("nan")} for r, why in suite.skipped],
                            columns=ROW_COLUMNS)
