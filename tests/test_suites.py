@@ -60,3 +60,16 @@ def test_layouts_match_the_reference():
     mpt = expand(load_suite(project_root() / "validation" / "suites" / "mpt_fsdp_h100.yaml").experiment)
     assert all(r["fsdp"] == "full_shard" and r["world"] == r["dp"] for r in mpt)
     assert {r["network"] for r in mpt if r["world"] > 8} == {"superpod-ndr"}
+
+
+def test_mfu_uses_the_sources_flop_count_on_both_sides():
+    # Qwen3 row 0: 245 TFLOP/s per GPU in 19.7 s. A predicted step of 2 x 19.7 s halves the MFU, whatever
+    # rapidllm's own FLOP count is: the MFU error is the step-time error alone.
+    suite = load_suite(project_root() / "validation" / "suites" / "moe_qwen3_h100.yaml")
+    rows = pd.DataFrame(expand(suite.experiment))
+    rows = rows.assign(step_time_s=2 * rows.meta_measured_step_time_s, mfu=0.9)   # mfu=0.9: must be ignored
+    out = compare(suite, rows).query("status == 'ok'")
+    first = out[out.row == 0].iloc[0]
+    assert first.measured == pytest.approx(245 / 989)
+    assert first.predicted == pytest.approx(245 / 989 / 2)
+    assert out.error_pct.to_numpy() == pytest.approx(-50.0)

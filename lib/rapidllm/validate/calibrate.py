@@ -58,10 +58,11 @@ def calibration_entries(suites: list[Suite]) -> dict[str, list[Entry]]:
                 continue
             case = resolve_case(json.loads(rec["case_json"]), rec["label"])
             for m in (m for m in suite.metrics if m.full_basis):
-                measured = rec.get(f"meta_measured_{m.metric}")
+                metric = m.inverse_of[0] if m.inverse_of else m.metric   # a work rate is fitted on its time
+                measured = rec.get(f"meta_measured_{metric}")
                 if measured is not None and np.isfinite(measured):
                     out.setdefault(case.hardware.name, []).append(
-                        Entry(suite.name, int(rec["meta_row"]), m.metric, float(measured), case))
+                        Entry(suite.name, int(rec["meta_row"]), metric, float(measured), case))
     return out
 
 

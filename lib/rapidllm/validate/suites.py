@@ -15,6 +15,11 @@ a reference publishes), `paper` (the one quantity the RAPID-LLM paper scores per
 latency for the NIM rows of its Fig. 6, so that group MAPEs compare with the paper's like for like) or
 `both` (the default: a single-metric suite scores the same entry on both bases). Calibration fits the
 full basis only.
+
+A metric with `inverse_of` is a rate of the source's own work count, e.g. MFU = FLOPs per step / (step time
+x GPUs x peak) with the FLOPs counted by the source's formula (Megatron's). Predicted as measured x measured
+time / predicted time, both sides use the source's work count, so the error is the timing error alone and
+not a difference between FLOP-counting conventions.
 """
 from __future__ import annotations
 
@@ -45,6 +50,7 @@ class MetricSpec:
     measured: str        # reference column, or an expression over columns
     scale: float = 1.0   # multiplies the measurement into the metric's SI unit
     basis: str = "both"  # scored on the full basis, the paper's basis, or both (see module doc)
+    inverse_of: tuple[str, str] | None = None   # (time metric, its measured column/expression), see below
 
     @property
     def full_basis(self) -> bool:
@@ -132,7 +138,8 @@ def row_to_case(spec: dict, row: dict[str, Any], where: str) -> dict:
 
 def metric_specs(spec: dict) -> tuple[MetricSpec, ...]:
     if "metrics" in spec:
-        return tuple(MetricSpec(m["metric"], m["measured"], float(m.get("scale", 1.0)), m.get("basis", "both"))
+        return tuple(MetricSpec(m["metric"], m["measured"], float(m.get("scale", 1.0)), m.get("basis", "both"),
+                                (m["inverse_of"]["metric"], m["inverse_of"]["measured"]) if "inverse_of" in m else None)
                      for m in spec["metrics"])
     return (MetricSpec(spec["metric"], spec["measured"], float(spec.get("measured_scale", 1.0))),)
 
@@ -167,6 +174,8 @@ def load_suite(path: str | Path) -> Suite:
             continue
         try:
             measured = {m.metric: measurement(m, row, where) for m in metrics}
+            measured |= {m.inverse_of[0]: measurement(MetricSpec(m.inverse_of[0], m.inverse_of[1]), row, where)
+                         for m in metrics if m.inverse_of}
         except (SpecError, KeyError, ZeroDivisionError) as err:
             skipped.append((i, f"measurement: {err}"))
             continue
@@ -195,12 +204,17 @@ def compare(suite: Suite, summary: pd.DataFrame) -> pd.DataFrame:
     frames = []
     for m in suite.metrics:
         df = summary
+        if m.inverse_of and m.inverse_of[0] in df:
+            key = m.inverse_of[0]
+            predicted = df[f"meta_measured_{m.metric}"] * df[f"meta_measured_{key}"] / df[key].astype(float)
+        else:
+            predicted = df[m.metric].astype(float) if m.metric in df else float("nan")
         frames.append(pd.DataFrame({
             "suite": suite.name, "group": suite.group, "in_overall": suite.in_overall,
             "row": df["meta_row"].astype(int), "label": df["label"], "metric": m.metric, "basis": m.basis,
             "calibration": df["meta_calibration"].astype(bool),
             "measured": df[f"meta_measured_{m.metric}"].astype(float),
-            "predicted": df[m.metric].astype(float) if m.metric in df else float("nan"),
+            "predicted": predicted,
             "status": df["status"], "reason": df["reason"].fillna(""),
         }))
     out = pd.concat(frames, ignore_index=True)
