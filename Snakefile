@@ -23,6 +23,7 @@ rule all:
     input:
         expand("results/{exp}/summary.csv", exp=list(STUDIES)),
         "results/validation/errors.csv",
+        "results/figures/accuracy_summary.png",
         expand("results/figures/{suite}.png", suite=config["suites"]),
         "results/validation/network_ns3.csv",
         "results/figures/network_ns3.png",

@@ -51,3 +51,17 @@ def test_paper_basis_scores_only_its_entries():
     assert t.loc[("overall", "overall", "paper", "all"), "entries"] == 3
     assert t.loc[("metric", "a:z", "paper", "all"), "mape_pct"] == pytest.approx(3.0)
     assert ("suite", "b", "paper", "all") in t.index and t.loc[("suite", "b", "paper", "all"), "rows"] == 1
+
+
+def test_accuracy_summary_figure_is_deterministic(tmp_path):
+    from rapidllm.figures.accuracy import accuracy_summary
+    rows = pd.DataFrame({
+        "suite": ["a", "a", "b"], "group": ["inference_a100", "inference_a100", "training_dense_a100"],
+        "in_overall": [True] * 3, "row": [0, 0, 0], "metric": ["x", "z", "w"], "basis": ["full", "paper", "both"],
+        "calibration": [True, True, False], "measured": [1.0, 10.0, 5.0], "predicted": [1.1, 10.4, 6.0],
+        "status": ["ok"] * 3})
+    table = errors_table(rows)
+    first = accuracy_summary(table, tmp_path / "one" / "acc")
+    second = accuracy_summary(table, tmp_path / "two" / "acc")
+    assert [p.suffix for p in first] == [".png", ".pdf"]
+    assert all(a.read_bytes() == b.read_bytes() for a, b in zip(first, second))

@@ -58,3 +58,23 @@ rule figure_suite:
         "../../environment.yml"
     script:
         "../scripts/figure_suite.py"
+
+
+rule figure_accuracy:
+    input:
+        errors="results/validation/errors.csv",
+        code=code("figures"),
+    output:
+        png=report("results/figures/accuracy_summary.png", caption="../report/accuracy.rst", category="Validation"),
+        pdf="results/figures/accuracy_summary.pdf",
+    log:
+        "results/logs/figures/accuracy_summary.log",
+    threads: 1
+    resources:
+        # measured: 1-2 s CPU, 117-195 MB peak RSS (docs/hpc.md)
+        mem_mb=lambda w, attempt: 500 * attempt,
+        runtime=lambda w, attempt: 10 * attempt,
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/figure_accuracy.py"
