@@ -3,7 +3,7 @@
 rule expand:
     input:
         spec=study_inputs,
-        code=code("validate"),
+        code=code("validate", "pipeline"),
     output:
         "results/{exp}/cases.parquet",
     params:
@@ -26,7 +26,7 @@ rule expand:
 rule price:
     input:
         cases="results/{exp}/cases.parquet",
-        code=code("ops"),
+        code=code("ops", "pipeline"),
     output:
         "results/{exp}/ops/{shard}.parquet",
     log:
@@ -45,7 +45,7 @@ rule price:
 rule memory:
     input:
         cases="results/{exp}/cases.parquet",
-        code=code("memory", "ops"),
+        code=code("memory", "ops", "pipeline"),
     output:
         "results/{exp}/memory/{shard}.parquet",
     log:
@@ -65,7 +65,7 @@ rule trace:
     input:
         cases="results/{exp}/cases.parquet",
         memory="results/{exp}/memory/{shard}.parquet",
-        code=code("graph", "memory", "ops"),
+        code=code("graph", "memory", "ops", "pipeline"),
     output:
         "results/{exp}/graphs/{shard}.npz",
     log:
@@ -87,7 +87,7 @@ rule simulate:
         ops="results/{exp}/ops/{shard}.parquet",
         memory="results/{exp}/memory/{shard}.parquet",
         graphs="results/{exp}/graphs/{shard}.npz",
-        code=code("engine", "graph", "memory", "network", "ops"),
+        code=code("engine", "graph", "memory", "network", "ops", "pipeline"),
     output:
         "results/{exp}/sim/{shard}.parquet",
     log:

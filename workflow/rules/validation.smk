@@ -43,7 +43,7 @@ rule figure_suite:
     input:
         rows="results/validation/{suite}.csv",
         suite="validation/suites/{suite}.yaml",
-        code=code("figures"),
+        code=code("figures", "validate"),
     output:
         png=report("results/figures/{suite}.png", caption="../report/suite_figure.rst", category="Validation"),
         pdf="results/figures/{suite}.pdf",
