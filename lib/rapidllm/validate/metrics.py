@@ -1,6 +1,6 @@
 """Error metrics reported the way the RAPID-LLM paper does: MAPE and max absolute percentage error.
 
-errors.csv has one line per (scope, name, split): scope `suite` (one suite), `metric` (one metric of a
+errors.csv has one line per (scope, name, basis, split): scope `suite` (one suite), `metric` (one metric of a
 multi-metric suite, name "suite:metric"), `group` (the paper's regimes: suites of one group together),
 `overall` (every suite with in_overall) and `all_suites` (every suite). Splits: calibration, held_out, all.
 `rows` counts reference rows, `entries` scored entries (a NIM row scores TTFT, ITL and throughput).

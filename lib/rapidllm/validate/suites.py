@@ -41,7 +41,6 @@ _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, as
         ast.FloorDiv: operator.floordiv}
 ROW_COLUMNS = ["suite", "group", "in_overall", "row", "label", "metric", "basis", "calibration", "measured",
                "predicted", "status", "reason", "error_pct"]
-BASES = ("both", "full", "paper")
 
 
 @dataclass(frozen=True)
@@ -204,9 +203,10 @@ def compare(suite: Suite, summary: pd.DataFrame) -> pd.DataFrame:
     frames = []
     for m in suite.metrics:
         df = summary
-        if m.inverse_of and m.inverse_of[0] in df:
+        if m.inverse_of:
             key = m.inverse_of[0]
-            predicted = df[f"meta_measured_{m.metric}"] * df[f"meta_measured_{key}"] / df[key].astype(float)
+            predicted = (df[f"meta_measured_{m.metric}"] * df[f"meta_measured_{key}"] / df[key].astype(float)
+                         if key in df else float("nan"))
         else:
             predicted = df[m.metric].astype(float) if m.metric in df else float("nan")
         frames.append(pd.DataFrame({
