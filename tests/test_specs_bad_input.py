@@ -113,3 +113,20 @@ def test_expert_tp_between_one_and_tp_rejected(tmp_path, gpt_case, capsys) -> No
                                 "workload": {"mode": "training", "seq_len": 4096, "global_batch": 2048}}, capsys)
     assert code == 2 and len(err.splitlines()) == 1
     assert "parallelism.etp: etp 2 must be 1 or tp 4" in err
+
+
+@pytest.mark.parametrize("old,new,message", [
+    ("basis: paper}", "basis: papr}", "metrics.3.basis: 'papr' is not allowed; allowed: both, full, paper"),
+    ("scale: 1.0e-3, basis: full}", "scale: 1.0e-3, basis: full, inverse_of: {metric: step_time, measured: x}}",
+     "metrics.0.inverse_of.metric: 'step_time' is not allowed; allowed: step_time_s,"),
+])
+def test_bad_suite_metric_keys(tmp_path, capsys, old, new, message) -> None:
+    from rapidllm.spec.paths import project_root
+    text = (project_root() / "validation" / "suites" / "nim_llama33_70b_a100.yaml").read_text()
+    assert old in text
+    path = tmp_path / "suite.yaml"
+    path.write_text(text.replace(old, new, 1))
+    code = main(["validate", "--out", str(tmp_path / "out"), str(path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
