@@ -201,8 +201,10 @@ def calibrate(suite_paths: list[Path], grid: int = 5, iters: int = 120, write: b
         u = np.round(u, 3)
         value = objective(u)
         rows = len({(e.suite, e.row) for e in entries})
+        source = "" if network is None else \
+            f" (network from the {COLLECTIVE_SOURCE.get(device, device)} collective table)"
         log(f"{device}: {rows} calibration rows ({len(entries)} entries): MAPE {before:.2f}% at 1.0 -> {value:.2f}% at "
-            + ", ".join(f"{k} {v:.3f}" for k, v in zip(CONSTANTS, u)))
+            + ", ".join(f"{k} {v:.3f}" for k, v in zip(CONSTANTS, u)) + source)
         if write:
             write_constants(device, u)
         results.append({"device": device, "rows": rows, "entries": len(entries), "mape_before_pct": before,
