@@ -1,6 +1,6 @@
 """Snakemake does not notice edits to modules a script imports: every rule that runs a script must declare
 the rapidllm packages the script imports (its `code=code(...)` input), or an edit there leaves stale
-results (the pipeline's `distinct_cases` fix did not rerun the price and simulate rules until this held)."""
+results (the pipeline's duplicate-case fix in `shard_cases` did not rerun the price and simulate rules until this held)."""
 import re
 from pathlib import Path
 

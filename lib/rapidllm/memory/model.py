@@ -89,7 +89,7 @@ def walk_inputs(case: Case, stage: int, layer: LayerLiveness, head: LayerLivenes
     """The per-chunk quantities of `stage` (shared by `activation_peak` and its Python reference)."""
     p = case.parallelism
     last = stage == p.pp - 1
-    v = p.virtual_stages if p.schedule == "interleaved" and p.pp > 1 else 1
+    v = p.chunks_per_stage
     chunk_layers = layers / v
     per_chunk = chunk_layers * (layer.input_bytes if p.recompute == "full" else layer.stored)
     return WalkInputs(last, v, per_chunk, head.stored if last else 0.0,

@@ -219,12 +219,12 @@ def head_forward(model: ModelSpec, s: Shard) -> list[Operator]:
     unless context logits are requested, vLLM's logits processor) and sample instead of taking a loss."""
     h, b = model.hidden, s.dtype_bytes
     v = model.vocab // s.tp
-    norm = _pointwise("final_norm", "fwd", s.tokens * h, b, 1, 1, NORM_FLOPS)
-    if s.last_token_logits:
-        return [norm, _gemm("lm_head", "fwd", s.batch, v, h, b, inputs=("final_norm",)),
-                _pointwise("sampling", "fwd", s.batch * v, 4, 1, 0, 5.0, inputs=("lm_head",))]
-    return [norm, _gemm("lm_head", "fwd", s.tokens, v, h, b, inputs=("final_norm",)),
-            _pointwise("cross_entropy", "fwd", s.tokens * v, 4, 1, 1, 5.0, inputs=("lm_head",))]
+    rows, last, writes = (s.batch, "sampling", 0) if s.last_token_logits else (s.tokens, "cross_entropy", 1)
+    return [
+        _pointwise("final_norm", "fwd", s.tokens * h, b, 1, 1, NORM_FLOPS),
+        _gemm("lm_head", "fwd", rows, v, h, b, inputs=("final_norm",)),
+        _pointwise(last, "fwd", rows * v, 4, 1, writes, 5.0, inputs=("lm_head",)),
+    ]
 
 
 def embedding_forward(model: ModelSpec, s: Shard) -> list[Operator]:

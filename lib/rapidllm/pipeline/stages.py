@@ -24,19 +24,9 @@ def run_expand(exp: Experiment, out: str | Path) -> pd.DataFrame:
     return df
 
 
-def distinct_cases(cases: str | Path, shard: int):
-    """A shard's (row, case) pairs, each case once: two reference rows can be one case (the MoE suite's rows
-    0 and 1), and a stage table keyed by case_id must not hold it twice."""
-    seen: set[str] = set()
-    for row, case in shard_cases(cases, shard):
-        if row["case_id"] not in seen:
-            seen.add(row["case_id"])
-            yield row, case
-
-
 def run_price(cases: str | Path, shard: int, out: str | Path) -> None:
     frames = []
-    for row, case in distinct_cases(cases, shard):
+    for row, case in shard_cases(cases, shard):
         ops = price_case(case)
         ops.insert(0, "case_id", row["case_id"])
         frames.append(ops)
@@ -51,7 +41,7 @@ def memory_record(case) -> dict:
 
 
 def run_memory(cases: str | Path, shard: int, out: str | Path) -> None:
-    rows = [{"case_id": row["case_id"], **memory_record(case)} for row, case in distinct_cases(cases, shard)]
+    rows = [{"case_id": row["case_id"], **memory_record(case)} for row, case in shard_cases(cases, shard)]
     write_table(pd.DataFrame(rows, columns=["case_id", *(f"{f}_bytes" for f in MEMORY_FIELDS),
                                             "peak_memory_bytes", "feasible", "infeasible_reason"]), out)
 
@@ -67,7 +57,7 @@ def run_trace(cases: str | Path, memory: str | Path, shard: int, out: str | Path
     """Layer/extra graph templates and the pipeline descriptor of every feasible case (compact format)."""
     feasible = set(pd.read_parquet(memory).query("feasible").case_id)
     graphs = {}
-    for row, case in distinct_cases(cases, shard):
+    for row, case in shard_cases(cases, shard):
         if row["case_id"] in feasible:
             graphs[row["case_id"]] = (case_templates(case, operator_frame(case)), pipeline_descriptor(case))
     write_graphs(graphs, out)
@@ -79,7 +69,7 @@ def run_simulate(cases: str | Path, ops: str | Path, memory: str | Path, graphs:
     mem = pd.read_parquet(memory).set_index("case_id")
     traces = read_graphs(graphs)
     rows = []
-    for row, case in distinct_cases(cases, shard):
+    for row, case in shard_cases(cases, shard):
         cid = row["case_id"]
         if cid not in traces:
             rows.append({"case_id": cid, "status": "infeasible", "reason": mem.loc[cid, "infeasible_reason"],
