@@ -15,7 +15,7 @@ import pytest
 from rapidllm.memory.liveness import LayerLiveness
 from rapidllm.memory.model import activation_peak
 from reference_impls import activation_peak_reference, case_id_reference
-from rapidllm.spec.case import TrainingWorkload
+from rapidllm.spec.case import Parallelism, TrainingWorkload
 
 
 @pytest.mark.parametrize("schedule,pp,v", [("1f1b", 1, 1), ("gpipe", 1, 1), ("gpipe", 4, 1), ("1f1b", 4, 1),
@@ -27,7 +27,7 @@ def test_activation_walk_equals_python_walk(schedule, pp, v, recompute) -> None:
     for global_batch, dp, mb in itertools.product((1, 3, 8, 24, 64), (1, 2), (1, 2)):
         if global_batch % (dp * mb):
             continue
-        par = SimpleNamespace(pp=pp, dp=dp, schedule=schedule, virtual_stages=v, recompute=recompute)
+        par = Parallelism(pp=pp, dp=dp, schedule=schedule, virtual_stages=v, recompute=recompute)
         case = SimpleNamespace(parallelism=par, workload=TrainingWorkload(2048, global_batch, mb))
         layer = LayerLiveness(*(rng.uniform(1e6, 1e9) for _ in range(4)))
         head = LayerLiveness(*(rng.choice([0.0, rng.uniform(1e6, 1e10)]) for _ in range(4)))
