@@ -125,7 +125,9 @@ class CommCost:
         return tuple(v for d, v in enumerate(c) if d not in spanned)
 
     def time(self, axis: str, op: str, nbytes: float, stage: int = -1) -> float:
-        """Completion time of `op` over every (contending) group of `axis`, on an otherwise idle network."""
+        """Completion time of `op` over every (contending) group of `axis`, on an otherwise idle network,
+        plus one kernel launch: a collective (NCCL or TensorRT-LLM's all-reduce) is a kernel like any other,
+        and every compute kernel already pays `kernel_launch_overhead`."""
         if self.case.parallelism.size(axis) <= 1 or nbytes <= 0:
             return 0.0
         stage = -1 if self.symmetric else stage
@@ -140,7 +142,7 @@ class CommCost:
                 hit = _remember(ckey, tuple(self._contending(groups)))
             groups = list(hit)
             t, ev = self._simulate(op if axis != "pp" else "send_recv", float(nbytes), groups)
-            self._times[key] = t
+            self._times[key] = t + self.case.hardware.launch_overhead_s
             self.events[key] = (ev, len(groups))
         return self._times[key]
 
