@@ -4,10 +4,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rapidllm.network.validation import TABLES
 from rapidllm.spec.hardware import HardwareSpec
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.paths import project_root
-from rapidllm.validate.calibrate import (COLLECTIVE_SOURCE, calibration_entries, fit_constants,
+from rapidllm.validate.calibrate import (calibration_entries, fit_constants,
                                         fit_network_on_collectives, mape_objective, write_constants)
 from rapidllm.validate.suites import load_suite
 
@@ -72,9 +73,8 @@ def test_calibration_fits_the_full_basis_only():
     assert len(entries) == 3 * len(nim.calibration_rows)
 
 
-def test_devices_without_a_collective_table_borrow_the_fitted_network_constant():
-    for device, source in COLLECTIVE_SOURCE.items():
-        assert fit_network_on_collectives(device) == fit_network_on_collectives(source) is not None
+def test_devices_with_a_collective_table_freeze_its_network_fit():
+    for device in TABLES:
+        frozen = HardwareSpec.from_mapping(*resolve_named("hardware", device, "test", "hardware")).utilization
+        assert frozen.network == pytest.approx(fit_network_on_collectives(device), abs=5e-4)
     assert fit_network_on_collectives("no-such-device") is None
-    frozen = HardwareSpec.from_mapping(*resolve_named("hardware", "h100-sxm5-80gb", "test", "hardware")).utilization
-    assert frozen.network == pytest.approx(fit_network_on_collectives("h100-sxm5-80gb"), abs=5e-4)

@@ -69,7 +69,8 @@ def test_hardware_change_reruns_only_its_studies(workdir: Path) -> None:
     assert studies == {"tiny"}, out[-2000:]               # megatron_gpt_a100 runs on A100s: untouched
     assert "config/hardware/h100-sxm5-80gb.yaml" in out   # the reason names the changed file
     jobs = set(re.findall(r"^rule (\w+):", out, flags=re.M))
-    h100_components = {"validate_gemm", "validate_memory", "figure_component"}   # they price H100 rows
+    # they price H100 rows (validate_collectives: the H100 nccl-tests table at the H100's network constant)
+    h100_components = {"validate_gemm", "validate_memory", "validate_collectives", "figure_component"}
     assert jobs == {"expand", "price", "memory", "trace", "simulate", "collect", "all"} | h100_components
 
 

@@ -22,8 +22,10 @@ rule validate_gemm:
 
 rule validate_collectives:
     input:
-        refs="validation/references/collectives_nccl_a100_node.csv",
-        specs=["config/hardware/a100-sxm4-80gb.yaml", "config/networks/dgx-a100.yaml"],
+        refs=["validation/references/collectives_nccl_a100_node.csv",
+              "validation/references/collectives_nccl_h100_node.csv"],
+        specs=["config/hardware/a100-sxm4-80gb.yaml", "config/networks/dgx-a100.yaml",
+               "config/hardware/h100-sxm5-80gb.yaml", "config/networks/dgx-h100.yaml"],
         code=code("network", "validate", "pipeline"),
     output:
         "results/validation/collectives_nccl.csv",

@@ -8,7 +8,8 @@ rail-optimized fat-tree lines), so only one line-set is simulated. Without fault
 equivalent and one simulation serves all; with faults each stage (each stage boundary for PP) gets its own.
 Results are cached per (op, bytes, groups) within a process, so identical collectives simulate once.
 
-Algorithms are NCCL's (network.api.choose_algorithm: ring, hierarchical across dimensions) except for
+Algorithms are NCCL's (network.api.choose_algorithm: ring, hierarchical across dimensions, NVLS in a switch
+that reduces in the network, network/in_switch.py) except for
 `framework: tensorrt-llm`, whose all-reduces inside one NVLink switch use TensorRT-LLM's custom all-reduce
 kernels (cpp/tensorrt_llm/kernels/customAllReduceKernels.cu: every rank reads and writes its peers'
 buffers over NVLink directly) instead of NCCL rings: the `direct` schedule (reduce-scatter and all-gather
@@ -20,8 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rapidllm.network.api import build_schedule, run_schedule
+from rapidllm.network.api import build_schedule, resolve_algorithm, run_schedule
 from rapidllm.network.collectives import concat
+from rapidllm.network.in_switch import setup_latency
 from rapidllm.network.mapping import RankMapping, dims_spanned
 from rapidllm.network.routing import Router
 from rapidllm.network.topology import Topology, build_topology
@@ -154,9 +156,12 @@ class CommCost:
             return t, ev
         topo, router = topology_of(net)
         algorithm = self._algorithm(topo, op, groups[0]) if groups else "auto"
-        parts = [build_schedule(topo, op, nbytes, list(g), algorithm, None)[0] for g in groups]
-        sched = concat(parts)
-        finish, _, events = run_schedule(topo, sched, np.zeros(len(sched)), self.util, router)
+        if groups:
+            algorithm = resolve_algorithm(topo, op, nbytes, list(groups[0]), algorithm, None, self.util, router)
+        built = [build_schedule(topo, op, nbytes, list(g), algorithm, None) for g in groups]
+        sched = concat([b[0] for b in built])
+        setup = max((setup_latency(topo, b[2], list(g)) for b, g in zip(built, groups)), default=0.0)
+        finish, _, events = run_schedule(topo, sched, np.full(len(sched), setup), self.util, router)
         t = float(finish.max()) if len(finish) else 0.0
         if len(_RESULTS) > CACHE_LIMIT:
             _RESULTS.clear()

@@ -30,15 +30,18 @@ def gemm_ablation(errors: pd.DataFrame, stem: str | Path) -> list[Path]:
 
 
 def collective_busbw(rows: pd.DataFrame, stem: str | Path) -> list[Path]:
-    """Bus bandwidth vs message size: nccl-tests on 8x A100 NVSwitch against the link-queue simulator."""
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(rows.bytes, rows.measured_busbw / 1e9, "o-", label="nccl-tests (measured)")
-    ax.plot(rows.bytes, rows.predicted_busbw / 1e9, "s--", label="rapidllm simulator")
-    scored = rows[rows.scored]
-    mape = float(np.mean(np.abs(scored.error_pct)))
-    ax.set(xscale="log", xlabel="all-reduce size (bytes)", ylabel="bus bandwidth (GB/s)",
-           title=f"8x A100 all-reduce: MAPE {mape:.1f}% for >= 1 MiB ({len(scored)} rows)")
-    ax.legend()
+    """Bus bandwidth vs message size per device: nccl-tests on one 8-GPU NVSwitch node against the simulator."""
+    devices = list(dict.fromkeys(rows.device))
+    fig, axes = plt.subplots(1, len(devices), figsize=(6 * len(devices), 4), squeeze=False)
+    for ax, device in zip(axes[0], devices):
+        d = rows[rows.device == device]
+        ax.plot(d.bytes, d.measured_busbw / 1e9, "o-", label="nccl-tests (measured)")
+        ax.plot(d.bytes, d.predicted_busbw / 1e9, "s--", label="rapidllm simulator")
+        scored = d[d.scored]
+        mape = float(np.mean(np.abs(scored.error_pct)))
+        ax.set(xscale="log", xlabel="all-reduce size (bytes)", ylabel="bus bandwidth (GB/s)",
+               title=f"8x {device}: MAPE {mape:.1f}% for >= 1 MiB ({len(scored)} rows)")
+        ax.legend()
     return save(fig, stem)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from rapidllm.network.alpha_beta import BUS_FACTOR
 from rapidllm.network.collectives import ALGORITHMS, SUPPORTED, Schedule, concat
 from rapidllm.network.hierarchical import hierarchical, spanned
+from rapidllm.network.in_switch import NAME as IN_SWITCH, in_switch, reducing_dimension, setup_latency
 from rapidllm.network.routing import Router
 from rapidllm.network.simulator import simulate_schedule
 from rapidllm.network.topology import Topology, build_topology
@@ -56,7 +57,8 @@ def _ranks(network: NetworkSpec, ranks: int | Sequence[int] | None) -> list[int]
 
 
 def choose_algorithm(topo: Topology, op: str, ranks: list[int]) -> str:
-    """'auto': hierarchical across dimensions, direct for all_to_all/send_recv and fully connected, else ring."""
+    """'auto': hierarchical across dimensions, direct for all_to_all/send_recv and fully connected, else ring
+    (resolve_algorithm also weighs the in-switch reduction where a switch offers one)."""
     if op in ("all_to_all", "send_recv"):
         return "direct"
     dims = spanned(topo, ranks)
@@ -67,15 +69,37 @@ def choose_algorithm(topo: Topology, op: str, ranks: list[int]) -> str:
     return "ring"
 
 
-def chunk_count(topo: Topology, op: str, nbytes: float, n: int) -> int:
+def resolve_algorithm(topo: Topology, op: str, nbytes: float, ranks: list[int], algorithm: str,
+                      chunks: int | None, utilization: float, router: Router | None = None) -> str:
+    """The algorithm an 'auto' collective runs: choose_algorithm's, except that an all-reduce inside a switch
+    that reduces in the network takes whichever of the ring and the in-switch reduction finishes first on
+    its own, as NCCL's tuner picks the algorithm its cost model predicts fastest (NVLS wins large messages
+    and many ranks, the ring small messages on few ranks). An explicit algorithm is returned as is."""
+    if algorithm != "auto":
+        return algorithm
+    algo = choose_algorithm(topo, op, ranks)
+    if algo != "ring" or reducing_dimension(topo, op, ranks) is None:
+        return algo
+    best, best_t = algo, float("inf")
+    for candidate in ("ring", IN_SWITCH):
+        sched, _, _ = build_schedule(topo, op, nbytes, ranks, candidate, chunks)
+        release = np.full(len(sched), setup_latency(topo, candidate, ranks))
+        t = float(run_schedule(topo, sched, release, utilization, router)[0].max())
+        if t < best_t:
+            best, best_t = candidate, t
+    return best
+
+
+def chunk_count(topo: Topology, op: str, nbytes: float, n: int, algorithm: str = "ring") -> int:
     """Chunks per transfer when a collective moves through fixed-size buffers of `topo.chunk_bytes`.
 
-    A ring step (and a direct or all-to-all peer transfer) carries nbytes / n; broadcast and send/recv carry
-    nbytes. Store and forward charges one chunk's serialization per extra hop, so a transfer that fits in
+    A ring step (and a direct or all-to-all peer transfer) carries nbytes / n; broadcast, send/recv and a
+    rank's push into a reducing switch (in_switch) carry nbytes. Store and forward charges one chunk's serialization per extra hop, so a transfer that fits in
     one buffer sees the whole step twice through a switch while a large one pipelines: this is what makes
     bus bandwidth ramp up with message size (docs/network.md, "Chunking").
     """
-    per_transfer = nbytes if op in ("broadcast", "send_recv") else nbytes / max(n, 1)
+    whole = op in ("broadcast", "send_recv") or algorithm == IN_SWITCH
+    per_transfer = nbytes if whole else nbytes / max(n, 1)
     return int(min(MAX_CHUNKS, max(1, math.ceil(per_transfer / topo.chunk_bytes))))
 
 
@@ -89,16 +113,18 @@ def build_schedule(topo: Topology, op: str, nbytes: float, ranks: list[int], alg
         raise SpecError(f"unknown collective {op!r}; allowed: {', '.join(SUPPORTED)}")
     if op == "send_recv" and len(ranks) != 2:
         raise SpecError(f"send_recv needs exactly 2 ranks (source, destination), got {len(ranks)}")
+    algo = choose_algorithm(topo, op, ranks) if algorithm == "auto" else algorithm
     if chunks is None:
-        chunks = chunk_count(topo, op, nbytes, len(ranks))
+        chunks = chunk_count(topo, op, nbytes, len(ranks), algo)
     if chunks < 1:
         raise SpecError(f"chunks must be >= 1, got {chunks}")
-    algo = choose_algorithm(topo, op, ranks) if algorithm == "auto" else algorithm
     if algo not in SUPPORTED[op]:
         raise SpecError(f"{op} has no algorithm {algo!r}; allowed: auto, {', '.join(SUPPORTED[op])}")
     try:
         if algo == "hierarchical":
             return hierarchical(op, topo, ranks, nbytes, chunks), chunks, algo
+        if algo == IN_SWITCH:
+            return in_switch(op, topo, ranks, nbytes, chunks), chunks, algo
         return ALGORITHMS[algo](op, ranks, nbytes, chunks), chunks, algo
     except ValueError as e:
         raise SpecError(str(e)) from None
@@ -133,8 +159,9 @@ def simulate_collective(network: NetworkSpec, op: str, nbytes: float, ranks: int
     topo = topology or build_topology(network)
     group = _ranks(network, ranks)
     util = network.utilization if utilization is None else utilization
+    algorithm = resolve_algorithm(topo, op, float(nbytes), group, algorithm, chunks, util)
     sched, chunks, algo = build_schedule(topo, op, float(nbytes), group, algorithm, chunks)
-    finish, busy, events = run_schedule(topo, sched, np.zeros(len(sched)), util)
+    finish, busy, events = run_schedule(topo, sched, np.full(len(sched), setup_latency(topo, algo, group)), util)
     t = float(finish.max()) if len(finish) else 0.0
     return _result(topo, op, float(nbytes), len(group), t, busy, algo, chunks, events)
 
@@ -146,11 +173,12 @@ def simulate_concurrent(network: NetworkSpec, requests: Sequence[CollectiveReque
     util = network.utilization if utilization is None else utilization
     parts, owner, release = [], [], []
     for k, req in enumerate(requests):
-        s, _, _ = build_schedule(topo, req.op, float(req.nbytes), _ranks(network, req.ranks), req.algorithm,
-                                 req.chunks)
+        group = _ranks(network, req.ranks)
+        algorithm = resolve_algorithm(topo, req.op, float(req.nbytes), group, req.algorithm, req.chunks, util)
+        s, _, algo = build_schedule(topo, req.op, float(req.nbytes), group, algorithm, req.chunks)
         parts.append(s)
         owner.append(np.full(len(s), k))
-        release.append(np.full(len(s), req.start_s))
+        release.append(np.full(len(s), req.start_s + setup_latency(topo, algo, group)))
     sched = concat(parts)
     finish, busy, events = run_schedule(topo, sched, np.concatenate(release) if release else np.zeros(0), util)
     who = np.concatenate(owner) if owner else np.zeros(0, int)

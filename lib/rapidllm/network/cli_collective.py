@@ -23,7 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--ranks", default=None,
                    help="rank count N (ranks 0..N-1) or a comma list of rank ids (send_recv: SRC,DST)")
     p.add_argument("--algorithm", default="auto",
-                   help="auto, ring, direct, halving_doubling, tree, hierarchical")
+                   help="auto, ring, direct, halving_doubling, tree, hierarchical, in_switch (all_reduce)")
     p.add_argument("--chunks", type=int, default=DEFAULT_CHUNKS,
                    help="pipelined chunks per transfer (default: from the network's chunk_size, 4 MiB)")
     p.add_argument("--utilization", type=float, default=None, help="link bandwidth factor (default: network's)")

@@ -355,7 +355,7 @@ ALGORITHMS = {
     "tree": tree,
 }
 SUPPORTED = {
-    "all_reduce": ("ring", "direct", "halving_doubling", "tree", "hierarchical"),
+    "all_reduce": ("ring", "direct", "halving_doubling", "tree", "hierarchical", "in_switch"),
     "reduce_scatter": ("ring", "direct", "halving_doubling", "hierarchical"),
     "all_gather": ("ring", "direct", "halving_doubling", "hierarchical"),
     "all_to_all": ("direct",),

@@ -36,8 +36,11 @@ class Router:
         return self._adj
 
     def route(self, a: int, b: int) -> list[int]:
-        """Link ids from rank a to rank b (empty when a == b)."""
+        """Link ids from rank a to rank b (empty when a == b); a switch node as either end: the one link
+        between it and the rank (in-switch reductions)."""
         key = (a, b)
+        if key not in self.cache and max(a, b) >= self.topo.n_ranks:
+            self.cache[key] = self._switch_hop(a, b)
         if key not in self.cache:
             links: list[int] = []
             cur = a
@@ -50,6 +53,13 @@ class Router:
                 cur = target
             self.cache[key] = links
         return self.cache[key]
+
+    def _switch_hop(self, a: int, b: int) -> list[int]:
+        """The one link between a rank and its switch (transfers that end or start in a reducing switch)."""
+        links = self._links([a, b])
+        if links is None:
+            raise SpecError(f"no surviving link from {self.topo.node_name(a)} to {self.topo.node_name(b)}")
+        return links
 
     def _links(self, nodes: list[int]) -> list[int] | None:
         out = []

@@ -2,7 +2,7 @@
 
 Each writes a per-row CSV and a small error table; the figures read those tables. GEMM kernels are priced
 from the datasheet alone (utilization 1.0): the end-to-end calibrated constants absorb effects that are not
-kernel efficiency. Collectives use the A100's frozen network constant. Nothing is fitted on scored rows.
+kernel efficiency. Collectives use each device's frozen network constant. Nothing is fitted on scored rows.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rapidllm.network.validation import MIN_BYTES, a100_network_utilization, nccl_a100_rows
+from rapidllm.network.validation import MIN_BYTES, TABLES, nccl_rows, network_utilization
 from rapidllm.pipeline.io import write_table
 from rapidllm.validate.calibrate import collective_calibration_rows
 from rapidllm.validate import kernels
@@ -30,16 +30,20 @@ def run_gemm_validation(rows_out: str | Path, errors_out: str | Path) -> pd.Data
 
 
 def run_collective_validation(rows_out: str | Path) -> pd.DataFrame:
-    """nccl-tests all-reduce on 8x A100 NVSwitch vs the link-queue simulator at the A100's network constant."""
-    util = a100_network_utilization()
-    calibration = {r.nbytes for r in collective_calibration_rows(nccl_a100_rows(util))}
-    rows = pd.DataFrame([{"bytes": r.nbytes, "measured_s": r.measured_s, "predicted_s": r.predicted_s,
-                          "measured_busbw": r.measured_busbw, "predicted_busbw": r.predicted_busbw,
-                          "error_pct": 100.0 * r.error, "scored": r.nbytes >= MIN_BYTES,
-                          "calibration": r.nbytes in calibration}
-                         for r in nccl_a100_rows(utilization=util)])
-    write_table(rows, rows_out)
-    return rows
+    """nccl-tests all-reduce on 8x A100 and 8x H100 NVSwitch nodes vs the link-queue simulator, each at its
+    device's frozen network constant."""
+    frames = []
+    for device in TABLES:
+        rows = nccl_rows(device, network_utilization(device))
+        calibration = {r.nbytes for r in collective_calibration_rows(rows)}
+        frames.append(pd.DataFrame([{"device": device, "bytes": r.nbytes, "measured_s": r.measured_s,
+                                     "predicted_s": r.predicted_s, "measured_busbw": r.measured_busbw,
+                                     "predicted_busbw": r.predicted_busbw, "error_pct": 100.0 * r.error,
+                                     "scored": r.nbytes >= MIN_BYTES, "calibration": r.nbytes in calibration}
+                                    for r in rows]))
+    table = pd.concat(frames, ignore_index=True)
+    write_table(table, rows_out)
+    return table
 
 
 def run_memory_validation(references: str | Path, rows_out: str | Path, summary_out: str | Path) -> dict:

@@ -40,6 +40,9 @@ class DimensionSpec:
     leaf_size: int = 0
     spines: int = 0
     rail_optimized: bool = False
+    # NVLink SHARP: a switch that reduces in the network (NCCL's NVLS all-reduce); None = it only forwards.
+    # The value is the fixed setup latency (synchronization, multicast set-up) of one in-switch all-reduce.
+    in_switch_reduction_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -78,11 +81,16 @@ class NetworkSpec:
             shape = tuple(d.get("shape", ()))
             if shape and not auto and math.prod(shape) != d["size"]:
                 raise SpecError.at(source, f"dimensions.{i}.shape", f"product of {list(shape)} is not size {d['size']}")
+            reduction = d.get("in_switch_reduction")
+            if reduction is not None and d["topology"] != "switch":
+                raise SpecError.at(source, f"dimensions.{i}.in_switch_reduction",
+                                   f"only a switch dimension reduces in the network, not {d['topology']!r}")
             dims.append(DimensionSpec(
                 name=d.get("name", f"dim{i}"), topology=d["topology"], size=0 if auto else d["size"],
                 link_bandwidth=q(d["link_bandwidth"], "bandwidth"), latency_s=q(d["latency"], "time"),
                 shape=shape, leaf_size=d.get("leaf_size", 0), spines=d.get("spines", 0),
-                rail_optimized=d.get("rail_optimized", False)))
+                rail_optimized=d.get("rail_optimized", False),
+                in_switch_reduction_s=None if reduction is None else q(reduction, "time")))
         order = tuple(m.get("axis_order", DEFAULT_AXIS_ORDER))
         order = order + tuple(a for a in DEFAULT_AXIS_ORDER if a not in order)
         return cls(name=m["name"], dimensions=tuple(dims), axis_order=order,

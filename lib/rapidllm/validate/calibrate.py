@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from rapidllm.network.validation import MIN_BYTES, nccl_a100_rows
+from rapidllm.network.validation import MIN_BYTES, TABLES, nccl_rows
 from rapidllm.pipeline.stages import evaluate_case
 from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.experiment import expand
@@ -29,14 +29,9 @@ from rapidllm.spec.paths import project_root
 from rapidllm.validate.suites import Suite, load_suite
 
 CONSTANTS = ("compute", "hbm", "network")
-# Devices whose network constant is fitted on a measured collective table (nccl-tests) instead of the
-# end-to-end rows: that table isolates the network, where end-to-end rows mix it with everything else.
-COLLECTIVE_TABLES = {"a100-sxm4-80gb": nccl_a100_rows}
-# Devices with no collective table of their own borrow the network constant of one that has: the constant is
-# the fraction of NVLink bandwidth NCCL's ring reaches through an NVSwitch (A100: 235 of 300 GB/s), a property
-# of the NCCL protocol and the switch rather than of the GPU's math. Their end-to-end rows cannot pin it
-# (the H100 fit is flat in it and drifts to the lower bound, trading all-reduce time for serving queueing).
-COLLECTIVE_SOURCE = {"h100-sxm5-80gb": "a100-sxm4-80gb"}
+# Devices with a measured collective table (nccl-tests, network/validation.py: TABLES) have their network
+# constant fitted on it instead of the end-to-end rows: that table isolates the network, where end-to-end
+# rows mix it with everything else (the H100's end-to-end objective is flat in it).
 BOUNDS = (0.3, 1.0)        # a utilization is a fraction of a datasheet peak
 
 
@@ -152,17 +147,14 @@ def collective_calibration_rows(rows: list) -> list:
 
 
 def fit_network_on_collectives(device: str, grid: int = 71) -> float | None:
-    """The network constant of a device with a measured collective table (its own, or the one named in
-    COLLECTIVE_SOURCE), fitted on that table's declared calibration rows (the measurement that isolates it);
-    None for devices without one."""
-    source = COLLECTIVE_SOURCE.get(device, device)
-    if source not in COLLECTIVE_TABLES:
+    """The network constant of a device with a measured collective table, fitted on that table's declared
+    calibration rows (the measurement that isolates it); None for devices without one."""
+    if device not in TABLES:
         return None
-    measure = COLLECTIVE_TABLES[source]
     axis = np.linspace(BOUNDS[0], BOUNDS[1], grid)
     errors = []
     for u in axis:
-        rows = collective_calibration_rows(measure(utilization=float(u)))
+        rows = collective_calibration_rows(nccl_rows(device, utilization=float(u)))
         errors.append(float(np.mean([abs(r.error) for r in rows])))
     return float(axis[int(np.argmin(errors))])
 
@@ -202,7 +194,7 @@ def calibrate(suite_paths: list[Path], grid: int = 5, iters: int = 120, write: b
         value = objective(u)
         rows = len({(e.suite, e.row) for e in entries})
         source = "" if network is None else \
-            f" (network from the {COLLECTIVE_SOURCE.get(device, device)} collective table)"
+            f" (network from the {TABLES[device].path.name} collective table)"
         log(f"{device}: {rows} calibration rows ({len(entries)} entries): MAPE {before:.2f}% at 1.0 -> {value:.2f}% at "
             + ", ".join(f"{k} {v:.3f}" for k, v in zip(CONSTANTS, u)) + source)
         if write:
