@@ -12,14 +12,15 @@ def _cost(framework: str) -> tuple[CommCost, float, float, float]:
     case = resolve_case({**BASE, "framework": framework}, "test")
     dim = case.network.dimensions[0]
     return (CommCost(case), dim.link_bandwidth * case.hardware.utilization.network, dim.latency_s,
-            case.hardware.launch_overhead_s)
+            dim.collective_latency_s + case.hardware.launch_overhead_s)
 
 
 @pytest.mark.parametrize("nbytes", [16384.0, float(1 << 20)])
 def test_single_chunk_closed_forms(nbytes):
     """One chunk per transfer through a switch (two hops, store and forward). NCCL ring: 2(n-1) steps of
     2(a + S/(nB)); TensorRT-LLM direct: two phases, each n-1 pieces of S/n back to back on a rank's uplink
-    plus the last piece's downlink hop: 2(S/B + 2a). Each collective also pays one kernel launch L."""
+    plus the last piece's downlink hop: 2(S/B + 2a). Each collective also pays the network's per-call base
+    latency and one kernel launch, L."""
     n = 8
     ring, b, a, launch = _cost("megatron")
     direct, _, _, _ = _cost("tensorrt-llm")

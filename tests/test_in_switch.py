@@ -80,6 +80,19 @@ def test_transfers_route_through_the_one_link_to_the_switch():
     assert len(sched) == 3 * 4 + 4 * 4                 # up, reduced slice down, slice up, multicast down
 
 
+@pytest.mark.parametrize("algorithm,extra", [("ring", 0.0), ("in_switch", SETUP)])
+def test_every_collective_waits_the_per_call_base_latency(algorithm, extra):
+    """`collective_latency` (NCCL's per-call base) delays the first transfer of any algorithm; the in-switch
+    set-up adds to it."""
+    base = 6.6e-6
+    plain = NetworkSpec("t", (DimensionSpec("nvl", "switch", 8, B, A, in_switch_reduction_s=0.0),))
+    based = NetworkSpec("t", (DimensionSpec("nvl", "switch", 8, B, A, in_switch_reduction_s=SETUP,
+                                            collective_latency_s=base),))
+    t0 = simulate_collective(plain, "all_reduce", 8192.0, 8, algorithm=algorithm, chunks=1).time_s
+    t1 = simulate_collective(based, "all_reduce", 8192.0, 8, algorithm=algorithm, chunks=1).time_s
+    assert t1 - t0 == pytest.approx(base + extra, rel=1e-9)
+
+
 def test_spec_rejects_in_switch_reduction_off_a_switch():
     m = {"name": "bad", "dimensions": [{"topology": "ring", "size": 4, "link_bandwidth": "100 GB/s",
                                         "latency": "1 us", "in_switch_reduction": "20 us"}]}

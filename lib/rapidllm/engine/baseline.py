@@ -49,11 +49,13 @@ def _section_flops(ops: pd.DataFrame, section: str) -> float:
 
 
 def _comm(case: Case, axis: str, op: str, nbytes: float) -> float:
-    """Alpha-beta time of one collective plus its kernel launch (as the event engine charges it)."""
+    """Alpha-beta time of one collective plus its per-call base latency and kernel launch (as the event
+    engine charges them)."""
     link = group_link(case, axis, case.hardware.utilization.network)
     if link.size <= 1 or nbytes <= 0:
         return 0.0
-    return collective_time(op, nbytes, link.size, link.bandwidth, link.latency_s) + case.hardware.launch_overhead_s
+    return (collective_time(op, nbytes, link.size, link.bandwidth, link.latency_s) + link.collective_latency_s
+            + case.hardware.launch_overhead_s)
 
 
 def _layer_mix(case: Case, prefix: str) -> list[tuple[str, float]]:

@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rapidllm.network.api import build_schedule, resolve_algorithm, run_schedule
+from rapidllm.network.api import build_schedule, resolve_algorithm, run_schedule, setup_latency
 from rapidllm.network.collectives import concat
-from rapidllm.network.in_switch import setup_latency
 from rapidllm.network.mapping import RankMapping, dims_spanned
 from rapidllm.network.routing import Router
 from rapidllm.network.topology import Topology, build_topology

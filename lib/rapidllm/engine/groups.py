@@ -18,6 +18,7 @@ class GroupLink:
     size: int
     bandwidth: float       # bytes/s per direction, slowest dimension crossed
     latency_s: float       # per hop, slowest dimension crossed
+    collective_latency_s: float = 0.0   # per call, largest of the dimensions crossed
 
 
 def group_link(case: Case, axis: str, bandwidth_scale: float = 1.0) -> GroupLink:
@@ -28,4 +29,5 @@ def group_link(case: Case, axis: str, bandwidth_scale: float = 1.0) -> GroupLink
     spanned = dims_spanned(case.network, list(groups[0])) if groups else ()
     crossed = [dims[d] for d in spanned] or [dims[0]]
     return GroupLink(size=size, bandwidth=min(d.link_bandwidth for d in crossed) * bandwidth_scale,
-                     latency_s=max(d.latency_s for d in crossed) if spanned else 0.0)
+                     latency_s=max(d.latency_s for d in crossed) if spanned else 0.0,
+                     collective_latency_s=max(d.collective_latency_s for d in crossed) if spanned else 0.0)

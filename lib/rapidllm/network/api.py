@@ -10,7 +10,7 @@ import numpy as np
 from rapidllm.network.alpha_beta import BUS_FACTOR
 from rapidllm.network.collectives import ALGORITHMS, SUPPORTED, Schedule, concat
 from rapidllm.network.hierarchical import hierarchical, spanned
-from rapidllm.network.in_switch import NAME as IN_SWITCH, in_switch, reducing_dimension, setup_latency
+from rapidllm.network.in_switch import NAME as IN_SWITCH, in_switch, in_switch_setup, reducing_dimension
 from rapidllm.network.routing import Router
 from rapidllm.network.simulator import simulate_schedule
 from rapidllm.network.topology import Topology, build_topology
@@ -67,6 +67,15 @@ def choose_algorithm(topo: Topology, op: str, ranks: list[int]) -> str:
     if len(dims) == 1 and topo.dims[dims[0]].topology == "fully_connected" and op != "broadcast":
         return "direct"
     return "ring"
+
+
+def setup_latency(topo: Topology, algorithm: str, ranks: list[int]) -> float:
+    """Seconds before the first transfer of a collective may start: the largest per-call
+    `collective_latency` of the dimensions it spans (NCCL's base latency), plus the switch's set-up when
+    it reduces in the switch."""
+    dims = spanned(topo, ranks)
+    base = max((topo.dims[d].collective_latency_s for d in dims), default=0.0)
+    return base + (in_switch_setup(topo, ranks) if algorithm == IN_SWITCH else 0.0)
 
 
 def resolve_algorithm(topo: Topology, op: str, nbytes: float, ranks: list[int], algorithm: str,

@@ -9,8 +9,9 @@ NVLink SHARP) runs its all-reduces in the switch instead of a ring. Per chunk, t
 Per rank and chunk of S/C bytes the uplink carries S/C (1 + 1/n) and the downlink S/C (1/n + 1) instead of a
 ring's 2(n-1)/n S/C each way, which is why NVLS bus bandwidth can exceed the link rate (nccl-tests on 8 H100:
 479 GB/s against 450 GB/s NVLink, validation/references/collectives_nccl_h100_node.csv). Four link hops per
-chunk (store and forward), at most WINDOW chunks in flight per rank; the dimension's value is the fixed set-up latency of one collective (barriers and
-multicast set-up), released before the first transfer.
+chunk (store and forward), at most WINDOW chunks in flight per rank. The dimension's value is the switch's
+own set-up latency per collective (barriers, multicast set-up), added to the dimension's per-call
+`collective_latency` before the first transfer (api.setup_latency).
 
 Used only when every link between the group and its switch is alive; otherwise the ring reroutes.
 """
@@ -42,10 +43,8 @@ def reducing_dimension(topo: Topology, op: str, ranks: list[int]) -> int | None:
     return dims[0]
 
 
-def setup_latency(topo: Topology, algorithm: str, ranks: list[int]) -> float:
-    """Seconds before the first transfer of a collective may start (the in-switch set-up; 0 for the others)."""
-    if algorithm != NAME:
-        return 0.0
+def in_switch_setup(topo: Topology, ranks: list[int]) -> float:
+    """The reducing switch's own set-up latency for one all-reduce over `ranks` (its dimension's value)."""
     return float(topo.dims[spanned(topo, ranks)[0]].in_switch_reduction_s or 0.0)
 
 

@@ -43,6 +43,9 @@ class DimensionSpec:
     # NVLink SHARP: a switch that reduces in the network (NCCL's NVLS all-reduce); None = it only forwards.
     # The value is the fixed setup latency (synchronization, multicast set-up) of one in-switch all-reduce.
     in_switch_reduction_s: float | None = None
+    # Fixed start-up of every collective on this dimension before its first byte moves (NCCL's per-call
+    # base latency; the per-link `latency` then counts per hop).
+    collective_latency_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,8 @@ class NetworkSpec:
                 link_bandwidth=q(d["link_bandwidth"], "bandwidth"), latency_s=q(d["latency"], "time"),
                 shape=shape, leaf_size=d.get("leaf_size", 0), spines=d.get("spines", 0),
                 rail_optimized=d.get("rail_optimized", False),
-                in_switch_reduction_s=None if reduction is None else q(reduction, "time")))
+                in_switch_reduction_s=None if reduction is None else q(reduction, "time"),
+                collective_latency_s=q(d.get("collective_latency", 0.0), "time")))
         order = tuple(m.get("axis_order", DEFAULT_AXIS_ORDER))
         order = order + tuple(a for a in DEFAULT_AXIS_ORDER if a not in order)
         return cls(name=m["name"], dimensions=tuple(dims), axis_order=order,
