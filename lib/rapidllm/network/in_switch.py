@@ -56,8 +56,9 @@ def in_switch(op: str, topo: Topology, ranks: list[int], nbytes: float, chunks: 
     """Transfers of an in-switch all-reduce of `nbytes` per rank (see the module docstring)."""
     d = reducing_dimension(topo, op, ranks)
     if d is None:
-        raise ValueError(f"{op} over ranks {ranks[:4]}... cannot run in a switch (needs an all_reduce inside one "
-                         "switch dimension with in_switch_reduction and every link to the switch alive)")
+        raise ValueError(f"network {topo.name!r}: algorithm in_switch needs an all_reduce within one switch "
+                         "dimension that declares in_switch_reduction, every link to that switch alive; "
+                         f"this {op} over {len(ranks)} ranks cannot run in a switch (use auto or ring)")
     n, switch = len(ranks), _switch(topo, ranks, d)
     whole, slice_ = nbytes / chunks, nbytes / (n * chunks)
     src: list[int] = []
