@@ -103,9 +103,10 @@ def chunk_count(topo: Topology, op: str, nbytes: float, n: int, algorithm: str =
     """Chunks per transfer when a collective moves through fixed-size buffers of `topo.chunk_bytes`.
 
     A ring step (and a direct or all-to-all peer transfer) carries nbytes / n; broadcast, send/recv and a
-    rank's push into a reducing switch (in_switch) carry nbytes. Store and forward charges one chunk's serialization per extra hop, so a transfer that fits in
-    one buffer sees the whole step twice through a switch while a large one pipelines: this is what makes
-    bus bandwidth ramp up with message size (docs/network.md, "Chunking").
+    rank's push into a reducing switch (in_switch) carry nbytes. Store and forward charges one chunk's
+    serialization per extra hop, so a transfer that fits in one buffer sees the whole step twice through a
+    switch while a large one pipelines: this is what makes bus bandwidth ramp up with message size
+    (docs/network.md, "Chunking").
     """
     whole = op in ("broadcast", "send_recv") or algorithm == IN_SWITCH
     per_transfer = nbytes if whole else nbytes / max(n, 1)
