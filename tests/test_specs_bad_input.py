@@ -130,3 +130,16 @@ def test_bad_suite_metric_keys(tmp_path, capsys, old, new, message) -> None:
     err = capsys.readouterr().err.strip()
     assert code == 2 and message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("collective_latency", "5 GB", "collective_latency: '5 GB' is not a time; use a unit like"),
+    ("in_switch_reduction", "20 GB/s", "in_switch_reduction: '20 GB/s' is not a time; use a unit like"),
+])
+def test_bad_collective_latencies_name_the_key(tmp_path, gpt_case, capsys, key, value, message) -> None:
+    case = dict(gpt_case)
+    dims = [dict(d) for d in case["network"]["dimensions"]]
+    dims[0][key] = value
+    case["network"] = {**case["network"], "dimensions": dims}
+    code, err = _run(tmp_path, case, capsys)
+    assert code == 2 and message in err and len(err.splitlines()) == 1
