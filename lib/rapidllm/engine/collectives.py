@@ -13,7 +13,8 @@ that reduces in the network, network/in_switch.py) except for
 `framework: tensorrt-llm`, whose all-reduces inside one NVLink switch use TensorRT-LLM's custom all-reduce
 kernels (cpp/tensorrt_llm/kernels/customAllReduceKernels.cu: every rank reads and writes its peers'
 buffers over NVLink directly) instead of NCCL rings: the `direct` schedule (reduce-scatter and all-gather
-straight to every peer), two latency steps instead of 2(n-1), the same bytes per link.
+straight to every peer), two latency steps instead of 2(n-1), the same bytes per link, and no NCCL per-call
+base latency (`collective_latency`: it is NCCL's).
 """
 from __future__ import annotations
 
@@ -155,11 +156,12 @@ class CommCost:
             return t, ev
         topo, router = topology_of(net)
         algorithm = self._algorithm(topo, op, groups[0]) if groups else "auto"
+        nccl = algorithm == "auto"          # TensorRT-LLM's own all-reduce kernel pays no NCCL per-call base
         if groups:
             algorithm = resolve_algorithm(topo, op, nbytes, list(groups[0]), algorithm, None, self.util, router)
         built = [build_schedule(topo, op, nbytes, list(g), algorithm, None) for g in groups]
         sched = concat([b[0] for b in built])
-        setup = max((setup_latency(topo, b[2], list(g)) for b, g in zip(built, groups)), default=0.0)
+        setup = max((setup_latency(topo, b[2], list(g)) for b, g in zip(built, groups)), default=0.0) if nccl else 0.0
         finish, _, events = run_schedule(topo, sched, np.full(len(sched), setup), self.util, router)
         t = float(finish.max()) if len(finish) else 0.0
         if len(_RESULTS) > CACHE_LIMIT:
