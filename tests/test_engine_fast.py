@@ -67,6 +67,36 @@ def test_builder_and_attribution_match_reference(schedule, p, v, m, buckets, gat
     assert attribute(fast, *res) == attribute_reference(ref, *longest_path(ref.dur, ref.dep_ptr, ref.dep_idx))
 
 
+@pytest.mark.parametrize("schedule,p,v,m", [("1f1b", 4, 1, 8), ("1f1b", 1, 1, 5), ("interleaved", 4, 2, 8),
+                                            ("interleaved", 3, 3, 6)])
+def test_merged_steps_match_reference_and_never_slow_down(schedule, p, v, m) -> None:
+    """moe_a2a_overlap inputs: numba and reference builders agree node for node; hiding EP time in merged
+    steps never lengthens a node, and only paired actions change."""
+    rng = np.random.default_rng(p * 100 + v * 10 + m)
+    f, b = rng.uniform(0.5, 1.5, (p, v)), rng.uniform(1.0, 3.0, (p, v))
+    args = (schedule, p, v, m, f, 0.8 * f, b, 0.8 * b, rng.uniform(0, 0.3, p), rng.uniform(0, 0.3, p), 0, 0.0,
+            rng.uniform(0.1, 0.2, p), 0.0, (1,), (1,))
+    plain = build_pipeline(PipelineInputs(*args))
+    x = PipelineInputs(*args, f_hidden=0.2 * f, b_hidden=0.2 * b)
+    fast, ref = build_pipeline(x), build_pipeline_reference(x)
+    _same_graph(fast, ref)
+    assert np.all(fast.dur <= plain.dur) and np.any(fast.dur < plain.dur)
+    step = lambda g: longest_path(g.dur, g.dep_ptr, g.dep_idx)[1].max()
+    assert step(fast) <= step(plain)
+
+
+@pytest.mark.parametrize("directions,units,expected", [
+    ("FBFBFB", [0, 0, 1, 1, 2, 2], [-1, 2, 1, 4, 3, -1]),          # one stage: B(i) merges with F(i+1)
+    ("FFFBFBBB", [0, 1, 2, 0, 3, 1, 2, 3], [-1, -1, 3, 2, 5, 4, -1, -1]),   # warm-up and cool-down alone
+    ("FFFFBBBB", [0, 1, 2, 3, 0, 1, 2, 3], [-1, -1, -1, 4, 3, -1, -1, -1]),
+])
+def test_merged_partners(directions, units, expected) -> None:
+    from rapidllm.graph.pipeline import merged_partners
+    fwd = np.array([d == "F" for d in directions])
+    got = merged_partners(fwd, np.zeros(len(units), np.int64), np.array(units, np.int64))
+    assert got.tolist() == expected
+
+
 def test_builder_falls_back_outside_the_schedule_contract() -> None:
     """Interleaving with m not divisible by pp is not a schedule the engine produces: it goes to the reference."""
     p, v, m = 4, 2, 6

@@ -1,5 +1,6 @@
-"""Two reference rows that are one case (the MoE suite's rows 0 and 1) go through the staged pipeline
-exactly like a single in-process evaluation: stage tables keyed by case_id hold each case once."""
+"""Two reference rows that are one case (as the MoE suite's rows 0 and 1 were before row 1 gained the A2A
+overlap) go through the staged pipeline exactly like a single in-process evaluation: stage tables keyed by
+case_id hold each case once."""
 import dataclasses
 
 import pandas as pd
@@ -14,7 +15,8 @@ from rapidllm.validate.suites import load_suite
 
 def test_duplicate_case_rows_price_once_and_match_the_in_process_result(tmp_path):
     suite = load_suite(project_root() / "validation" / "suites" / "moe_qwen3_h100.yaml")
-    exp = dataclasses.replace(suite.experiment, cases=suite.experiment.cases[:2])
+    first = suite.experiment.cases[0]
+    exp = dataclasses.replace(suite.experiment, cases=[first, {**first, "meta": {**first["meta"], "row": 1}}])
     cases = tmp_path / "cases.parquet"
     run_expand(exp, cases)
     ids = pd.read_parquet(cases).case_id

@@ -63,11 +63,13 @@ def compute_durations(ops: pd.DataFrame | OpsView, t: Template) -> list[float]:
 
 
 def replay_all(case: Case, ops: pd.DataFrame | OpsView, templates: list[Template], cost: CommCost, stage: int,
-               overlap: bool = True) -> Replayed:
+               overlap: bool = True, silent: tuple[str, ...] = ()) -> Replayed:
+    """Replay every template of a stage; collectives of the `silent` axes take no time (to measure how much
+    of a span they make)."""
     out = Replayed()
     ops = ops_view(ops)
     for t in templates:
-        comm = lambda axis, op, nb: cost.time(axis, op, nb, stage)
+        comm = lambda axis, op, nb: 0.0 if axis in silent else cost.time(axis, op, nb, stage)
         out.results[(t.section, t.part)] = replay_template(t, compute_durations(ops, t), comm, cost.dims, overlap)
         for n in t.nodes:
             if n.kind == COMM:
@@ -118,30 +120,16 @@ def _sharded_layer_comm(case: Case, cost: CommCost, stage: int) -> tuple[float, 
     return cost.time("dp", "all_gather", per_layer * w, stage), cost.time("dp", "reduce_scatter", per_layer * g, stage)
 
 
-def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool = True,
-                  templates: list[Template] | None = None) -> TrainingPlan:
-    w, p = case.workload, case.parallelism
-    assert isinstance(w, TrainingWorkload)
-    m = max(w.microbatches(p.dp), 1)
-    v = interleaving(p.schedule, p.pp, p.virtual_stages, m)
-    view = ops_view(ops)
-    templates = templates if templates is not None else case_templates(case, view)
-    stages = range(p.pp) if not cost.symmetric else [0]
-    replayed = [replay_all(case, view, templates, cost, s if not cost.symmetric else -1, overlap) for s in stages]
-    shape = (p.pp, v)
-    f_span, f_comp, b_span, b_comp = (np.zeros(shape) for _ in range(4))
+def _chunk_times(case: Case, replayed: list[Replayed], cost: CommCost, v: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """[pp, v] forward span, forward compute, backward span and backward compute of each chunk."""
+    p = case.parallelism
+    f_span, f_comp, b_span, b_comp = (np.zeros((p.pp, v)) for _ in range(4))
     counts = layer_counts(case)
     scale = chunk_scale(case, v)
-    for (section, _part, axis, op, nb), k in replayed[0].comm_instances.items():
-        cost.count(axis, op, nb, k * counts.get(section, 0.0) * m)
     for s in range(p.pp):
         r = replayed[s if not cost.symmetric else 0]
         gather, scatter = _sharded_layer_comm(case, cost, s)
-        if s == 0 and gather:
-            per_layer = local_parameters(case) / max(case.model.layers / p.pp, 1)
-            wb_, gb_, _ = state_bytes_per_param(case.precision, p.fp32_grad_accum)
-            cost.count("dp", "all_gather", per_layer * wb_, 2 * m * case.model.layers / p.pp)
-            cost.count("dp", "reduce_scatter", per_layer * gb_, m * case.model.layers / p.pp)
         for c in range(v):
             for section, n in counts.items():
                 n_chunk = n / v * scale[s, c]
@@ -157,6 +145,34 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
                     f_comp[s, c] += r.compute(section, "extra_fwd")
                     b_span[s, c] += r.span(section, "extra_bwd")
                     b_comp[s, c] += r.compute(section, "extra_bwd")
+    return f_span, f_comp, b_span, b_comp
+
+
+def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool = True,
+                  templates: list[Template] | None = None) -> TrainingPlan:
+    w, p = case.workload, case.parallelism
+    assert isinstance(w, TrainingWorkload)
+    m = max(w.microbatches(p.dp), 1)
+    v = interleaving(p.schedule, p.pp, p.virtual_stages, m)
+    view = ops_view(ops)
+    templates = templates if templates is not None else case_templates(case, view)
+    stages = range(p.pp) if not cost.symmetric else [0]
+    replayed = [replay_all(case, view, templates, cost, s if not cost.symmetric else -1, overlap) for s in stages]
+    counts = layer_counts(case)
+    for (section, _part, axis, op, nb), k in replayed[0].comm_instances.items():
+        cost.count(axis, op, nb, k * counts.get(section, 0.0) * m)
+    if _sharded_layer_comm(case, cost, 0)[0]:
+        per_layer = local_parameters(case) / max(case.model.layers / p.pp, 1)
+        wb_, gb_, _ = state_bytes_per_param(case.precision, p.fp32_grad_accum)
+        cost.count("dp", "all_gather", per_layer * wb_, 2 * m * case.model.layers / p.pp)
+        cost.count("dp", "reduce_scatter", per_layer * gb_, m * case.model.layers / p.pp)
+    f_span, f_comp, b_span, b_comp = _chunk_times(case, replayed, cost, v)
+    f_hidden = b_hidden = None
+    if p.moe_a2a_overlap and p.ep > 1 and case.model.moe is not None:
+        quiet = [replay_all(case, view, templates, cost, s if not cost.symmetric else -1, overlap, ("ep",))
+                 for s in stages]
+        f_quiet, _, b_quiet, _ = _chunk_times(case, quiet, cost, v)
+        f_hidden, b_hidden = np.maximum(f_span - f_quiet, 0.0), np.maximum(b_span - b_quiet, 0.0)
     b = DTYPE_BYTES[case.precision]
     act = w.micro_batch * w.seq_len // p.cp * case.model.hidden * b / (p.tp if p.sp else 1)
     p2p_f = np.array([cost.time("pp", "send_recv", act, s) if s + 1 < p.pp or v > 1 else 0.0 for s in range(p.pp)])
@@ -182,7 +198,7 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
     work = view.frame.flops.to_numpy() * view.frame["count"].to_numpy()
     opt = float(timed[view.sections.get("optimizer", [])].sum()) * (params / params.mean())   # each stage by its share
     inputs = PipelineInputs(p.schedule, p.pp, v, m, f_span, f_comp, b_span, b_comp, p2p_f, p2p_b, buckets,
-                            bucket_s, opt, gather_s, cost.dims("pp"), cost.dims("dp"))
+                            bucket_s, opt, gather_s, cost.dims("pp"), cost.dims("dp"), f_hidden, b_hidden)
     per_stage = 0.0
     for section, n in counts.items():
         per_stage += n * float(work[view.sections.get(section, [])].sum())

@@ -44,6 +44,10 @@ class PipelineInputs:
     param_gather_s: float = 0.0        # all-gather of updated parameters (sharded optimizer)
     pp_dims: tuple[int, ...] = ()
     dp_dims: tuple[int, ...] = ()
+    # [pp, v] seconds of a forward / backward chunk that its EP all-to-alls add (moe_a2a_overlap): when the
+    # action is merged with a neighbouring one of the other direction, up to the partner's compute of it hides
+    f_hidden: np.ndarray | None = None
+    b_hidden: np.ndarray | None = None
 
 
 @dataclass
@@ -59,6 +63,28 @@ class PipelineGraph:
         return len(self.dur)
 
 
+@njit(cache=True)
+def merged_partners(is_fwd: np.ndarray, chunk: np.ndarray, micro: np.ndarray) -> np.ndarray:
+    """Per action of one stage, the index of the action it runs merged with under moe_a2a_overlap, or -1.
+
+    Megatron-Core's EP overlap merges a forward with the next backward of another micro-batch in the steady
+    1F1B phase (and, with one stage, each backward with the next forward): scanning the stage's program
+    order, two neighbours of opposite direction that belong to different (chunk, micro-batch) units pair up,
+    each action at most once. Warm-up forwards and cool-down backwards stay alone.
+    """
+    n = len(is_fwd)
+    partner = np.full(n, -1, np.int64)
+    k = 0
+    while k + 1 < n:
+        if is_fwd[k] != is_fwd[k + 1] and (chunk[k] != chunk[k + 1] or micro[k] != micro[k + 1]):
+            partner[k] = k + 1
+            partner[k + 1] = k
+            k += 2
+        else:
+            k += 1
+    return partner
+
+
 def _consumer(kind: str, s: int, c: int, i: int, pp: int, v: int) -> tuple[str, int, int, int] | None:
     if kind == "F":
         if s + 1 < pp:
@@ -67,6 +93,14 @@ def _consumer(kind: str, s: int, c: int, i: int, pp: int, v: int) -> tuple[str, 
     if s > 0:
         return ("B", s - 1, c, i)
     return ("B", pp - 1, c - 1, i) if c > 0 else None
+
+
+def _partners(x: PipelineInputs, actions: list[tuple[str, int, int]]) -> np.ndarray:
+    """merged_partners of a stage's actions when the inputs carry EP time to hide, else all -1."""
+    if x.f_hidden is None or x.b_hidden is None:
+        return np.full(len(actions), -1, np.int64)
+    return merged_partners(np.array([a == "F" for a, _, _ in actions]), np.array([c for _, c, _ in actions]),
+                           np.array([i for _, _, i in actions]))
 
 
 def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
@@ -97,10 +131,16 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
                     deps[node].append(chan[key])
                 chan[key] = node
 
-        for a, c, i in stage_actions(x.schedule, x.pp, s, x.m, x.v):
+        actions = list(stage_actions(x.schedule, x.pp, s, x.m, x.v))
+        partner = _partners(x, actions)
+        for k, (a, c, i) in enumerate(actions):
             fwd = a == "F"
             span = x.f_span[s, c] if fwd else x.b_span[s, c]
             cpu = x.f_compute[s, c] if fwd else x.b_compute[s, c]
+            if partner[k] >= 0:
+                pa, pc, _ = actions[partner[k]]
+                hidden = (x.f_hidden if fwd else x.b_hidden)[s, c]
+                span -= min(hidden, (x.f_compute if pa == "F" else x.b_compute)[s, pc])
             pieces = x.buckets if (not fwd and i == x.m - 1 and x.buckets and x.bucket_s > 0) else 1
             first = -1
             for _ in range(pieces):
@@ -146,7 +186,7 @@ def _add_node(n, d, c, k, s, prev, channel_last, repeats, dur, comp, kind, stage
 
 @njit(cache=True)
 def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_bwd, buckets, bucket_s,
-                  optimizer_s, param_gather_s, n_pp_dims, n_dp_dims):
+                  optimizer_s, param_gather_s, n_pp_dims, n_dp_dims, merge, f_hidden, b_hidden):
     """`build_pipeline_reference` on plain arrays: same node numbering, same dependency lists and order.
 
     A stage's channels of one kind (forward sends, backward sends, gradient queue) are always claimed
@@ -171,11 +211,17 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
         last_b = -1
         last_dp = -1
         ad, ac, ai = stage_actions_array(code, pp, s, m, v)
+        partner = merged_partners(ad == 0, ac, ai) if merge else np.full(len(ad), -1, np.int64)
         for k in range(len(ad)):
             a, c, i = ad[k], ac[k], ai[k]
             fwd = a == 0
             span = f_span[s, c] if fwd else b_span[s, c]
             cpu = f_comp[s, c] if fwd else b_comp[s, c]
+            q = partner[k]
+            if q >= 0:
+                hidden = f_hidden[s, c] if fwd else b_hidden[s, c]
+                other = f_comp[s, ac[q]] if ad[q] == 0 else b_comp[s, ac[q]]
+                span -= min(hidden, other)
             pieces = buckets if ((not fwd) and i == m - 1 and buckets != 0 and bucket_s > 0) else 1
             first = -1
             for _ in range(pieces):
@@ -257,8 +303,11 @@ def build_pipeline(x: PipelineInputs) -> PipelineGraph:
     if not shapes_ok or x.pp < 1 or x.v < 1 or x.m < 1 or (code == INTERLEAVED and x.m % x.pp) or \
             (code == ONE_STAGE and x.v != 1):
         return build_pipeline_reference(x)
+    merge = x.f_hidden is not None and x.b_hidden is not None
+    zeros = np.zeros((x.pp, x.v))
     dur, comp, kind, stage, ptr, idx = _build_arrays(
         code, int(x.pp), int(x.v), int(x.m), f(x.f_span), f(x.f_compute), f(x.b_span), f(x.b_compute),
         f(x.p2p_fwd), f(x.p2p_bwd), int(x.buckets), float(x.bucket_s), f(x.optimizer_s),
-        float(x.param_gather_s), len(x.pp_dims), len(x.dp_dims))
+        float(x.param_gather_s), len(x.pp_dims), len(x.dp_dims), merge,
+        f(x.f_hidden) if merge else zeros, f(x.b_hidden) if merge else zeros)
     return PipelineGraph(dur, comp, kind, stage, ptr, idx)

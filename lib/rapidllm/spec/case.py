@@ -61,6 +61,9 @@ class Parallelism:
     # token dispatcher of the MoE layers: alltoall (Megatron's, one copy per selected expert) or deepep
     # (DeepEP: one copy per destination node, or per destination rank inside a node)
     moe_dispatcher: str = "alltoall"
+    # Megatron-Core --overlap-moe-expert-parallel-comm: in the steady 1F1B phase the forward of one
+    # micro-batch and the backward of another run merged, each one's EP all-to-alls beside the other's compute
+    moe_a2a_overlap: bool = False
     sp: bool = False
     zero: int = 0
     fsdp: str = "none"               # none | full_shard | shard_grad_op
@@ -228,6 +231,10 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
     if par.expert_tp < par.tp and not (isinstance(workload, TrainingWorkload) and par.sp):
         raise bad("parallelism.etp", "etp < tp is modelled for training with sequence parallelism (the experts "
                   "take each rank's sequence shard; Megatron-Core requires SP with EP and TP)")
+    if par.moe_a2a_overlap and not (par.ep > 1 and isinstance(workload, TrainingWorkload)
+                                    and par.schedule in ("1f1b", "interleaved")):
+        raise bad("parallelism.moe_a2a_overlap", "the EP all-to-all overlap merges 1F1B steps: it needs training "
+                  "with ep > 1 and schedule 1f1b or interleaved")
     if par.zero and par.fsdp != "none":
         raise bad("parallelism.fsdp", "set either zero or fsdp, not both (fsdp full_shard is ZeRO-3, shard_grad_op is ZeRO-2)")
     if isinstance(workload, TrainingWorkload):
