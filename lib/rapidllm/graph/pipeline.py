@@ -6,6 +6,8 @@ replayed layer templates of the chunk. Point-to-point sends between stages, the 
 buckets of the last micro-batch (overlapped with the rest of backward, Megatron's overlap_grad_reduce),
 the optimizer step and the parameter all-gather of a sharded optimizer are nodes of their own.
 Streams: one compute stream per stage; channels per (stage, network dimension[, direction]).
+With moe_a2a_overlap, steady-state forward/backward pairs run merged (`merged_partners`) and each action
+of a pair is shortened by the EP all-to-all time its partner's compute hides.
 """
 from __future__ import annotations
 
