@@ -161,7 +161,8 @@ class CommCost:
             algorithm = resolve_algorithm(topo, op, nbytes, list(groups[0]), algorithm, None, self.util, router)
         built = [build_schedule(topo, op, nbytes, list(g), algorithm, None) for g in groups]
         sched = concat([b[0] for b in built])
-        setup = max((setup_latency(topo, b[2], list(g)) for b, g in zip(built, groups)), default=0.0) if nccl else 0.0
+        # equivalent groups span the same dimensions, so the first one's set-up is everyone's
+        setup = setup_latency(topo, built[0][2], list(groups[0])) if groups and nccl else 0.0
         finish, _, events = run_schedule(topo, sched, np.full(len(sched), setup), self.util, router)
         t = float(finish.max()) if len(finish) else 0.0
         if len(_RESULTS) > CACHE_LIMIT:

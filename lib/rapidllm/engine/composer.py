@@ -168,7 +168,7 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
         cost.count("dp", "reduce_scatter", per_layer * gb_, m * case.model.layers / p.pp)
     f_span, f_comp, b_span, b_comp = _chunk_times(case, replayed, cost, v)
     f_hidden = b_hidden = None
-    if p.moe_a2a_overlap and p.ep > 1 and case.model.moe is not None:
+    if p.moe_a2a_overlap:                  # the spec admits it only for MoE training with ep > 1
         quiet = [replay_all(case, view, templates, cost, s if not cost.symmetric else -1, overlap, ("ep",))
                  for s in stages]
         f_quiet, _, b_quiet, _ = _chunk_times(case, quiet, cost, v)

@@ -10,7 +10,7 @@ import numpy as np
 from rapidllm.network.alpha_beta import BUS_FACTOR
 from rapidllm.network.collectives import ALGORITHMS, SUPPORTED, Schedule, concat
 from rapidllm.network.hierarchical import hierarchical, spanned
-from rapidllm.network.in_switch import NAME as IN_SWITCH, in_switch, in_switch_setup, reducing_dimension
+from rapidllm.network.in_switch import NAME as IN_SWITCH, in_switch, reducing_dimension
 from rapidllm.network.routing import Router
 from rapidllm.network.simulator import simulate_schedule
 from rapidllm.network.topology import Topology, build_topology
@@ -75,7 +75,9 @@ def setup_latency(topo: Topology, algorithm: str, ranks: list[int]) -> float:
     it reduces in the switch."""
     dims = spanned(topo, ranks)
     base = max((topo.dims[d].collective_latency_s for d in dims), default=0.0)
-    return base + (in_switch_setup(topo, ranks) if algorithm == IN_SWITCH else 0.0)
+    if algorithm == IN_SWITCH:             # the switch's own set-up, on its one (reducing) dimension
+        base += topo.dims[dims[0]].in_switch_reduction_s or 0.0
+    return base
 
 
 def resolve_algorithm(topo: Topology, op: str, nbytes: float, ranks: list[int], algorithm: str,

@@ -43,11 +43,6 @@ def reducing_dimension(topo: Topology, op: str, ranks: list[int]) -> int | None:
     return dims[0]
 
 
-def in_switch_setup(topo: Topology, ranks: list[int]) -> float:
-    """The reducing switch's own set-up latency for one all-reduce over `ranks` (its dimension's value)."""
-    return float(topo.dims[spanned(topo, ranks)[0]].in_switch_reduction_s or 0.0)
-
-
 def _switch(topo: Topology, ranks: list[int], d: int) -> int:
     return topo.switch_node(d, "switch", 0, topo.line_of(ranks[0], d))
 

@@ -45,7 +45,7 @@ def write_npz(arrays: dict[str, np.ndarray], path: str | Path) -> None:
 
 def shard_cases(cases_path: str | Path, shard: int) -> list[tuple[dict[str, Any], Case]]:
     """(row, resolved Case) for the valid cases of one shard, each case once: two reference rows can be one
-    case (the MoE suite's rows 0 and 1), and stage tables keyed by case_id must not hold it twice."""
+    case (two measurements of one layout), and stage tables keyed by case_id must not hold it twice."""
     df = pd.read_parquet(cases_path)
     df = df[(df["shard"] == shard) & (df["status"] == "ok")].drop_duplicates("case_id")
     out = []
