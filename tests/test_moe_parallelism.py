@@ -41,8 +41,8 @@ def test_etp1_experts_are_whole_and_see_the_group_tokens() -> None:
     moe, s = case.model.moe, wl.training_shard(case)
     ops = {o.name: o for o in wl.layer_forward(case.model, s, True)}
     tokens = SEQ // 2 * 32 * moe.top_k // moe.experts          # SP shard x ep ranks x top_k / experts
-    assert ops["expert_up"].gemm == (1, tokens, 2 * moe.expert_ffn, case.model.hidden)
-    assert ops["expert_up"].count == moe.experts // 32 - 1
+    assert ops["expert_up"].gemm == (moe.experts // 32, tokens, 2 * moe.expert_ffn, case.model.hidden)
+    assert ops["expert_up"].count == 1                               # one grouped GEMM over the local experts
     assert ops["router"].gemm[1] == SEQ // 2
     legacy = {o.name: o for o in wl.layer_forward(case.model, wl.training_shard(qwen3()), True)}
     assert legacy["expert_up"].gemm[2] == moe.expert_ffn             # etp = tp: FFN split over tp = 2
@@ -123,3 +123,56 @@ def test_a2a_overlap_hides_all_to_all_time_within_its_bounds() -> None:
 def test_a2a_overlap_needs_ep_and_a_1f1b_schedule(par: dict, why: str) -> None:
     with pytest.raises(SpecError, match=f"parallelism.moe_a2a_overlap: .*{why}"):
         qwen3(**{**par, "moe_a2a_overlap": True})
+
+
+def _expert_ops(case: Case, shard: wl.Shard) -> dict:
+    return {o.name: o for o in wl.layer_forward(case.model, shard, True) if o.name.startswith("expert")}
+
+
+def test_grouped_experts_carry_exactly_the_routed_flops() -> None:
+    """Balanced routing: the grouped GEMMs compute top_k expert MLPs per routed token, no more, no less."""
+    case = qwen3(tp=4, ep=8, dp=8, etp=1)
+    m, moe, s = case.model, case.model.moe, wl.training_shard(case)
+    ops = _expert_ops(case, s)
+    rank_tokens = s.moe_tokens * 8 * moe.top_k // 8                  # the EP group's copies over its ranks
+    assert ops["expert_up"].flops + ops["expert_down"].flops == 2 * rank_tokens * 3 * m.hidden * moe.expert_ffn
+    assert ops["expert_up"].gemm[0] == moe.experts // 8
+
+
+def test_grouped_gemm_is_never_slower_than_its_experts_one_by_one() -> None:
+    """Pooling the tiles of 16 experts into one launch fills the waves single small GEMMs leave empty."""
+    from rapidllm.ops.gemm import price_gemms
+    hw = qwen3().hardware
+    for m in (64, 512, 4096):
+        grouped = price_gemms(hw, [16], [m], [3072], [4096], "bf16").time_s[0]
+        alone = price_gemms(hw, [1], [m], [3072], [4096], "bf16").time_s[0]
+        assert grouped <= 16 * alone
+
+
+def test_decode_reads_only_the_experts_its_tokens_reach() -> None:
+    """A decode step of 4 sequences routes 32 expert picks over 128 experts: about 30% of them are hit,
+    and the grouped GEMM reads those experts' weights only; a prefill of 4 x 2048 tokens hits them all."""
+    m = dict(mapping(tp=1, ep=1, pp=1, dp=1), workload=dict(mode="inference", prompt_tokens=2048,
+                                                             output_tokens=128, batch=4))
+    m["network"] = "dgx-h100"
+    m["parallelism"] = dict(tp=8, ep=8)
+    case = resolve_case(m, "test")
+    moe = case.model.moe
+    local = moe.experts // 8
+    decode = _expert_ops(case, wl.decode_shard(case, 2048))["expert_up"]
+    hit = 1 - (1 - moe.top_k / moe.experts) ** (4 * 8)          # 4 tokens on each of the 8 EP ranks
+    assert decode.gemm[0] == round(1 + (local - 1) * hit) < local
+    assert _expert_ops(case, wl.prefill_shard(case))["expert_up"].gemm[0] == local
+
+
+def test_a_hot_expert_never_speeds_a_step_up() -> None:
+    """Skewed routing (one expert at 2x the mean, total conserved) loads its rank more: the step can only
+    get longer."""
+    from rapidllm.engine.engine import predict_training
+    from rapidllm.ops.price import price_case
+    base = mapping(tp=4, ep=8, pp=2, dp=32, etp=1)
+    base["workload"] = dict(mode="training", seq_len=SEQ, global_batch=256, micro_batch=1)
+    balanced = resolve_case(base, "test")
+    skewed = resolve_case(dict(base, moe_routing={"hot_expert_factor": 2.0}), "test")
+    t = [predict_training(c, price_case(c))["step_time_s"] for c in (balanced, skewed)]
+    assert t[1] > t[0]

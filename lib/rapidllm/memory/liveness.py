@@ -92,8 +92,8 @@ def layer_liveness(ops: list[Operator], flash: bool = True, recompute: str = "no
         grad_in = sum(sizes.get(n, 0.0) for n in (o.inputs or (LAYER_INPUT,)))
         wgrad = 0.0
         if o.kind == GEMM and o.gemm:
-            _, _, n, k = o.gemm
-            wgrad = n * k * o.dtype_bytes * o.count
+            g, _, n, k = o.gemm
+            wgrad = g * n * k * o.dtype_bytes * o.count
         bwd_extra = max(bwd_extra, sizes[o.name] + grad_in + wgrad)
     if recompute == "full":
         # Only the layer input is kept; backward rematerializes this layer's stored tensors first.

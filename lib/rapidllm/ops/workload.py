@@ -8,6 +8,7 @@ forward GEMM.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from rapidllm.ops.operators import ATTENTION, GEMM, POINTWISE, AttentionShape, Operator
@@ -51,10 +52,11 @@ def moe_tokens(tokens: int, tp: int, etp: int, sp: bool) -> int:
 
 
 def _gemm(name: str, phase: str, m: int, n: int, k: int, b: int, inputs: tuple[str, ...] = (),
-          count: int = 1, backward_of: str = "") -> Operator:
-    return Operator(name=name, kind=GEMM, phase=phase, flops=2.0 * m * n * k, bytes=float(b * (m * k + k * n + m * n)),
-                    out_bytes=float(b * m * n), count=count, gemm=(1, m, n, k), inputs=inputs, backward_of=backward_of,
-                    dtype_bytes=b)
+          count: int = 1, backward_of: str = "", groups: int = 1) -> Operator:
+    """One GEMM launch; `groups` > 1 is a grouped GEMM (one launch over that many equal m x n x k problems)."""
+    return Operator(name=name, kind=GEMM, phase=phase, flops=2.0 * groups * m * n * k,
+                    bytes=float(b * groups * (m * k + k * n + m * n)), out_bytes=float(b * groups * m * n),
+                    count=count, gemm=(groups, m, n, k), inputs=inputs, backward_of=backward_of, dtype_bytes=b)
 
 
 def _pointwise(name: str, phase: str, elements: float, b: int, reads: float, writes: float, flops_per: float,
@@ -103,35 +105,44 @@ def attention_forward(model: ModelSpec, s: Shard) -> list[Operator]:
 
 
 def mlp_forward(model: ModelSpec, s: Shard, ffn: int, prefix: str, tokens: int | None = None,
-                count: int = 1, shards: int | None = None) -> list[Operator]:
-    """Up (+gate), activation, down projections of one MLP of width ffn, split over `shards` ranks (TP)."""
+                groups: int = 1, shards: int | None = None) -> list[Operator]:
+    """Up (+gate), activation, down projections of one MLP of width ffn, split over `shards` ranks (TP).
+
+    `groups` > 1 runs that many such MLPs (the local experts, `tokens` each) as grouped GEMMs and one
+    activation kernel over all of them, as Megatron-Core's --moe-grouped-gemm and TensorRT-LLM's MoE do.
+    """
     h, b = model.hidden, s.dtype_bytes
     T = s.tokens if tokens is None else tokens
     f = ffn // (s.tp if shards is None else shards)
     up_n = 2 * f if model.mlp == "gated" else f
     return [
-        _gemm(f"{prefix}_up", "fwd", T, up_n, h, b, inputs=("norm2",), count=count),
-        _pointwise(f"{prefix}_act", "fwd", T * f, b, 2 if model.mlp == "gated" else 1, 1, ACT_FLOPS,
-                   inputs=(f"{prefix}_up",), count=count),
-        _gemm(f"{prefix}_down", "fwd", T, h, f, b, inputs=(f"{prefix}_act",), count=count),
+        _gemm(f"{prefix}_up", "fwd", T, up_n, h, b, inputs=("norm2",), groups=groups),
+        _pointwise(f"{prefix}_act", "fwd", T * f * groups, b, 2 if model.mlp == "gated" else 1, 1, ACT_FLOPS,
+                   inputs=(f"{prefix}_up",)),
+        _gemm(f"{prefix}_down", "fwd", T, h, f, b, inputs=(f"{prefix}_act",), groups=groups),
     ]
 
 
-def expert_tokens(model: ModelSpec, s: Shard) -> tuple[int, int, int]:
-    """(tokens of the busiest local expert, tokens of each other local expert, local experts).
+def expert_load(model: ModelSpec, s: Shard) -> tuple[int, int]:
+    """(tokens per active local expert, active local experts) on the busiest EP rank.
 
     Balanced routing gives every expert tokens·top_k/E of the EP group's tokens (each of the ep ranks
     routes `moe_tokens`). A hot expert carries hot_expert_factor x the mean and the others share the
-    rest, so the total is conserved.
+    rest, so the total is conserved; the rank holding it receives hot + (local - 1) x rest. A grouped GEMM
+    pools the tiles of all its experts, so that total, spread over the experts that receive any token,
+    prices it. With few tokens (decode) some experts get none and their weights are not read: each of the
+    N routed tokens picks top_k of E experts, so an expert is missed by all of them with probability
+    (1 - top_k/E)^N.
     """
     moe = model.moe
     assert moe is not None
     local = moe.experts // s.ep
     group_tokens = s.moe_tokens * s.ep * moe.top_k
-    mean = group_tokens / moe.experts
-    hot = min(mean * s.hot_expert_factor, group_tokens)
+    hot = min(group_tokens / moe.experts * s.hot_expert_factor, group_tokens)
     rest = (group_tokens - hot) / max(moe.experts - 1, 1)
-    return max(int(round(hot)), 1), max(int(round(rest)), 1 if rest > 0 else 0), local
+    hit = 1.0 - (1.0 - moe.top_k / moe.experts) ** (s.moe_tokens * s.ep)
+    active = min(local, max(1, round(1 + (local - 1) * hit)))
+    return max(math.ceil((hot + (local - 1) * rest) / active - 1e-9), 1), active
 
 
 def layer_forward(model: ModelSpec, s: Shard, moe_layer: bool) -> list[Operator]:
@@ -143,10 +154,8 @@ def layer_forward(model: ModelSpec, s: Shard, moe_layer: bool) -> list[Operator]
         moe, T = model.moe, s.moe_tokens
         ops.append(_gemm("router", "fwd", T, moe.experts, h, b, inputs=("norm2",)))
         ops.append(_pointwise("permute", "fwd", T * moe.top_k * h, b, 1, 1, 0.0, inputs=("router",)))
-        hot, rest, local = expert_tokens(model, s)
-        ops += mlp_forward(model, s, moe.expert_ffn, "expert_hot", tokens=hot, shards=s.etp)
-        if local > 1 and rest:
-            ops += mlp_forward(model, s, moe.expert_ffn, "expert", tokens=rest, count=local - 1, shards=s.etp)
+        per_expert, active = expert_load(model, s)
+        ops += mlp_forward(model, s, moe.expert_ffn, "expert", tokens=per_expert, groups=active, shards=s.etp)
         if moe.shared_experts:
             ops += mlp_forward(model, s, (moe.shared_expert_ffn or moe.expert_ffn) * moe.shared_experts, "shared")
         ops.append(_pointwise("unpermute", "fwd", T * moe.top_k * h, b, 1, 1, 1.0))
@@ -159,10 +168,10 @@ def layer_forward(model: ModelSpec, s: Shard, moe_layer: bool) -> list[Operator]
 def backward_of(op: Operator) -> list[Operator]:
     """Backward operators of one forward operator (GEMM: dgrad + wgrad; attention: FA2 backward)."""
     if op.kind == GEMM:
-        _, m, n, k = op.gemm  # type: ignore[misc]
+        g, m, n, k = op.gemm  # type: ignore[misc]
         b = op.dtype_bytes
-        dgrad = _gemm(f"{op.name}_dgrad", "bwd", m, k, n, b, count=op.count, backward_of=op.name)
-        wgrad = _gemm(f"{op.name}_wgrad", "bwd", k, n, m, b, count=op.count, backward_of=op.name)
+        dgrad = _gemm(f"{op.name}_dgrad", "bwd", m, k, n, b, count=op.count, backward_of=op.name, groups=g)
+        wgrad = _gemm(f"{op.name}_wgrad", "bwd", k, n, m, b, count=op.count, backward_of=op.name, groups=g)
         return [dgrad, wgrad]
     if op.kind == ATTENTION:
         # FlashAttention-2 backward: 2.5x the forward matmul FLOPs (recomputes S, then dV, dP, dQ, dK).
