@@ -116,6 +116,28 @@ def test_a2a_overlap_hides_all_to_all_time_within_its_bounds() -> None:
     assert plain["step_time_s"] - merged["step_time_s"] <= plain["exposed_comm_s"] + 1e-9
 
 
+def test_deepep_sms_shrink_what_the_overlap_hides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepEP's kernels hold 20 of the H100's 132 SMs while the partner's compute runs beside them. Every
+    merged step then saves min(share x EP time, compute) with share = 112/132, so the step's saving lies
+    between share x and 1 x the saving of an SM-free dispatcher (the step is a max of sums of steps)."""
+    from rapidllm.engine import composer
+    from rapidllm.engine.engine import predict_training
+    from rapidllm.ops.price import price_case
+    base = dict(tp=2, ep=32, pp=8, dp=16, etp=1, moe_dispatcher="deepep", schedule="interleaved",
+                virtual_stages=4, zero=1)
+    plain, merged = qwen3(**base), qwen3(**base, moe_a2a_overlap=True)
+    ops = price_case(merged)
+
+    def step(case: Case) -> float:
+        return predict_training(case, ops)["step_time_s"]
+    t_plain, t_merged = step(plain), step(merged)
+    monkeypatch.setattr(composer, "DEEPEP_SMS", 0)
+    t_free = step(merged)
+    share = 1 - 20 / merged.hardware.sm_count
+    assert t_free < t_merged
+    assert share * (t_plain - t_free) - 1e-9 <= t_plain - t_merged <= t_plain - t_free
+
+
 @pytest.mark.parametrize("par,why", [
     (dict(tp=8, ep=1, pp=8, dp=4), "needs training with ep > 1"),
     (dict(schedule="gpipe"), "schedule 1f1b or interleaved"),

@@ -103,6 +103,17 @@ def stage_parameters(case: Case) -> tuple[np.ndarray, np.ndarray]:
     return np.array([st.total for st in stages]), np.array([st.experts for st in stages])
 
 
+# SMs DeepEP's normal (training) kernels occupy while they run: Megatron-Core's --moe-deepep-num-sms
+# default (DeepEP V1's own example sets 24). NCCL's all-to-all also runs on SMs, but on a number of channels
+# NCCL picks per call, so the alltoall dispatcher is not charged.
+DEEPEP_SMS = 20
+
+
+def dispatcher_sms(case: Case) -> int:
+    """SMs the EP dispatcher's kernels take from the compute they overlap with (DeepEP only)."""
+    return DEEPEP_SMS if case.parallelism.moe_dispatcher == "deepep" else 0
+
+
 @dataclass
 class TrainingPlan:
     inputs: PipelineInputs
@@ -172,7 +183,9 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
         quiet = [replay_all(case, view, templates, cost, s if not cost.symmetric else -1, overlap, ("ep",))
                  for s in stages]
         f_quiet, _, b_quiet, _ = _chunk_times(case, quiet, cost, v)
-        f_hidden, b_hidden = np.maximum(f_span - f_quiet, 0.0), np.maximum(b_span - b_quiet, 0.0)
+        share = 1.0 - dispatcher_sms(case) / case.hardware.sm_count
+        f_hidden = share * np.maximum(f_span - f_quiet, 0.0)
+        b_hidden = share * np.maximum(b_span - b_quiet, 0.0)
     b = DTYPE_BYTES[case.precision]
     act = w.micro_batch * w.seq_len // p.cp * case.model.hidden * b / (p.tp if p.sp else 1)
     p2p_f = np.array([cost.time("pp", "send_recv", act, s) if s + 1 < p.pp or v > 1 else 0.0 for s in range(p.pp)])
