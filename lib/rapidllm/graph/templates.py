@@ -202,7 +202,9 @@ def layer_templates(case: Case, ops: pd.DataFrame | OpsView, prefix: str = "") -
         out.append(Template(section, "fwd", weave(_ops_of(ops, section, ("fwd",)), layer_rules(case, tokens, moe, False))))
         if case.training:
             rec = _ops_of(ops, section, ("recompute",))
-            rec_rules = layer_rules(case, tokens, moe, False) if case.parallelism.recompute == "full" else []
+            # recomputed operators gather, exchange or dispatch their inputs again: the forward rules whose
+            # consumer is recomputed (weave drops the others)
+            rec_rules = layer_rules(case, tokens, moe, False) if rec else []
             nodes = weave(rec, rec_rules)
             bwd = weave(_ops_of(ops, section, ("bwd",)), layer_rules(case, tokens, moe, True))
             shift = len(nodes)

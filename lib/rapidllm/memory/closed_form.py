@@ -100,7 +100,7 @@ def closed_form_memory(case: Case) -> MemoryResult:
         grads = params * gb / (p.dp if stage >= 2 else 1)
         optim = params * ob / (p.dp if stage >= 1 else 1)
         per_layer = korthikanti_layer_activations(w.seq_len // p.cp, w.micro_batch, model.hidden, model.heads,
-                                                  p.tp, p.sp, p.recompute, case.attention_impl == "flash")
+                                                  p.tp, p.sp, p.recompute, case.attention_impl != "naive")
         acts = per_layer * max(p.stage_layers(model.layers)) * inflight_microbatches(case)
         return MemoryResult(weights, grads, optim, acts, 0.0, hw.framework_memory, hw.hbm_capacity)
     w = case.workload

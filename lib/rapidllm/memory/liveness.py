@@ -8,14 +8,17 @@ keep their input, the loss keeps its fp32 probabilities; residual adds, rotary a
 nothing. Sequence-parallel norms produce sequence-sharded tensors, which is what the following GEMM keeps
 (Megatron re-gathers them in backward), so SP and CP sharding come from the operator shapes themselves.
 A framework may instead keep the all-gathered input (`keep_gathered`, as nanotron does).
-Recompute: `selective` drops what the attention core keeps besides its inputs and output; `full` keeps
-only each layer's input and rematerializes one layer at a time during backward.
+Recompute: `selective` drops what its modules' operators keep (Megatron-Core --recompute-modules; the
+default, core_attn, drops what the attention core keeps besides its inputs and output), and backward
+holds them again while it runs that layer; `full` keeps only each layer's input and rematerializes one
+layer at a time during backward.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from rapidllm.ops.operators import ATTENTION, GEMM, Operator
+from rapidllm.ops.workload import recomputed
 
 NORMS = ("norm1", "norm2", "final_norm")
 LAYER_INPUT = "<layer input>"
@@ -61,7 +64,8 @@ def attention_extra(op: Operator, flash: bool, recompute: str, dropout: bool) ->
 
 
 def layer_liveness(ops: list[Operator], flash: bool = True, recompute: str = "none",
-                   dropout: bool = False, keep_gathered: bool = False) -> LayerLiveness:
+                   dropout: bool = False, keep_gathered: bool = False,
+                   modules: tuple[str, ...] = ("core_attn",)) -> LayerLiveness:
     """Walk one layer's forward operators in order: allocate outputs, free after the last consumer."""
     fwd = [o for o in ops if o.phase == "fwd"]
     sizes = {o.name: _size(o) for o in fwd}
@@ -78,7 +82,8 @@ def layer_liveness(ops: list[Operator], flash: bool = True, recompute: str = "no
             saved[name] = max(saved.get(name, 0.0), size)
         if o.kind == ATTENTION:
             saved[o.name] = sizes[o.name]
-            extra += attention_extra(o, flash, recompute, dropout)
+            core = recompute if recomputed(o.name, recompute, modules) else "none"
+            extra += attention_extra(o, flash, core, dropout)
         if dropout and o.name.startswith("residual"):
             extra += sizes[o.name] / o.dtype_bytes    # 1-byte mask of the residual dropout
         if o.name == "cross_entropy":
@@ -98,7 +103,10 @@ def layer_liveness(ops: list[Operator], flash: bool = True, recompute: str = "no
     if recompute == "full":
         # Only the layer input is kept; backward rematerializes this layer's stored tensors first.
         return LayerLiveness(in_bytes, fwd_extra + stored_full, stored_full - in_bytes + bwd_extra, in_bytes)
-    return LayerLiveness(stored_full, fwd_extra, bwd_extra, in_bytes)
+    # Selective modules: what their own operators produced is not kept (a module keeps its inputs, which
+    # other operators produced) and comes back for this layer's backward.
+    dropped = sum(v for name, v in saved.items() if name != "attn" and recomputed(name, recompute, modules))
+    return LayerLiveness(stored_full - dropped, fwd_extra, bwd_extra + dropped, in_bytes)
 
 
 def _walk(fwd: list[Operator], sizes: dict[str, float], keep: set[str]) -> float:

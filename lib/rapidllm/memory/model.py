@@ -34,12 +34,12 @@ def layer_kinds(case: Case) -> list[tuple[bool, float]]:
 
 def training_liveness(case: Case, conv: Conventions = ZERO_PAPER) -> tuple[LayerLiveness, LayerLiveness]:
     """(average transformer layer, LM head) liveness for one micro-batch on one rank."""
-    p, flash = case.parallelism, case.attention_impl == "flash"
+    p, flash = case.parallelism, case.attention_impl != "naive"
     shard = wl.training_shard(case)
     stored = fwd = bwd = inp = 0.0
     for is_moe, frac in layer_kinds(case):
         lv = layer_liveness(wl.layer_forward(case.model, shard, is_moe), flash, p.recompute, conv.dropout,
-                            conv.sp_keep_gathered and p.sp)
+                            conv.sp_keep_gathered and p.sp, p.recompute_modules)
         stored += frac * lv.stored
         inp += frac * lv.input_bytes
         fwd, bwd = max(fwd, lv.forward_peak), max(bwd, lv.backward_peak)

@@ -8,10 +8,18 @@ K/V of the heads a wave is working on fits in L2, in which case a wave's re-read
 attention writes the score matrix S and the probabilities P to HBM and reads them back.
 Head shapes: MHA (kv_heads == q_heads), GQA/MQA (fewer kv heads, shared by a group of q heads),
 MLA (head_dim_qk != head_dim_v; `kv_shared=True` for the absorbed form whose V is a slice of the cached
-latent K). Timing: launch + max(tensor math + softmax on the vector/SFU units, HBM, L2) — the softmax is
-not overlapped with the MMAs (FlashAttention-2 behaviour; FA3's ping-pong overlap is not modelled).
-`impl="flash"` is the FlashAttention-2 kernel, so on Hopper its MMAs are the legacy warp-level mma.sync
-(no wgmma), and causal diagonal tiles are computed in full and masked.
+latent K). Timing: launch + max(tensor math + softmax on the vector/SFU units, HBM, L2).
+`impl="flash"` is the FlashAttention-2 kernel: the softmax is not overlapped with the MMAs, and on Hopper
+its MMAs are the legacy warp-level mma.sync (no wgmma). `impl="flash3"` is a Hopper-native kernel
+(FlashAttention-3, Shah et al. 2024; cuDNN's fused attention and TensorRT-LLM's sm90 context kernels are
+built the same way): warpgroup wgmma at the full tensor rate. Its ping-pong scheduling overlaps one
+warpgroup's softmax with another's MMAs (§3.1-3.2), but crediting that overlap in full prices the H100
+forward at ~950 TFLOP/s against the measured 595-648 (Fig. 5), so the softmax still adds to the MMAs here:
+a conservative 571 TFLOP/s, between FA-2 and the measured FA-3. Both skip fully masked tiles and compute
+a tile the causal diagonal crosses in full.
+Context parallelism (`cp` > 1, causal) splits the sequence into 2·cp chunks and gives rank i chunks i and
+2·cp−1−i (Megatron-Core / Transformer Engine's load-balanced layout), so every rank does 1/cp of the
+causal work instead of the last rank doing almost a full q_len x kv_len rectangle.
 """
 from __future__ import annotations
 
@@ -23,7 +31,7 @@ import numpy as np
 from rapidllm.ops.gemm import price_gemms
 from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec
 
-IMPLS = ("flash", "naive")
+IMPLS = ("flash", "flash3", "naive")
 MAX_BLOCK = 128          # register-file limit on the query block (FA2 uses 64-128)
 VEC_OPS_FWD = 8.0        # scale, running max, subtract, sum (4 fp32 ops = 8 FLOP-equivalents of an FMA rate)
 VEC_OPS_BWD = 12.0       # recompute P (scale, subtract) and dS = P * (dP - D) (3 ops), 6 FLOP-equivalents x2
@@ -72,6 +80,20 @@ def executed_pairs(q_len: int, kv_len: int, causal: bool, q_block: int, k_block:
     return float(np.dot(rows, keys))
 
 
+def rank_pairs(q_len: int, kv_len: int, causal: bool, cp: int, q_block: int, k_block: int
+               ) -> tuple[float, float]:
+    """(visible, executed) pairs of one rank. With load-balanced context parallelism (causal, cp > 1,
+    q_len = kv_len / cp) the rank holds the first and the last of 2·cp chunks: each chunk's queries are
+    the last positions of its own prefix, which visible_pairs/executed_pairs already describe."""
+    if cp > 1 and causal and q_len * cp == kv_len and q_len % 2 == 0:
+        c = q_len // 2
+        chunks = ((c, c), (c, kv_len))
+    else:
+        chunks = ((q_len, kv_len),)
+    return (sum(visible_pairs(q, kv, causal) for q, kv in chunks),
+            sum(executed_pairs(q, kv, causal, q_block, k_block) for q, kv in chunks))
+
+
 def block_rows(hw: HardwareSpec, head_dim: int, dtype: str, tiles: int) -> int:
     """Block rows that fit in shared memory: FlashAttention's B = M / (tiles * d), capped, power of two."""
     m = hw.limits.max_shared_memory_per_block / DTYPE_BYTES[dtype]
@@ -84,11 +106,14 @@ def _softmax_s(hw: HardwareSpec, elements: float, vec_ops: float) -> float:
     return elements * (vec_ops / hw.vector_flops + 1.0 / (EXP_PER_SM_CLOCK * hw.sm_count * hw.clock_hz))
 
 
-def flash_mma_flops(hw: HardwareSpec, dtype: str) -> float:
-    """Tensor FLOP/s of FlashAttention-2's MMAs: the calibrated peak, capped where mma.sync is not the
-    instruction that reaches the datasheet peak (Hopper)."""
+def flash_mma_flops(hw: HardwareSpec, dtype: str, impl: str = "flash") -> float:
+    """Tensor FLOP/s of the kernel's MMAs: the calibrated peak, for FlashAttention-2 capped where mma.sync
+    is not the instruction that reaches the datasheet peak (Hopper)."""
+    if impl == "flash3":
+        return hw.peak_flops(dtype) * hw.utilization.compute
     major = int(hw.compute_capability.split(".")[0]) if hw.compute_capability else 0
     return hw.peak_flops(dtype) * hw.utilization.compute * LEGACY_MMA_FRACTION.get(major, 1.0)
+
 
 
 def _hbm_rereads(hw: HardwareSpec, ctas: int, span: int, head_bytes: float,
@@ -137,15 +162,17 @@ def _naive(hw, batch, q_heads, kv_heads, q_len, kv_len, dqk, dv, dtype, backward
 
 def attention_forward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int,
                       head_dim_qk: int, head_dim_v: int, causal: bool = True, dtype: str = "bf16",
-                      impl: str = "flash", kv_shared: bool = False, training: bool = True) -> AttentionPrice:
-    """Forward attention; `training` adds the log-sum-exp the backward pass needs."""
+                      impl: str = "flash", kv_shared: bool = False, training: bool = True, cp: int = 1
+                      ) -> AttentionPrice:
+    """Forward attention of one rank; `training` adds the log-sum-exp the backward pass needs."""
     group = _check(q_heads, kv_heads, impl)
     if impl == "naive":
         return _naive(hw, batch, q_heads, kv_heads, q_len, kv_len, head_dim_qk, head_dim_v, dtype, False)
     b = DTYPE_BYTES[dtype]
-    pairs = batch * q_heads * visible_pairs(q_len, kv_len, causal)
-    flops = 2.0 * pairs * (head_dim_qk + head_dim_v)
     br = block_rows(hw, max(head_dim_qk, head_dim_v), dtype, 4)
+    visible, executed = rank_pairs(q_len, kv_len, causal, cp, max(br // group, 1), br)
+    pairs = batch * q_heads * visible
+    flops = 2.0 * pairs * (head_dim_qk + head_dim_v)
     # the q heads of a GQA group are packed into the rows of one block (decode: one CTA per kv head)
     n_qb = math.ceil(q_len * group / br)
     ctas = batch * kv_heads * n_qb
@@ -154,8 +181,8 @@ def attention_forward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int,
     reread = float(batch) * kv_heads * n_qb * kv_head * vis
     kv_hbm = batch * kv_heads * kv_head * vis * _hbm_rereads(hw, ctas, n_qb, kv_head, kv_head * br / kv_len)
     hbm = kv_hbm + float(batch) * q_heads * q_len * ((head_dim_qk + head_dim_v) * b + (4 if training else 0))
-    run = batch * q_heads * executed_pairs(q_len, kv_len, causal, max(br // group, 1), br)
-    compute = 2.0 * run * (head_dim_qk + head_dim_v) / flash_mma_flops(hw, dtype)
+    run = batch * q_heads * executed
+    compute = 2.0 * run * (head_dim_qk + head_dim_v) / flash_mma_flops(hw, dtype, impl)
     math_s = (compute + _softmax_s(hw, run, VEC_OPS_FWD)) * _wave_factor(hw, ctas)
     hbm_s = hbm / (hw.hbm_bandwidth * hw.utilization.hbm)
     t = hw.launch_overhead_s + max(math_s, hbm_s, (reread + hbm - kv_hbm) / hw.l2_bandwidth)
@@ -164,8 +191,8 @@ def attention_forward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int,
 
 def attention_backward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int,
                        head_dim_qk: int, head_dim_v: int, causal: bool = True, dtype: str = "bf16",
-                       impl: str = "flash", kv_shared: bool = False) -> AttentionPrice:
-    """Backward attention (FlashAttention-2 order: CTAs own key blocks and stream Q, dO, dQ past them).
+                       impl: str = "flash", kv_shared: bool = False, cp: int = 1) -> AttentionPrice:
+    """Backward attention of one rank (FlashAttention-2 order: CTAs own key blocks and stream Q, dO, dQ past them).
 
     Five GEMM-like products (S, dP, dV, dK, dQ) = 2.5x the forward math; plus the D = rowsum(dO*O)
     preprocessing pass. dQ is accumulated in fp32 (read + write) once per key block.
@@ -175,9 +202,10 @@ def attention_backward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int
         return _naive(hw, batch, q_heads, kv_heads, q_len, kv_len, head_dim_qk, head_dim_v, dtype, True)
     b = DTYPE_BYTES[dtype]
     dqk, dv = head_dim_qk, head_dim_v
-    pairs = batch * q_heads * visible_pairs(q_len, kv_len, causal)
-    flops = 2.0 * pairs * (2 * dqk + 3 * dv)         # S, dQ, dK use d_qk; dP, dV use d_v
     bc = block_rows(hw, max(dqk, dv), dtype, 8)                            # K, V, dK, dV blocks stay on chip
+    visible, executed = rank_pairs(q_len, kv_len, causal, cp, bc, bc)
+    pairs = batch * q_heads * visible
+    flops = 2.0 * pairs * (2 * dqk + 3 * dv)         # S, dQ, dK use d_qk; dP, dV use d_v
     n_kb = math.ceil(kv_len / bc)
     ctas = batch * q_heads * n_kb                                          # one CTA per (q head, key block)
     vis = pairs / (float(batch) * q_heads * q_len * kv_len)
@@ -191,8 +219,8 @@ def attention_backward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int
     pre = float(batch) * q_heads * q_len * (2 * dv * b + 4)               # D = rowsum(dO * O)
     dq_out = float(batch) * q_heads * q_len * dqk * b                      # fp32 dQ -> dtype
     hbm = q_hbm + kv_once + pre + dq_out
-    run = batch * q_heads * executed_pairs(q_len, kv_len, causal, bc, bc)
-    compute = 2.0 * run * (2 * dqk + 3 * dv) / flash_mma_flops(hw, dtype)
+    run = batch * q_heads * executed
+    compute = 2.0 * run * (2 * dqk + 3 * dv) / flash_mma_flops(hw, dtype, impl)
     math_s = (compute + _softmax_s(hw, run, VEC_OPS_BWD)) * _wave_factor(hw, ctas)
     hbm_s = hbm / (hw.hbm_bandwidth * hw.utilization.hbm)
     t = 3 * hw.launch_overhead_s + max(math_s, hbm_s, (reread + hbm - q_hbm) / hw.l2_bandwidth)

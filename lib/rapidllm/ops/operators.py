@@ -22,6 +22,7 @@ class AttentionShape:
     head_dim_qk: int
     head_dim_v: int
     causal: bool
+    cp: int = 1               # context-parallel ranks sharing the sequence in load-balanced chunks
 
 
 @dataclass(frozen=True)

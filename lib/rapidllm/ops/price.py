@@ -48,7 +48,7 @@ def _layer_sections(case: Case, shard: wl.Shard, prefix: str, training: bool) ->
         kinds = {"moe": True} if model.moe_layer_count() == model.layers else {"dense": False, "moe": True}
     for kind, is_moe in kinds.items():
         if training:
-            ops = wl.layer_training(model, shard, is_moe, case.parallelism.recompute)
+            ops = wl.layer_training(model, shard, is_moe, case.parallelism.recompute, case.parallelism.recompute_modules)
         else:
             ops = wl.layer_forward(model, shard, is_moe)
         out += [(f"{prefix}layer_{kind}", o) for o in ops]
@@ -114,7 +114,7 @@ def operator_times(case: Case, ops: list[Operator], method: str = "tiles") -> np
             fn = attention_backward if o.phase == "bwd" else attention_forward
             kwargs = {} if o.phase == "bwd" else {"training": case.training}
             times[i] = fn(hw, a.batch, a.q_heads, a.kv_heads, a.q_len, a.kv_len, a.head_dim_qk, a.head_dim_v,
-                          a.causal, dtype, case.attention_impl, **kwargs).time_s
+                          a.causal, dtype, case.attention_impl, cp=a.cp, **kwargs).time_s
     return times
 
 

@@ -35,7 +35,8 @@ class Shard:
     causal: bool
     decode: bool = False
     hot_expert_factor: float = 1.0
-    last_token_logits: bool = False   # inference: the LM head runs on each sequence's last position only
+    last_token_logits: bool = False
+    cp: int = 1              # context parallelism: q_len = kv_len / cp in load-balanced chunks   # inference: the LM head runs on each sequence's last position only
 
     @property
     def moe_tokens(self) -> int:
@@ -84,7 +85,7 @@ def attention_forward(model: ModelSpec, s: Shard) -> list[Operator]:
         d_qk = d_v = model.head_dim
         qkv_n = (qh + 2 * kvh) * model.head_dim
     shape = AttentionShape(batch=s.batch, q_heads=qh, kv_heads=kvh, q_len=s.q_len, kv_len=s.kv_len,
-                           head_dim_qk=d_qk, head_dim_v=d_v, causal=s.causal and not s.decode)
+                           head_dim_qk=d_qk, head_dim_v=d_v, causal=s.causal and not s.decode, cp=s.cp)
     attn_flops = 2.0 * s.batch * qh * s.q_len * s.kv_len * (d_qk + d_v)
     if shape.causal:
         attn_flops *= 0.5
@@ -181,15 +182,35 @@ def backward_of(op: Operator) -> list[Operator]:
                     backward_of=op.name, inputs=())]
 
 
-def layer_training(model: ModelSpec, s: Shard, moe_layer: bool, recompute: str) -> list[Operator]:
+# Forward operators of each Megatron-Core --recompute-modules name ("x_" matches the prefix x_): the
+# attention core, both norms, the dense MLP, the experts' activation, the whole MoE block (router, token
+# permutes, experts, shared experts; its all-to-alls run again too) and the shared experts.
+RECOMPUTE_MODULES: dict[str, tuple[str, ...]] = {
+    "core_attn": ("attn",),
+    "layernorm": ("norm1", "norm2"),
+    "mlp": ("mlp_",),
+    "moe_act": ("expert_act",),
+    "moe": ("router", "permute", "unpermute", "expert_", "shared_"),
+    "shared_experts": ("shared_",),
+}
+
+
+def recomputed(name: str, recompute: str, modules: tuple[str, ...] = ("core_attn",)) -> bool:
+    """Whether backward re-runs the forward operator `name`: every one under full recompute, those of the
+    named modules under selective."""
+    if recompute == "full":
+        return True
+    if recompute != "selective":
+        return False
+    keys = (k for m in modules for k in RECOMPUTE_MODULES[m])
+    return any(name == k or (k.endswith("_") and name.startswith(k)) for k in keys)
+
+
+def layer_training(model: ModelSpec, s: Shard, moe_layer: bool, recompute: str,
+                   modules: tuple[str, ...] = ("core_attn",)) -> list[Operator]:
     """Forward, recompute and backward operators of one layer for one micro-batch."""
     fwd = layer_forward(model, s, moe_layer)
-    if recompute == "full":
-        again = [replace(o, phase="recompute") for o in fwd]
-    elif recompute == "selective":
-        again = [replace(o, phase="recompute") for o in fwd if o.kind == ATTENTION]
-    else:
-        again = []
+    again = [replace(o, phase="recompute") for o in fwd if recomputed(o.name, recompute, modules)]
     bwd = [b for o in reversed(fwd) for b in backward_of(o)]
     return fwd + again + bwd
 
@@ -200,7 +221,7 @@ def training_shard(case: Case) -> Shard:
     s_local = w.seq_len // p.cp
     return Shard(tokens=w.micro_batch * s_local, batch=w.micro_batch, q_len=s_local, kv_len=w.seq_len,
                  tp=p.tp, sp=p.sp, ep=p.ep, etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.precision], causal=True,
-                 hot_expert_factor=case.moe_hot_expert_factor)
+                 hot_expert_factor=case.moe_hot_expert_factor, cp=p.cp)
 
 
 def prefill_shard(case: Case) -> Shard:

@@ -68,6 +68,8 @@ class Parallelism:
     zero: int = 0
     fsdp: str = "none"               # none | full_shard | shard_grad_op
     recompute: str = "none"          # none | selective | full
+    # what `selective` recomputes, by Megatron-Core --recompute-modules name (its default: core_attn)
+    recompute_modules: tuple[str, ...] = ("core_attn",)
     schedule: str = "1f1b"           # gpipe | 1f1b | interleaved
     virtual_stages: int = 1
     fp32_grad_accum: bool = False
@@ -235,6 +237,9 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
                                     and par.schedule in ("1f1b", "interleaved")):
         raise bad("parallelism.moe_a2a_overlap", "the EP all-to-all overlap merges 1F1B steps: it needs training "
                   "with ep > 1 and schedule 1f1b or interleaved")
+    if par.recompute_modules != ("core_attn",) and par.recompute != "selective":
+        raise bad("parallelism.recompute_modules", "names what recompute 'selective' recomputes; set "
+                  f"parallelism.recompute: selective (it is {par.recompute!r})")
     if par.zero and par.fsdp != "none":
         raise bad("parallelism.fsdp", "set either zero or fsdp, not both (fsdp full_shard is ZeRO-3, shard_grad_op is ZeRO-2)")
     if isinstance(workload, TrainingWorkload):
@@ -267,7 +272,10 @@ def resolve_case(mapping: Any, source: str) -> Case:
     else:
         w.setdefault("concurrency", w.get("batch", 1))
         workload = InferenceWorkload(**w)
-    par = Parallelism(**mapping.get("parallelism", {}))
+    par_m = dict(mapping.get("parallelism", {}))
+    if "recompute_modules" in par_m:
+        par_m["recompute_modules"] = tuple(par_m["recompute_modules"])
+    par = Parallelism(**par_m)
     _check_layout(model, par, workload, source)
     network = network.sized_for(par.world, source)
     extra = tuple(FaultSpec.from_mapping(f) for f in mapping.get("faults", []))

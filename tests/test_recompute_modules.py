@@ -1,0 +1,77 @@
+"""Selective recompute by Megatron-Core --recompute-modules name: what reruns, what it costs, what it frees."""
+from __future__ import annotations
+
+import pytest
+
+from rapidllm.graph.templates import layer_templates
+from rapidllm.memory.model import training_liveness
+from rapidllm.ops import workload as wl
+from rapidllm.ops.price import price_case
+from rapidllm.spec.case import Case, resolve_case
+from rapidllm.spec.errors import SpecError
+
+
+def qwen3(recompute: str = "selective", **par) -> Case:
+    """Qwen3-235B-A22B, TP 4 x EP 8 (etp 1), the ModelZoo's long-context layout at 16k tokens."""
+    return resolve_case(dict(model="qwen3-235b-a22b", hardware="h100-sxm5-80gb", network="superpod-ndr",
+                             workload=dict(mode="training", seq_len=16384, global_batch=64, micro_batch=1),
+                             parallelism=dict(tp=4, ep=8, etp=1, pp=8, dp=8, sp=True, zero=1,
+                                              moe_dispatcher="deepep", recompute=recompute, **par)), "test")
+
+
+def rerun(case: Case) -> list[str]:
+    return [o.name for o in wl.layer_training(case.model, wl.training_shard(case), True, case.parallelism.recompute,
+                                              case.parallelism.recompute_modules) if o.phase == "recompute"]
+
+
+def test_modules_select_their_operators() -> None:
+    assert rerun(qwen3()) == ["attn"]                                  # Megatron's default: core_attn
+    assert rerun(qwen3(recompute_modules=["core_attn"])) == ["attn"]
+    assert rerun(qwen3(recompute_modules=["layernorm", "moe_act"])) == ["norm1", "norm2", "expert_act"]
+    assert rerun(qwen3(recompute_modules=["moe"])) == ["router", "permute", "expert_up", "expert_act",
+                                                       "expert_down", "unpermute"]
+    assert rerun(qwen3("none")) == []
+    assert len(rerun(qwen3("full"))) == len([o for o in wl.layer_forward(qwen3().model, wl.training_shard(qwen3()), True)])
+
+
+def ep_all_to_alls(case: Case) -> tuple[int, int]:
+    """(EP all-to-alls in the backward template, of them in its recompute part) of the MoE layer."""
+    bwd = next(t for t in layer_templates(case, price_case(case)) if t.part == "bwd")
+    ep = [i for i, n in enumerate(bwd.nodes) if n.axis == "ep"]
+    first_bwd = next(i for i, n in enumerate(bwd.nodes) if n.phase == "bwd")
+    return len(ep), sum(i < first_bwd for i in ep)
+
+
+def test_recomputing_the_moe_block_dispatches_again() -> None:
+    """The MoE block's checkpoint reruns its dispatch and combine; a norm and activation rerun sends nothing."""
+    assert ep_all_to_alls(qwen3(recompute_modules=["moe"])) == (4, 2)
+    assert ep_all_to_alls(qwen3(recompute_modules=["layernorm", "moe_act"])) == (2, 0)
+    assert ep_all_to_alls(qwen3("none")) == (2, 0)
+
+
+def test_recompute_trades_memory_for_time() -> None:
+    """More recomputed modules keep fewer activations and take longer; full keeps only the layer input."""
+    from rapidllm.engine.engine import predict_training
+    cases = [qwen3("none"), qwen3(recompute_modules=["layernorm", "moe_act"]),
+             qwen3(recompute_modules=["layernorm", "moe"]), qwen3("full")]
+    stored = [training_liveness(c)[0].stored for c in cases]
+    assert stored[0] > stored[1] > stored[2] > stored[3]
+    step = [predict_training(c, price_case(c))["step_time_s"] for c in cases]
+    assert step[0] < step[1] < step[2] < step[3]
+
+
+def test_dropped_activations_are_held_again_in_backward() -> None:
+    """What a module does not keep comes back for its layer's backward: stored + backward peak is the same
+    as without recompute for output-discarding modules (layernorm, moe_act)."""
+    plain, lean = (training_liveness(c)[0] for c in (qwen3("none"), qwen3(recompute_modules=["layernorm", "moe_act"])))
+    assert lean.stored + lean.backward_peak == pytest.approx(plain.stored + plain.backward_peak, rel=1e-12)
+
+
+@pytest.mark.parametrize("par,match", [
+    (dict(recompute="none", recompute_modules=["moe"]), "parallelism.recompute_modules: .*recompute: selective"),
+    (dict(recompute="selective", recompute_modules=["attention"]), "recompute_modules"),
+    (dict(recompute="selective", recompute_modules=[]), "recompute_modules"),
+])
+def test_bad_recompute_modules(par: dict, match: str) -> None:
+    with pytest.raises(SpecError, match=match):
+        qwen3(**par)
