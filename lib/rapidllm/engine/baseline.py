@@ -19,6 +19,7 @@ from rapidllm.engine.metrics import model_flops_per_step, utilization
 from rapidllm.graph.comm_nodes import CommNode
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.network.alpha_beta import collective_time
+from rapidllm.ops.workload import recomputed
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
 
 
@@ -65,20 +66,32 @@ def _layer_mix(case: Case, prefix: str) -> list[tuple[str, float]]:
     return [(s, n * heaviest) for s, n in layer_counts(case, prefix).items()]
 
 
-def comm_time(case: Case, nodes: list[CommNode], scope: str, tokens_scale: float = 1.0) -> float:
-    """Alpha-beta time of all nodes of one scope (bytes scaled for decode steps)."""
-    return sum(n.count * _comm(case, n.axis, n.op, n.nbytes * tokens_scale) for n in nodes if n.scope == scope)
+def comm_time(case: Case, nodes: list[CommNode], scope: str, tokens_scale: float = 1.0,
+              passes: bool = False) -> float:
+    """Alpha-beta time of all nodes of one scope (bytes scaled for decode steps); `passes` counts each layer
+    collective once per traversal that runs it (forward, backward, and recompute when it reruns it)."""
+    return sum(n.count * _comm(case, n.axis, n.op, n.nbytes * tokens_scale)
+               * (recompute_passes(case, n.axis) if passes else 1) for n in nodes if n.scope == scope)
+
+
+def recompute_passes(case: Case, axis: str) -> int:
+    """Traversals of a layer that run its `axis` collectives: 3 when recompute reruns their consumers (full;
+    selective: CP before a recomputed attention core, EP around a recomputed MoE block), else 2."""
+    p = case.parallelism
+    if p.recompute == "full":
+        return 3
+    again = {"cp": "attn", "ep": "router"}.get(axis)
+    return 3 if again and recomputed(again, p.recompute, p.recompute_modules) else 2
 
 
 def predict_training(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> Prediction:
     w, p = case.workload, case.parallelism
     assert isinstance(w, TrainingWorkload)
     micro = w.microbatches(p.dp)
-    passes = 3 if p.recompute == "full" else 2
     compute = comm = flops = 0.0
     for section, n in _layer_mix(case, ""):
         compute += n * _section_time(ops, section)
-        comm += n * passes * comm_time(case, nodes, section)
+        comm += n * comm_time(case, nodes, section, passes=True)
         flops += n * _section_flops(ops, section)
     extras = max(_section_time(ops, "first_stage"), _section_time(ops, "last_stage"))
     if p.pp == 1:
@@ -86,7 +99,7 @@ def predict_training(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> Pr
     p2p = comm_time(case, nodes, "pp")
     stage = compute + extras + comm + p2p
     bubble = (p.pp - 1) / (p.virtual_stages if p.schedule == "interleaved" else 1) * stage
-    dp = comm_time(case, nodes, "dp") + micro * passes * comm_time(case, nodes, "fsdp")
+    dp = comm_time(case, nodes, "dp") + micro * comm_time(case, nodes, "fsdp", passes=True)
     optimizer = _section_time(ops, "optimizer")
     step = micro * stage + bubble + dp + optimizer
     hw_flops = (flops + _section_flops(ops, "first_stage") + _section_flops(ops, "last_stage")) * micro * p.pp * p.dp * p.tp * p.cp

@@ -48,7 +48,8 @@ def _layer_sections(case: Case, shard: wl.Shard, prefix: str, training: bool) ->
         kinds = {"moe": True} if model.moe_layer_count() == model.layers else {"dense": False, "moe": True}
     for kind, is_moe in kinds.items():
         if training:
-            ops = wl.layer_training(model, shard, is_moe, case.parallelism.recompute, case.parallelism.recompute_modules)
+            par = case.parallelism
+            ops = wl.layer_training(model, shard, is_moe, par.recompute, par.recompute_modules)
         else:
             ops = wl.layer_forward(model, shard, is_moe)
         out += [(f"{prefix}layer_{kind}", o) for o in ops]
