@@ -77,5 +77,6 @@ def predicted_vs_measured(rows: pd.DataFrame, title: str, unit: str | None, stem
     basis = "" if len(on_paper) == len(ok) == len(full) else \
         f"; paper basis {_mape(on_paper):.1f}% over {len(on_paper)}"
     fig.suptitle(f"{title}: MAPE {_mape(full):.1f}% over {len(full)} entries{basis}"
-                 + (f" ({skipped} rows not scored: see the suite CSV)" if skipped else ""), fontsize=9)
+                 + (f" ({skipped} row{'s' * (skipped != 1)} not scored: see the suite CSV)" if skipped else ""),
+                 fontsize=9)
     return save(fig, stem)
