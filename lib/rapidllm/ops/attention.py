@@ -15,7 +15,7 @@ its MMAs are the legacy warp-level mma.sync (no wgmma). `impl="flash3"` is a Hop
 built the same way): warpgroup wgmma at the full tensor rate. Its ping-pong scheduling overlaps one
 warpgroup's softmax with another's MMAs (§3.1-3.2), but crediting that overlap in full prices the H100
 forward at ~950 TFLOP/s against the measured 595-648 (Fig. 5), so the softmax still adds to the MMAs here:
-a conservative 571 TFLOP/s, between FA-2 and the measured FA-3. Both skip fully masked tiles and compute
+a conservative 550 TFLOP/s at 2k-16k, between FA-2 (370 measured) and the measured FA-3. Both skip fully masked tiles and compute
 a tile the causal diagonal crosses in full.
 Context parallelism (`cp` > 1, causal) splits the sequence into 2·cp chunks and gives rank i chunks i and
 2·cp−1−i (Megatron-Core / Transformer Engine's load-balanced layout), so every rank does 1/cp of the
@@ -113,7 +113,6 @@ def flash_mma_flops(hw: HardwareSpec, dtype: str, impl: str = "flash") -> float:
         return hw.peak_flops(dtype) * hw.utilization.compute
     major = int(hw.compute_capability.split(".")[0]) if hw.compute_capability else 0
     return hw.peak_flops(dtype) * hw.utilization.compute * LEGACY_MMA_FRACTION.get(major, 1.0)
-
 
 
 def _hbm_rereads(hw: HardwareSpec, ctas: int, span: int, head_bytes: float,

@@ -35,8 +35,8 @@ class Shard:
     causal: bool
     decode: bool = False
     hot_expert_factor: float = 1.0
-    last_token_logits: bool = False
-    cp: int = 1              # context parallelism: q_len = kv_len / cp in load-balanced chunks   # inference: the LM head runs on each sequence's last position only
+    last_token_logits: bool = False   # inference: the LM head runs on each sequence's last position only
+    cp: int = 1                       # context parallelism: q_len = kv_len / cp in load-balanced chunks
 
     @property
     def moe_tokens(self) -> int:
