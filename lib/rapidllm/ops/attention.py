@@ -45,6 +45,14 @@ EXP_PER_SM_CLOCK = 16.0
 # 2/3 of it (Shah et al. 2024, §2.2, after the microbenchmarks of Luo et al. 2024, arXiv:2402.13499).
 # Other generations: mma.sync is the native path (sm_80) or unmeasured (sm_100), so no cap is assumed.
 LEGACY_MMA_FRACTION = {9: 2.0 / 3.0}
+# FlashAttention-2's mma.sync reads both operands from shared memory into registers (ldmatrix) once per warp
+# that uses them. Forward (hdim 128: 128-query blocks, 4 warps along the queries): every warp reads the K
+# and V tiles, 4·(d_qk + d_v)/128 elements per score. Backward (hdim 128 with >= 144 KiB of shared memory:
+# 64 queries x 128 keys, 8 warps; S and dP on a 2 x 4 warp grid, dK and dV on 4 x 2, dQ on 2 x 4; P and dS
+# go through shared memory to be read transposed) per (64 x 128) tile, in elements, see fa2_bwd_smem_elements.
+# Block shapes and warp grids: flash-attn 2's launch configuration for head dim 128 (Dao 2023).
+FA2_FWD_WARPS, FA2_FWD_QUERIES = 4, 128
+FA2_BWD_QUERIES, FA2_BWD_KEYS = 64, 128
 
 
 @dataclass(frozen=True)
@@ -111,8 +119,38 @@ def flash_mma_flops(hw: HardwareSpec, dtype: str, impl: str = "flash") -> float:
     is not the instruction that reaches the datasheet peak (Hopper)."""
     if impl == "flash3":
         return hw.peak_flops(dtype) * hw.utilization.compute
-    major = int(hw.compute_capability.split(".")[0]) if hw.compute_capability else 0
-    return hw.peak_flops(dtype) * hw.utilization.compute * LEGACY_MMA_FRACTION.get(major, 1.0)
+    return hw.peak_flops(dtype) * hw.utilization.compute * LEGACY_MMA_FRACTION.get(_major(hw), 1.0)
+
+
+def fa2_bwd_smem_elements(dqk: int, dv: int) -> float:
+    """Shared-memory elements FlashAttention-2's backward moves per score: operand reads of its five
+    products (each operand once per warp row or column of the product's warp grid) plus P, dS, Q and dO
+    written to shared memory, over one 64 x 128 tile."""
+    m, n = FA2_BWD_QUERIES, FA2_BWD_KEYS
+    s = 4 * m * dqk + 2 * n * dqk            # S = Q K^T: Q read by 4 warp columns, K by 2 warp rows
+    dp = 4 * m * dv + 2 * n * dv             # dP = dO V^T
+    dv_ = 2 * n * m + 4 * m * dv             # dV = P^T dO: P^T by 2 warp columns, dO by 4 warp rows
+    dk = 2 * n * m + 4 * m * dqk             # dK = dS^T Q
+    dq = 4 * m * n + 2 * n * dqk             # dQ = dS K: dS by 4 warp columns, K by 2 warp rows
+    writes = 2 * m * n + m * (dqk + dv)      # P and dS, the Q and dO tiles
+    return (s + dp + dv_ + dk + dq + writes) / (m * n)
+
+
+def _fa2_math_s(hw: HardwareSpec, impl: str, mma_s: float, softmax_s: float, smem_bytes: float,
+                ctas: int) -> float:
+    """Math time of a FlashAttention kernel. FA-2 on Hopper runs its sm_80 code: without TMA and wgmma
+    nothing overlaps the operand loads with the MMAs or the softmax (Shah et al. 2024, §1-2: FA-2 reaches
+    35% of the H100), so the three add; on sm_80, its native target, warps hide the loads behind the MMAs.
+    flash3 reads operands straight from shared memory (wgmma) and is priced on math alone."""
+    math = mma_s + softmax_s
+    if impl == "flash":
+        smem_s = smem_bytes / (hw.smem_bandwidth_per_sm * hw.sm_count)
+        math = math + smem_s if _major(hw) in LEGACY_MMA_FRACTION else max(math, smem_s)
+    return math * _wave_factor(hw, ctas)
+
+
+def _major(hw: HardwareSpec) -> int:
+    return int(hw.compute_capability.split(".")[0]) if hw.compute_capability else 0
 
 
 def _hbm_rereads(hw: HardwareSpec, ctas: int, span: int, head_bytes: float,
@@ -182,7 +220,8 @@ def attention_forward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int,
     hbm = kv_hbm + float(batch) * q_heads * q_len * ((head_dim_qk + head_dim_v) * b + (4 if training else 0))
     run = batch * q_heads * executed
     compute = 2.0 * run * (head_dim_qk + head_dim_v) / flash_mma_flops(hw, dtype, impl)
-    math_s = (compute + _softmax_s(hw, run, VEC_OPS_FWD)) * _wave_factor(hw, ctas)
+    smem = run * FA2_FWD_WARPS * (head_dim_qk + head_dim_v) / FA2_FWD_QUERIES * b
+    math_s = _fa2_math_s(hw, impl, compute, _softmax_s(hw, run, VEC_OPS_FWD), smem, ctas)
     hbm_s = hbm / (hw.hbm_bandwidth * hw.utilization.hbm)
     t = hw.launch_overhead_s + max(math_s, hbm_s, (reread + hbm - kv_hbm) / hw.l2_bandwidth)
     return AttentionPrice(t, flops, hbm, compute, hbm_s, br, reread)
@@ -220,7 +259,8 @@ def attention_backward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int
     hbm = q_hbm + kv_once + pre + dq_out
     run = batch * q_heads * executed
     compute = 2.0 * run * (2 * dqk + 3 * dv) / flash_mma_flops(hw, dtype, impl)
-    math_s = (compute + _softmax_s(hw, run, VEC_OPS_BWD)) * _wave_factor(hw, ctas)
+    smem = run * fa2_bwd_smem_elements(dqk, dv) * b
+    math_s = _fa2_math_s(hw, impl, compute, _softmax_s(hw, run, VEC_OPS_BWD), smem, ctas)
     hbm_s = hbm / (hw.hbm_bandwidth * hw.utilization.hbm)
     t = 3 * hw.launch_overhead_s + max(math_s, hbm_s, (reread + hbm - q_hbm) / hw.l2_bandwidth)
     return AttentionPrice(t, flops, hbm, compute, hbm_s, bc, reread)
