@@ -8,15 +8,17 @@ K/V of the heads a wave is working on fits in L2, in which case a wave's re-read
 attention writes the score matrix S and the probabilities P to HBM and reads them back.
 Head shapes: MHA (kv_heads == q_heads), GQA/MQA (fewer kv heads, shared by a group of q heads),
 MLA (head_dim_qk != head_dim_v; `kv_shared=True` for the absorbed form whose V is a slice of the cached
-latent K). Timing: launch + max(tensor math + softmax on the vector/SFU units, HBM, L2).
-`impl="flash"` is the FlashAttention-2 kernel: the softmax is not overlapped with the MMAs, and on Hopper
-its MMAs are the legacy warp-level mma.sync (no wgmma). `impl="flash3"` is a Hopper-native kernel
-(FlashAttention-3, Shah et al. 2024; cuDNN's fused attention and TensorRT-LLM's sm90 context kernels are
-built the same way): warpgroup wgmma at the full tensor rate. Its ping-pong scheduling overlaps one
-warpgroup's softmax with another's MMAs (§3.1-3.2), but crediting that overlap in full prices the H100
-forward at ~950 TFLOP/s against the measured 595-648 (Fig. 5), so the softmax still adds to the MMAs here:
-a conservative 550 TFLOP/s at 2k-16k, between FA-2 (370 measured) and the measured FA-3. Both skip fully masked tiles and compute
-a tile the causal diagonal crosses in full.
+latent K). Timing: launch + max(math, HBM, L2), math = tensor MMAs + softmax on the vector/SFU units.
+`impl="flash"` is the FlashAttention-2 kernel: the softmax is not overlapped with the MMAs; its mma.sync
+operands come from shared memory through registers, loads that add to the math on Hopper (FA-2 runs its
+sm_80 code there: no TMA, no wgmma) and overlap it on sm_80; on Hopper mma.sync also reaches only 2/3 of
+the dense peak. `impl="flash3"` is a Hopper-native kernel (FlashAttention-3, Shah et al. 2024; cuDNN's
+fused attention and TensorRT-LLM's sm90 context kernels are built the same way): warpgroup wgmma at the
+full tensor rate, reading shared memory directly. Its ping-pong scheduling overlaps one warpgroup's
+softmax with another's MMAs (§3.1-3.2), but crediting that overlap in full prices the H100 forward at
+~950 TFLOP/s against the measured 595-648 (Fig. 5), so the softmax still adds to the MMAs here: a
+conservative 550 TFLOP/s at 2k-16k, between FA-2 (370 measured) and the measured FA-3. Both skip fully
+masked tiles and compute a tile the causal diagonal crosses in full.
 Context parallelism (`cp` > 1, causal) splits the sequence into 2·cp chunks and gives rank i chunks i and
 2·cp−1−i (Megatron-Core / Transformer Engine's load-balanced layout), so every rank does 1/cp of the
 causal work instead of the last rank doing almost a full q_len x kv_len rectangle.
