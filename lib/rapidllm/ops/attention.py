@@ -160,8 +160,9 @@ def _hbm_rereads(hw: HardwareSpec, ctas: int, span: int, head_bytes: float,
     """How many times each streamed head is read from HBM when `span` CTAs each read it.
 
     The CTAs of one wave that share a head (block index fastest in the grid) start together and stream
-    the head at the same pace, so L2 must hold only the window between the leading and the lagging CTA (at most one block per CTA sharing it). If the windows of
-    the heads in flight fit in L2, the wave's re-reads are L2 hits; otherwise every read misses.
+    the head at the same pace, so L2 must hold only the window between the leading and the lagging CTA
+    (at most one block per CTA sharing it). If the windows of the heads in flight fit in L2, the wave's
+    re-reads are L2 hits; otherwise every read misses.
     """
     wave = min(ctas, hw.sm_count)                    # one attention CTA per SM (shared memory bound)
     heads_in_flight = max(1, math.ceil(wave / span))
