@@ -138,7 +138,7 @@ def fa2_bwd_smem_elements(dqk: int, dv: int) -> float:
     return (s + dp + dv_ + dk + dq + writes) / (m * n)
 
 
-def _fa2_math_s(hw: HardwareSpec, impl: str, mma_s: float, softmax_s: float, smem_bytes: float,
+def _math_s(hw: HardwareSpec, impl: str, mma_s: float, softmax_s: float, smem_bytes: float,
                 ctas: int) -> float:
     """Math time of a FlashAttention kernel. FA-2 on Hopper runs its sm_80 code: without TMA and wgmma
     nothing overlaps the operand loads with the MMAs or the softmax (Shah et al. 2024, §1-2: FA-2 reaches
@@ -224,7 +224,7 @@ def attention_forward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int,
     run = batch * q_heads * executed
     compute = 2.0 * run * (head_dim_qk + head_dim_v) / flash_mma_flops(hw, dtype, impl)
     smem = run * FA2_FWD_WARPS * (head_dim_qk + head_dim_v) / FA2_FWD_QUERIES * b
-    math_s = _fa2_math_s(hw, impl, compute, _softmax_s(hw, run, VEC_OPS_FWD), smem, ctas)
+    math_s = _math_s(hw, impl, compute, _softmax_s(hw, run, VEC_OPS_FWD), smem, ctas)
     hbm_s = hbm / (hw.hbm_bandwidth * hw.utilization.hbm)
     t = hw.launch_overhead_s + max(math_s, hbm_s, (reread + hbm - kv_hbm) / hw.l2_bandwidth)
     return AttentionPrice(t, flops, hbm, compute, hbm_s, br, reread)
@@ -263,7 +263,7 @@ def attention_backward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int
     run = batch * q_heads * executed
     compute = 2.0 * run * (2 * dqk + 3 * dv) / flash_mma_flops(hw, dtype, impl)
     smem = run * fa2_bwd_smem_elements(dqk, dv) * b
-    math_s = _fa2_math_s(hw, impl, compute, _softmax_s(hw, run, VEC_OPS_BWD), smem, ctas)
+    math_s = _math_s(hw, impl, compute, _softmax_s(hw, run, VEC_OPS_BWD), smem, ctas)
     hbm_s = hbm / (hw.hbm_bandwidth * hw.utilization.hbm)
     t = 3 * hw.launch_overhead_s + max(math_s, hbm_s, (reread + hbm - q_hbm) / hw.l2_bandwidth)
     return AttentionPrice(t, flops, hbm, compute, hbm_s, bc, reread)
