@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from rapidllm.pipeline.stages import evaluate_case
+from rapidllm.prediction import evaluate
 from rapidllm.spec.case import resolve_case
 from rapidllm.spec.experiment import expand, load_experiment
 
@@ -26,12 +26,12 @@ def main(path: str) -> None:
     rows = expand(exp)
     t_expand = time.perf_counter() - t0
     cases = [resolve_case(json.loads(r["case_json"]), r["label"]) for r in rows if r["status"] == "ok"]
-    evaluate_case(cases[0])                      # JIT warm-up (numba cache) outside the timing
+    evaluate(cases[0])                      # JIT warm-up (numba cache) outside the timing
     times = []
     t0 = time.perf_counter()
     for case in cases:
         t = time.perf_counter()
-        evaluate_case(case)
+        evaluate(case)
         times.append(time.perf_counter() - t)
     total = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

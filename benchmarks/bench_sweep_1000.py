@@ -1,11 +1,11 @@
-"""Sweep throughput: configurations per second through `run_sweep` (expand + evaluate), and peak RSS.
+"""Sweep throughput: configurations per second through `rapidllm.sweep` (expand + evaluate), and peak RSS.
 
 Run: NUMBA_CACHE_DIR=.cache/numba .venv/bin/python benchmarks/bench_sweep_1000.py [EXPERIMENT.yaml] [--repeat N]
 
 Default experiment: config/experiments/sweep-1000.yaml (1,472 combinations: 92 dp x tp x pp layouts of
 64-512 GPUs x 4 models x recompute x micro-batch on superpod-hdr). One case is evaluated first so numba's
 JIT (or its on-disk cache) is loaded outside the timing; then the in-process result caches are cleared so
-every repeat starts as a fresh sweep would. Each repeat times `run_sweep(exp, progress=False)` end to end
+every repeat starts as a fresh sweep would. Each repeat times `sweep(exp, progress=False)` end to end
 (expansion included) and prints combinations/s (all rows) and evaluated configurations/s (rows that were
 priced, checked for memory and, if feasible, simulated). The median over repeats is the number to quote.
 Peak RSS is the process maximum (ru_maxrss). Results go to docs/performance.md by hand.
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from rapidllm.engine.engine import clear_caches
-from rapidllm.pipeline.stages import evaluate_case, run_sweep
+from rapidllm.prediction import evaluate, sweep
 from rapidllm.spec.case import resolve_case
 from rapidllm.spec.experiment import expand, load_experiment
 
@@ -37,13 +37,13 @@ def main() -> None:
     rows = expand(exp)
     t_expand = time.perf_counter() - t0
     first = next(r for r in rows if r["status"] == "ok")
-    evaluate_case(resolve_case(json.loads(first["case_json"]), first["label"]))      # JIT warm-up
+    evaluate(resolve_case(json.loads(first["case_json"]), first["label"]))      # JIT warm-up
     clear_caches()
     walls = []
     for _ in range(args.repeat):
         clear_caches()
         t0 = time.perf_counter()
-        df = run_sweep(exp, progress=False)
+        df = sweep(exp, progress=False)
         walls.append(time.perf_counter() - t0)
     n = len(df)
     evaluated = int((df.status != "invalid").sum())

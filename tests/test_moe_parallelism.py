@@ -107,10 +107,10 @@ def test_bad_etp_layouts(par: dict, key: str) -> None:
 def test_a2a_overlap_hides_all_to_all_time_within_its_bounds() -> None:
     """Megatron's merged 1F1B steps: the step gets shorter, by no more than the EP all-to-all time a step
     exposes without overlap (they hide only EP time), and the compute is untouched."""
-    from rapidllm.pipeline.stages import evaluate_case
+    from rapidllm.prediction import evaluate
     base = dict(tp=2, ep=32, pp=8, dp=16, etp=1, moe_dispatcher="deepep", schedule="interleaved",
                 virtual_stages=4, embedding_in_split=True, loss_in_split=True, zero=1)
-    plain, merged = evaluate_case(qwen3(**base)), evaluate_case(qwen3(**base, moe_a2a_overlap=True))
+    plain, merged = evaluate(qwen3(**base)), evaluate(qwen3(**base, moe_a2a_overlap=True))
     assert merged["step_time_s"] < plain["step_time_s"]
     assert merged["compute_time_s"] == pytest.approx(plain["compute_time_s"], rel=1e-12)
     assert plain["step_time_s"] - merged["step_time_s"] <= plain["exposed_comm_s"] + 1e-9

@@ -3,7 +3,7 @@ hierarchical schedule builder (issue 7, item 7).
 
 The fixture tests/data/schedule_build_snapshot.json holds, per case, the dtype, shape and SHA-256 of each
 schedule array (src, dst, nbytes, chunk, dep_ptr, dep_idx) of hierarchical and auto collectives on 2- and
-3-dimension fabrics, and the repr of every field of `evaluate_case` for the 11 Megatron suite cases.
+3-dimension fabrics, and the repr of every field of `rapidllm.prediction.evaluate` for the 11 Megatron suite cases.
 Regenerate only on purpose: `python tests/test_schedule_build_equivalence.py --write`.
 """
 from __future__ import annotations
@@ -77,7 +77,7 @@ def schedule_snapshot() -> dict[str, dict]:
 
 def suite_snapshot() -> dict[str, dict]:
     from rapidllm.engine.engine import clear_caches
-    from rapidllm.pipeline.stages import evaluate_case
+    from rapidllm.prediction import evaluate
     from rapidllm.spec.experiment import expand_with_cases
     from rapidllm.spec.paths import project_root
     from rapidllm.validate.suites import load_suite
@@ -88,7 +88,7 @@ def suite_snapshot() -> dict[str, dict]:
         if case is None:
             out[row["label"]] = {"status": repr(row["status"])}
             continue
-        rec = evaluate_case(case)
+        rec = evaluate(case)
         out[row["label"]] = {k: repr(v) for k, v in rec.items()}
     return out
 

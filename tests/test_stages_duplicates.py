@@ -6,9 +6,9 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from rapidllm.pipeline.stages import (evaluate_case, run_collect, run_expand, run_memory, run_price,
-                                      run_simulate, run_trace)
 from rapidllm.pipeline.io import shard_cases
+from rapidllm.pipeline.stages import run_collect, run_expand, run_memory, run_price, run_simulate, run_trace
+from rapidllm.prediction import evaluate
 from rapidllm.spec.paths import project_root
 from rapidllm.validate.suites import load_suite
 
@@ -30,5 +30,5 @@ def test_duplicate_case_rows_price_once_and_match_the_in_process_result(tmp_path
     assert len(ops) == len(ops.drop_duplicates(["case_id", "section", "name", "phase"]))
     summary = run_collect(cases, [str(paths["sim"])], tmp_path / "summary.parquet", tmp_path / "summary.csv")
     (_, case), = shard_cases(cases, 0)[:1]
-    expected = evaluate_case(case)["step_time_s"]
+    expected = evaluate(case)["step_time_s"]
     assert summary.step_time_s.tolist() == pytest.approx([expected, expected], rel=1e-12)

@@ -29,11 +29,11 @@ def _clean(value: object) -> object:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from rapidllm.engine.measured import adjuster
-    from rapidllm.pipeline.stages import evaluate_case
+    from rapidllm.prediction import evaluate
     from rapidllm.spec.case import load_case
 
     case = load_case(args.case)
-    record = evaluate_case(case, args.engine, adjuster(args.measured, args.what_if or ()))
+    record = evaluate(case, args.engine, adjuster(args.measured, args.what_if or ()))
     out = {k: _clean(record.get(k)) for k in JSON_KEYS if k in record}
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=False))
@@ -50,11 +50,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from rapidllm.pipeline.io import write_table
-    from rapidllm.pipeline.stages import run_sweep
+    from rapidllm.prediction import sweep
     from rapidllm.spec.experiment import load_experiment
 
     exp = load_experiment(args.experiment)
-    df = run_sweep(exp, progress=not args.quiet)
+    df = sweep(exp, progress=not args.quiet)
     out = Path(args.out or f"results/{exp.name}/sweep.csv")
     write_table(df, out)
     counts = df.status.value_counts().to_dict()
@@ -64,7 +64,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from rapidllm.pipeline.io import write_table
-    from rapidllm.pipeline.stages import run_sweep
+    from rapidllm.prediction import sweep
     from rapidllm.spec.paths import project_root
     from rapidllm.validate.metrics import error_summary
     from rapidllm.validate.suites import compare, load_suite
@@ -72,7 +72,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     paths = [Path(p) for p in args.suites] or sorted((project_root() / "validation" / "suites").glob("*.yaml"))
     for path in paths:
         suite = load_suite(path)
-        rows = compare(suite, run_sweep(suite.experiment, progress=False))
+        rows = compare(suite, sweep(suite.experiment, progress=False))
         write_table(rows, Path(args.out) / f"{suite.name}.csv")
         for rec in error_summary(rows[rows.status == "ok"], suite.name):
             basis = " (paper basis)" if rec["basis"] == "paper" else ""

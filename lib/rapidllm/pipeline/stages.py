@@ -4,19 +4,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from tqdm import tqdm
 
 from rapidllm.engine.engine import predict
+from rapidllm.prediction import MEMORY_FIELDS, memory_record
 from rapidllm.graph.export import read_graphs, write_graphs
 from rapidllm.graph.schedules import interleaving
 from rapidllm.graph.templates import case_templates, operator_frame
 from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import OPERATOR_COLUMNS, price_case
 from rapidllm.pipeline.io import shard_cases, write_table
-from rapidllm.spec.experiment import Experiment, expand, expand_with_cases
-
-MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "framework", "capacity")
-
+from rapidllm.spec.experiment import Experiment, expand
 
 def run_expand(exp: Experiment, out: str | Path) -> pd.DataFrame:
     df = pd.DataFrame(expand(exp))
@@ -33,15 +30,8 @@ def run_price(cases: str | Path, shard: int, out: str | Path) -> None:
     write_table(pd.concat(frames) if frames else pd.DataFrame(columns=["case_id", *OPERATOR_COLUMNS]), out)
 
 
-def memory_record(case) -> dict:
-    mem = memory_for_case(case)
-    rec = {f"{f}_bytes": getattr(mem, f) for f in MEMORY_FIELDS}
-    rec.update(peak_memory_bytes=mem.peak, feasible=mem.feasible, infeasible_reason=mem.reason)
-    return rec
-
-
 def run_memory(cases: str | Path, shard: int, out: str | Path) -> None:
-    rows = [{"case_id": row["case_id"], **memory_record(case)} for row, case in shard_cases(cases, shard)]
+    rows = [{"case_id": row["case_id"], **memory_record(memory_for_case(case))} for row, case in shard_cases(cases, shard)]
     write_table(pd.DataFrame(rows, columns=["case_id", *(f"{f}_bytes" for f in MEMORY_FIELDS),
                                             "peak_memory_bytes", "feasible", "infeasible_reason"]), out)
 
@@ -99,32 +89,3 @@ def run_collect(cases: str | Path, sims: list[str], out_parquet: str | Path, out
     write_table(base, out_parquet)
     write_table(base, out_csv)
     return base
-
-
-def run_sweep(exp: Experiment, progress: bool = True, engine: str = "event") -> pd.DataFrame:
-    """All stages in-process for `rapidllm sweep`, with a progress bar over cases."""
-    out = []
-    for row, case in tqdm(expand_with_cases(exp), desc=exp.name, unit="case", disable=not progress):
-        if row["status"] != "ok" or case is None:
-            out.append(row)
-            continue
-        out.append({**row, **evaluate_case(case, engine)})
-    df = pd.DataFrame(out).drop(columns=["case_json"])
-    return df
-
-
-def evaluate_case(case, engine: str = "event", adjust=None) -> dict:
-    """Price, memory, trace and simulate one case in-process (the CLI's `predict`).
-
-    engine: "event" (graph replay on the network simulator) or "baseline" (the alpha-beta ablation);
-    adjust: rewrites operator times first (engine/measured.py).
-    """
-    mem = memory_for_case(case)
-    record = {"case_id": case.case_id}
-    if not mem.feasible:
-        record.update(status="infeasible", reason=mem.reason, peak_memory_bytes=mem.peak, feasible=False)
-        return record
-    result = predict(case, price_case(case), mem, engine=engine, adjust=adjust)
-    result.pop("infeasible_reason")
-    record.update(status="ok", reason="", **result)
-    return record

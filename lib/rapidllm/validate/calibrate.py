@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from rapidllm.network.validation import MIN_BYTES, TABLES, nccl_rows
-from rapidllm.pipeline.stages import evaluate_case
+from rapidllm.prediction import evaluate
 from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.experiment import expand
 from rapidllm.spec.hardware import Utilization
@@ -73,7 +73,7 @@ def predict_entries(entries: list[Entry], u: np.ndarray) -> np.ndarray:
     for i, e in enumerate(entries):
         key = id(e.case)
         if key not in cache:
-            cache[key] = evaluate_case(with_utilization(e.case, u))
+            cache[key] = evaluate(with_utilization(e.case, u))
         rec = cache[key]
         if rec.get("status") == "ok" and e.metric in rec:
             out[i] = float(rec[e.metric])
