@@ -18,6 +18,7 @@ from typing import Any
 
 _HOMES = {
     "predict": "rapidllm.prediction", "predict_many": "rapidllm.prediction", "sweep": "rapidllm.prediction",
+    "export_chakra": "rapidllm.prediction",
     "Prediction": "rapidllm.prediction", "MemoryBreakdown": "rapidllm.prediction",
     "Case": "rapidllm.spec.case", "load_case": "rapidllm.spec.case", "resolve_case": "rapidllm.spec.case",
     "SpecError": "rapidllm.spec.errors",

@@ -34,6 +34,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     case = load_case(args.case)
     record = evaluate(case, args.engine, adjuster(args.measured, args.what_if or ()))
+    if args.chakra:
+        from rapidllm.prediction import export_chakra
+        paths = export_chakra(case, args.chakra, args.chakra_per_class)
+        print(f"{len(paths)} Chakra traces -> {args.chakra}", file=sys.stderr)
     out = {k: _clean(record.get(k)) for k in JSON_KEYS if k in record}
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=False))
@@ -92,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--measured", metavar="FILE", help="CSV name,time_s[,section,phase] of measured operator times")
     p.add_argument("--what-if", action="append", metavar="NAME=xF|/F|TIME",
                    help="scale (x0.5), speed up (/2) or set (1 ms) one operator's time; repeatable")
+    p.add_argument("--chakra", metavar="DIR", help="also write the training step as Chakra traces for ASTRA-sim")
+    p.add_argument("--chakra-per-class", action="store_true",
+                   help="with --chakra: one trace per pipeline stage instead of one per rank")
     p.set_defaults(func=cmd_predict)
     s = sub.add_parser("sweep", help="run an experiment sweep in-process with a progress bar")
     s.add_argument("experiment", help="experiment YAML")

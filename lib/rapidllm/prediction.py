@@ -150,6 +150,19 @@ def predict(case: Case | str | Path | Mapping[str, Any], engine: str = "event",
                       memory=memory)
 
 
+def export_chakra(case: Case | str | Path | Mapping[str, Any], directory: str | Path,
+                  per_class: bool = False) -> list[Path]:
+    """Write the case's training step as Chakra traces for ASTRA-sim (engine/chakra.py): one `.et` per rank
+    (or one per pipeline stage with `per_class`), `comm_groups.json`, and a README naming the ASTRA-sim
+    options with our prediction beside them. Returns the trace paths."""
+    from rapidllm.engine.chakra import write_chakra, write_readme
+
+    resolved = _as_case(case)
+    paths = write_chakra(resolved, price_case(resolved), directory, per_class)
+    write_readme(resolved, directory, evaluate(resolved), per_class)
+    return paths
+
+
 def predict_many(cases: Iterable[Case | str | Path | Mapping[str, Any]], engine: str = "event") -> pd.DataFrame:
     """One row per case (`Prediction.to_dict`), in input order."""
     return pd.DataFrame([predict(c, engine).to_dict() for c in cases])

@@ -119,16 +119,36 @@ class TrainingPlan:
     inputs: PipelineInputs
     replayed: list[Replayed]
     flops_hw: float                      # executed FLOPs per step over all ranks (HFU numerator)
+    grad_op: str = ""                    # DP gradient collective per bucket ("" when dp == 1 or ZeRO-3/FSDP)
+    grad_bucket_bytes: float = 0.0       # bytes per gradient bucket collective
+    param_gather_bytes: float = 0.0      # all-gather of updated parameters after a sharded optimizer step
 
 
-def _sharded_layer_comm(case: Case, cost: CommCost, stage: int) -> tuple[float, float]:
-    """(gather, reduce-scatter) seconds per layer under ZeRO-3 / FSDP full_shard, else (0, 0)."""
+def sharded_layer_bytes(case: Case) -> tuple[float, float]:
+    """(all-gather, reduce-scatter) bytes per layer under ZeRO-3 / FSDP full_shard, else (0, 0)."""
     p = case.parallelism
     if p.dp <= 1 or not (p.zero == 3 or p.fsdp == "full_shard"):
         return 0.0, 0.0
     per_layer = local_parameters(case) / max(case.model.layers / p.pp, 1)
     w, g, _ = state_bytes_per_param(case.precision, p.fp32_grad_accum)
-    return cost.time("dp", "all_gather", per_layer * w, stage), cost.time("dp", "reduce_scatter", per_layer * g, stage)
+    return per_layer * w, per_layer * g
+
+
+def p2p_bytes(case: Case) -> float:
+    """Activation bytes one pipeline send carries: a micro-batch's hidden states on one CP shard, divided
+    by tp under sequence parallelism (Megatron sends the SP shard)."""
+    w, p = case.workload, case.parallelism
+    assert isinstance(w, TrainingWorkload)
+    b = DTYPE_BYTES[case.precision]
+    return w.micro_batch * w.seq_len // p.cp * case.model.hidden * b / (p.tp if p.sp else 1)
+
+
+def _sharded_layer_comm(case: Case, cost: CommCost, stage: int) -> tuple[float, float]:
+    """(gather, reduce-scatter) seconds per layer under ZeRO-3 / FSDP full_shard, else (0, 0)."""
+    gather, scatter = sharded_layer_bytes(case)
+    if not gather:
+        return 0.0, 0.0
+    return cost.time("dp", "all_gather", gather, stage), cost.time("dp", "reduce_scatter", scatter, stage)
 
 
 def _chunk_times(case: Case, replayed: list[Replayed], cost: CommCost, v: int
@@ -172,11 +192,10 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
     counts = layer_counts(case)
     for (section, _part, axis, op, nb), k in replayed[0].comm_instances.items():
         cost.count(axis, op, nb, k * counts.get(section, 0.0) * m)
-    if _sharded_layer_comm(case, cost, 0)[0]:
-        per_layer = local_parameters(case) / max(case.model.layers / p.pp, 1)
-        wb_, gb_, _ = state_bytes_per_param(case.precision, p.fp32_grad_accum)
-        cost.count("dp", "all_gather", per_layer * wb_, 2 * m * case.model.layers / p.pp)
-        cost.count("dp", "reduce_scatter", per_layer * gb_, m * case.model.layers / p.pp)
+    layer_gather, layer_scatter = sharded_layer_bytes(case)
+    if layer_gather:
+        cost.count("dp", "all_gather", layer_gather, 2 * m * case.model.layers / p.pp)
+        cost.count("dp", "reduce_scatter", layer_scatter, m * case.model.layers / p.pp)
     f_span, f_comp, b_span, b_comp = _chunk_times(case, replayed, cost, v)
     f_hidden = b_hidden = None
     if p.moe_a2a_overlap:                  # the spec admits it only for MoE training with ep > 1
@@ -186,14 +205,13 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
         share = 1.0 - dispatcher_sms(case) / case.hardware.sm_count
         f_hidden = share * np.maximum(f_span - f_quiet, 0.0)
         b_hidden = share * np.maximum(b_span - b_quiet, 0.0)
-    b = DTYPE_BYTES[case.precision]
-    act = w.micro_batch * w.seq_len // p.cp * case.model.hidden * b / (p.tp if p.sp else 1)
+    act = p2p_bytes(case)
     p2p_f = np.array([cost.time("pp", "send_recv", act, s) if s + 1 < p.pp or v > 1 else 0.0 for s in range(p.pp)])
     p2p_b = np.array([cost.time("pp", "send_recv", act, max(s - 1, 0)) if s > 0 or v > 1 else 0.0 for s in range(p.pp)])
     cost.count("pp", "send_recv", act, 2 * m * v)
     wb, gb, _ = state_bytes_per_param(case.precision, p.fp32_grad_accum)
     sharded_opt = p.zero in (1, 2) or p.fsdp == "shard_grad_op"
-    buckets, bucket_s, gather_s = 0, 0.0, 0.0
+    buckets, bucket_s, gather_s, op, bucket_bytes, gather_bytes = 0, 0.0, 0.0, "", 0.0, 0.0
     params, expert_params = stage_parameters(case)
     heavy = int(params.argmax())
     heaviest = dp_reduced_parameters(case, float(params[heavy]), float(expert_params[heavy]))
@@ -201,11 +219,13 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
         chunk_params = heaviest / v
         buckets = max(1, math.ceil(chunk_params / max(BUCKET_PARAMS, 1e6 * p.dp)))
         op = "reduce_scatter" if sharded_opt else "all_reduce"
-        bucket_s = cost.time("dp", op, chunk_params * gb / buckets, 0)
-        cost.count("dp", op, chunk_params * gb / buckets, buckets * v)
+        bucket_bytes = chunk_params * gb / buckets
+        bucket_s = cost.time("dp", op, bucket_bytes, 0)
+        cost.count("dp", op, bucket_bytes, buckets * v)
         if sharded_opt:
-            gather_s = cost.time("dp", "all_gather", heaviest * wb, 0)
-            cost.count("dp", "all_gather", heaviest * wb, 1)
+            gather_bytes = heaviest * wb
+            gather_s = cost.time("dp", "all_gather", gather_bytes, 0)
+            cost.count("dp", "all_gather", gather_bytes, 1)
     # the same row selections, products and sums as the pandas masks they replace (table order kept)
     timed = view.frame.time_s.to_numpy() * view.frame["count"].to_numpy()
     work = view.frame.flops.to_numpy() * view.frame["count"].to_numpy()
@@ -217,4 +237,4 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
         per_stage += n * float(work[view.sections.get(section, [])].sum())
     extras = sorted(view.sections.get("first_stage", []) + view.sections.get("last_stage", []))
     flops_hw = (per_stage * p.pp + float(work[extras].sum())) * m * p.dp * p.tp * p.cp
-    return TrainingPlan(inputs, replayed, flops_hw)
+    return TrainingPlan(inputs, replayed, flops_hw, op, bucket_bytes, gather_bytes)

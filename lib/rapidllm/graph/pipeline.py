@@ -87,7 +87,8 @@ def merged_partners(is_fwd: np.ndarray, chunk: np.ndarray, micro: np.ndarray) ->
     return partner
 
 
-def _consumer(kind: str, s: int, c: int, i: int, pp: int, v: int) -> tuple[str, int, int, int] | None:
+def consumer_of(kind: str, s: int, c: int, i: int, pp: int, v: int) -> tuple[str, int, int, int] | None:
+    """The (kind, stage, chunk, micro-batch) action that consumes this action's output, or None."""
     if kind == "F":
         if s + 1 < pp:
             return ("F", s + 1, c, i)
@@ -151,7 +152,7 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
                 if pieces > 1:
                     on_channels(add(x.bucket_s, 0.0, GRAD, s, [prev]), grad_keys)
             entry[(a, s, c, i)] = first
-            nxt = _consumer(a, s, c, i, x.pp, x.v)
+            nxt = consumer_of(a, s, c, i, x.pp, x.v)
             t = (x.p2p_fwd if fwd else x.p2p_bwd)[s]
             if nxt is not None:
                 node = add(float(t), 0.0, P2P, s, [prev])
