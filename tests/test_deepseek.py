@@ -14,6 +14,8 @@ from rapidllm.ops.moe_routing import expected_units, route
 from rapidllm.ops.params import parameter_counts
 from rapidllm.ops.price import local_parameters
 from rapidllm.spec.case import Case, resolve_case
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.model import ModelSpec
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.paths import project_root
 from rapidllm.validate import deepseek
@@ -181,3 +183,25 @@ def test_v3_pretraining_rate_lies_between_bf16_and_fp8() -> None:
 
 def _reference(path: str) -> pd.Series:
     return pd.read_csv(project_root() / path).iloc[0]
+
+
+@pytest.mark.parametrize("moe,key", [
+    ({"expert_groups": 6}, "moe.expert_groups"),                    # 256 experts in 6 groups
+    ({"group_limit": 9}, "moe.group_limit"),                        # more groups than there are
+    ({"expert_groups": 64, "group_limit": 1}, "moe.group_limit"),   # 4 eligible experts < top_k 8
+])
+def test_bad_group_limited_routing_names_the_key(moe: dict, key: str) -> None:
+    mapping, where = resolve_named("model", "deepseek-v3", "test", "model")
+    mapping = dict(mapping, moe=dict(mapping["moe"], **moe))
+    with pytest.raises(SpecError) as err:
+        ModelSpec.from_mapping(mapping, where)
+    assert key in str(err.value)
+
+
+def test_context_parallel_gathers_the_expanded_keys_and_values() -> None:
+    m = v3_inference().model
+    assert m.cp_kv_dim == 128 * (128 + 64 + 128)
+    llama = resolve_case(dict(model="llama2-70b", hardware="h100-sxm5-80gb", network="dgx-h100",
+                              workload=dict(mode="inference", batch=1, prompt_tokens=8, output_tokens=1),
+                              parallelism=dict(tp=8)), "test").model
+    assert llama.cp_kv_dim == 2 * 8 * 128

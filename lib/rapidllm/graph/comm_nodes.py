@@ -112,7 +112,7 @@ def layer_nodes(case: Case, tokens: int, scope: str) -> list[CommNode]:
     if p.tp > 1:
         nodes.append(CommNode(scope, "tp", "all_reduce", act, 2 if not moe or moe_tp_collectives(case) else 1))
     if p.cp > 1:
-        nodes.append(CommNode(scope, "cp", "all_gather", 2.0 * m.kv_dim * b * tokens * p.cp / p.tp, 1))
+        nodes.append(CommNode(scope, "cp", "all_gather", float(m.cp_kv_dim) * b * tokens * p.cp / p.tp, 1))
     if moe and p.ep > 1:
         nodes.append(CommNode(scope, "ep", "all_to_all", dispatch_bytes(case, tokens), 2))
     return nodes

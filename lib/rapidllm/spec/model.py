@@ -75,6 +75,16 @@ class ModelSpec:
     def kv_dim(self) -> int:
         return self.kv_heads * self.head_dim
 
+    @property
+    def cp_kv_dim(self) -> int:
+        """Key and value values per token a context-parallel rank gathers: 2·kv_dim, or for MLA the
+        up-projected per-head keys (nope + rope) and values that Megatron-Core / Transformer Engine pass
+        to the attention core."""
+        if self.attention == "mla" and self.mla:
+            a = self.mla
+            return self.heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
+        return 2 * self.kv_dim
+
     def moe_layer_count(self) -> int:
         return sum(self.moe.is_moe_layer(i) for i in range(self.layers)) if self.moe else 0
 
