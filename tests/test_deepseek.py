@@ -67,7 +67,8 @@ def test_mla_absorbed_decode_by_hand() -> None:
     assert ops["q_absorb"].flops == 2.0 * qh * B * 512 * 128
     assert ops["v_absorb"].flops == 2.0 * qh * B * 128 * 512
     a = ops["attn"]
-    assert (a.attention.kv_heads, a.attention.head_dim_qk, a.attention.head_dim_v, a.attention.kv_shared) == (1, 576, 512, True)
+    shape = a.attention
+    assert (shape.kv_heads, shape.head_dim_qk, shape.head_dim_v, shape.kv_shared) == (1, 576, 512, True)
     assert a.flops == 2.0 * B * qh * ctx * (576 + 512)
     assert a.bytes == 2.0 * B * (qh * 1088 + ctx * 576)
     assert ops["o_proj"].flops == 2.0 * B * 7168 * qh * 128
@@ -205,3 +206,13 @@ def test_context_parallel_gathers_the_expanded_keys_and_values() -> None:
                               workload=dict(mode="inference", batch=1, prompt_tokens=8, output_tokens=1),
                               parallelism=dict(tp=8)), "test").model
     assert llama.cp_kv_dim == 2 * 8 * 128
+
+
+def test_each_mtp_depth_adds_the_same_module() -> None:
+    case = deepseek.v3_training_case(_reference(deepseek.TRAINING_CSV), "bf16")
+    s = wl.training_shard(case)
+    flops = [sum(o.flops for o in wl.head_forward(dataclasses.replace(case.model, mtp_depth=d), s))
+             for d in (0, 1, 2)]
+    assert flops[2] - flops[1] == pytest.approx(flops[1] - flops[0])
+    names = [o.name for o in wl.head_forward(dataclasses.replace(case.model, mtp_depth=2), s)]
+    assert len(names) == len(set(names))

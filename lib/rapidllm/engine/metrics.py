@@ -2,8 +2,8 @@
 
 MFU (model FLOPs utilization, Chowdhery et al. 2022, PaLM App. B): model FLOPs per step = tokens x
 (6·N_active + 12·L·s·H·d_head) with attention not halved for causality (MLA: 6·L·s·H·(d_qk + d_v)),
-divided by step time x GPUs x dense peak of the precision. HFU (hardware FLOPs utilization) counts the FLOPs actually executed,
-recomputation included, from the priced operator list.
+divided by step time x GPUs x dense peak of the precision. HFU (hardware FLOPs utilization) counts the
+FLOPs actually executed, recomputation included, from the priced operator list.
 """
 from __future__ import annotations
 

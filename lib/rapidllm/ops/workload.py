@@ -314,9 +314,7 @@ def head_forward(model: ModelSpec, s: Shard) -> list[Operator]:
     ]
     if s.last_token_logits:
         return ops
-    for depth in range(1, model.mtp_depth + 1):
-        ops += mtp_forward(model, s, depth, ops)
-    return ops
+    return ops + [o for depth in range(1, model.mtp_depth + 1) for o in mtp_forward(model, s, depth, ops)]
 
 
 def mtp_forward(model: ModelSpec, s: Shard, depth: int, head: list[Operator]) -> list[Operator]:
