@@ -28,6 +28,7 @@ import pandas as pd
 from rapidllm.ops.attention import decode_attention
 from rapidllm.prediction import evaluate
 from rapidllm.spec.case import Case, resolve_case
+from rapidllm.spec.named import resolve_named
 from rapidllm.spec.paths import project_root
 from rapidllm.validate.kernels import load_hardware
 
@@ -80,9 +81,10 @@ def flashmla_check() -> pd.DataFrame:
 
 def v3_training_case(row: pd.Series, precision: str) -> Case:
     """The DeepSeek-V3 report's pre-training layout as a case (DualPipe -> merged 1F1B with overlapped
-    EP all-to-alls; DeepEP dispatch, node-limited routing from the model file)."""
+    EP all-to-alls; DeepEP dispatch, node-limited routing from the model file; its MTP depth)."""
+    model, _ = resolve_named("model", row.model, TRAINING_CSV, "model")
     mapping = {
-        "model": row.model, "hardware": "h800", "network": "h800-ib", "precision": precision,
+        "model": dict(model, mtp_depth=int(row.mtp_depth)), "hardware": "h800", "network": "h800-ib", "precision": precision,
         "attention_impl": "flash3",
         "workload": {"mode": "training", "seq_len": int(row.seq_len), "global_batch": int(row.global_batch),
                      "micro_batch": 1},
