@@ -137,8 +137,8 @@ def test_v3_dispatch_volume_under_node_limited_routing() -> None:
 
 
 def test_mtp_adds_a_layer_and_a_head_to_the_last_stage_only() -> None:
-    case = deepseek.v3_training_case(_reference(deepseek.TRAINING_CSV), "bf16")
-    with_mtp = dataclasses.replace(case, model=dataclasses.replace(case.model, mtp_depth=1))
+    with_mtp = deepseek.v3_training_case(_reference(deepseek.TRAINING_CSV), "bf16")     # the report's depth 1
+    case = dataclasses.replace(with_mtp, model=dataclasses.replace(with_mtp.model, mtp_depth=0))
     s = wl.training_shard(case)
     plain, mtp = wl.head_forward(case.model, s), wl.head_forward(with_mtp.model, s)
     extra = sum(o.flops for o in mtp) - sum(o.flops for o in plain)
