@@ -9,9 +9,10 @@ import pytest
 
 from rapidllm.graph.comm_nodes import dispatch_copies, ep_nodes
 from rapidllm.memory.model import kv_cache_per_token, memory_for_case
+from rapidllm.memory.state import stage_params
 from rapidllm.ops import workload as wl
 from rapidllm.ops.moe_routing import expected_units, route
-from rapidllm.ops.params import parameter_counts
+from rapidllm.ops.params import mtp_params, parameter_counts
 from rapidllm.ops.price import local_parameters
 from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.errors import SpecError
@@ -145,6 +146,12 @@ def test_mtp_adds_a_layer_and_a_head_to_the_last_stage_only() -> None:
     layer = sum(o.flops for o in wl.layer_forward(case.model, s, True))
     proj = 2.0 * s.tokens * 7168 * 2 * 7168
     assert extra == pytest.approx(layer + proj + sum(o.flops for o in plain) + 5.0 * 2 * s.tokens * 7168)
+    # its parameters sit on the last pipeline stage only: dense over tp, routed experts over ep x etp
+    dense, experts = mtp_params(with_mtp.model)
+    last, first = with_mtp.parallelism.pp - 1, 0
+    assert (stage_params(with_mtp, last).total - stage_params(case, last).total
+            == pytest.approx(dense + experts / 64))
+    assert stage_params(with_mtp, first).total == stage_params(case, first).total
     # inference never runs the module
     assert len(wl.head_forward(with_mtp.model, wl.decode_shard(v3_inference(), 10))) == 3
     # checkpoint total: 671B main model + MTP module + its own embedding and head copies = 685B released
