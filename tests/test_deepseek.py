@@ -223,3 +223,12 @@ def test_each_mtp_depth_adds_the_same_module() -> None:
     assert flops[2] - flops[1] == pytest.approx(flops[1] - flops[0])
     names = [o.name for o in wl.head_forward(dataclasses.replace(case.model, mtp_depth=2), s)]
     assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("experts,top_k,units,groups", [(256, 8, 8, 8), (256, 8, 64, 8), (64, 6, 8, 4), (160, 6, 16, 8)])
+def test_a_tighter_group_limit_never_reaches_more_units(experts: int, top_k: int, units: int, groups: int) -> None:
+    values = [expected_units(experts, top_k, units, groups, m) for m in range(1, groups + 1)
+              if m * experts // groups >= top_k]
+    assert all(a <= b + 1e-12 for a, b in zip(values, values[1:]))
+    assert values[-1] == pytest.approx(expected_units(experts, top_k, units))
+    assert all(1.0 <= v <= min(top_k, units) for v in values)
