@@ -28,4 +28,5 @@ rule all:
         "results/validation/network_ns3.csv",
         "results/figures/network_ns3.png",
         expand("results/figures/{table}.png", table=["gemm_errors", "collectives_nccl", "memory_nanotron"]),
+        "results/validation/deepseek_checks.csv",
     default_target: True

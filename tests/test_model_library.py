@@ -16,22 +16,29 @@ REQUIRED = {
     "gpt-22b", "gpt-175b", "gpt-310b", "gpt-530b", "gpt-1t",
     "mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "mpt-3b", "mpt-7b", "mpt-13b", "mpt-30b", "mpt-70b",
     "mixtral-8x7b", "mixtral-8x22b", "qwen2-57b-a14b", "qwen3-235b-a22b", "glm-4.5-air",
+    "deepseek-v3", "deepseek-v2-lite",
 }
 
 # Published activated-parameter counts of the MoE models, with the rounding step of the published figure.
-# (published, step, exclude_embeddings)
+# (published, step, excluded): "" counts every parameter, "embedding" leaves out the input embedding (a
+# lookup, not a matmul), "embeddings" the input embedding and the output layer.
 PUBLISHED_ACTIVE = {
     # Mistral AI, "Mixtral of experts" (2023-12-11): "uses 12.9B parameters per token".
-    "mixtral-8x7b": (12.9e9, 0.1e9, False),
+    "mixtral-8x7b": (12.9e9, 0.1e9, ""),
     # Mistral AI, "Cheaper, Better, Faster, Stronger" (2024-04-17): "39B active parameters out of 141B".
-    "mixtral-8x22b": (39e9, 1e9, False),
+    "mixtral-8x22b": (39e9, 1e9, ""),
     # Qwen Team 2024, Qwen2 Technical Report (arXiv:2407.10671) Table 1: 14B activated.
-    "qwen2-57b-a14b": (14e9, 1e9, False),
+    "qwen2-57b-a14b": (14e9, 1e9, ""),
     # Qwen Team 2025, Qwen3 Technical Report (arXiv:2505.09388) Table 2: 22B activated.
-    "qwen3-235b-a22b": (22e9, 1e9, False),
+    "qwen3-235b-a22b": (22e9, 1e9, ""),
     # GLM-4.5 Team 2025 (arXiv:2508.06471) Table 1: 12B activated. The figure matches the count without the
     # input embedding and output layer (12.18B; 13.42B with them), so GLM evidently excludes them.
-    "glm-4.5-air": (12e9, 1e9, True),
+    "glm-4.5-air": (12e9, 1e9, "embeddings"),
+    # DeepSeek-V3 report (arXiv:2412.19437) §1: 37B activated; DeepSeek-V2 (arXiv:2405.04434) Appendix B:
+    # V2-Lite 2.4B activated. Both match the count without the input embedding (36.6B and 2.45B; with it
+    # 37.6B and 2.66B, the latter off by 11%).
+    "deepseek-v3": (37e9, 1e9, "embedding"),
+    "deepseek-v2-lite": (2.4e9, 0.1e9, "embedding"),
 }
 
 
@@ -65,11 +72,11 @@ def test_total_parameters_within_one_percent_of_published(name):
 def test_moe_active_parameters_match_published(name):
     model = load(name)
     assert model.moe is not None
-    published, step, exclude_embeddings = PUBLISHED_ACTIVE[name]
+    published, step, excluded = PUBLISHED_ACTIVE[name]
     active = active_parameters(model)
-    if exclude_embeddings:
-        counts = parameter_counts(model)
-        active -= counts.embedding + counts.lm_head
+    counts = parameter_counts(model)
+    if excluded:
+        active -= counts.embedding + (counts.lm_head if excluded == "embeddings" else 0)
     # within half the rounding step of the published figure, plus 1%
     assert abs(active - published) <= step / 2 + 0.01 * published, f"{name}: active {active:,} vs {published:,.0f}"
 

@@ -77,3 +77,21 @@ rule figure_component:
         "../../environment.yml"
     script:
         "../scripts/figure_component.py"
+
+
+rule validate_deepseek:
+    input:
+        refs=["validation/references/kernel_flashmla_h800.csv", "validation/references/training_deepseek_v3_h800.csv"],
+        specs=["config/hardware/h800.yaml", "config/networks/h800-ib.yaml", "config/models/deepseek-v3.yaml"],
+        code=code("engine", "graph", "memory", "network", "ops", "validate", "pipeline") + [str(LIB / "prediction.py")],
+    output:
+        "results/validation/deepseek_checks.csv",
+    log:
+        "results/logs/validate_deepseek.log",
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/validate_deepseek.py"

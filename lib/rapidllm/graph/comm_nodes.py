@@ -10,10 +10,10 @@ layer per traversal.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import comb
 
 from rapidllm.engine.collectives import CommCost
 from rapidllm.memory.closed_form import state_bytes_per_param
+from rapidllm.ops.moe_routing import expected_units
 from rapidllm.ops.price import local_expert_parameters, local_parameters
 from rapidllm.ops.workload import moe_tokens
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
@@ -30,14 +30,11 @@ class CommNode:
 
 
 def expected_distinct(experts: int, top_k: int, groups: int) -> float:
-    """Expected number of the `groups` equal expert groups (ranks, nodes) a token's top_k experts fall in.
-
-    Balanced routing picks top_k distinct experts uniformly at random; a given group of E/g experts is
-    missed with probability C(E - E/g, k) / C(E, k) (hypergeometric), so by linearity of expectation the
-    token reaches g·(1 - C(E - E/g, k)/C(E, k)) groups. For E >> k this tends to g·(1 - (1 - 1/g)^k),
-    the value for k independent picks.
+    """Expected number of the `groups` equal expert groups (ranks, nodes) a token's top_k experts fall in
+    under unrestricted balanced routing: g·(1 - C(E - E/g, k)/C(E, k)) (`ops.moe_routing.expected_units`).
+    For E >> k this tends to g·(1 - (1 - 1/g)^k), the value for k independent picks.
     """
-    return groups * (1.0 - comb(experts - experts // groups, top_k) / comb(experts, top_k))
+    return expected_units(experts, top_k, groups)
 
 
 def ep_nodes(case: Case) -> int:
@@ -57,13 +54,15 @@ def dispatch_copies(case: Case) -> float:
     all-to-all over the EP group, this puts exactly DeepEP's RDMA volume on the inter-node links: a copy
     leaves the node with probability (nodes - 1)/nodes in both. The NVLink forward is not a separate
     transfer: DeepEP pipelines it behind the RDMA receives, at ~9x the per-GPU bandwidth on DGX H100.
+    Group-limited routing (DeepSeek-V3's node-limited routing, `moe.group_limit`) caps the destinations:
+    with one expert group per node a token reaches at most group_limit nodes (ops/moe_routing.py).
     """
     moe, p = case.model.moe, case.parallelism
     assert moe is not None
     if p.moe_dispatcher == "alltoall":
         return float(moe.top_k)
     nodes = ep_nodes(case)
-    return expected_distinct(moe.experts, moe.top_k, nodes if nodes > 1 else p.ep)
+    return expected_units(moe.experts, moe.top_k, nodes if nodes > 1 else p.ep, moe.expert_groups, moe.group_limit)
 
 
 def dispatch_bytes(case: Case, tokens: int) -> float:
@@ -113,7 +112,7 @@ def layer_nodes(case: Case, tokens: int, scope: str) -> list[CommNode]:
     if p.tp > 1:
         nodes.append(CommNode(scope, "tp", "all_reduce", act, 2 if not moe or moe_tp_collectives(case) else 1))
     if p.cp > 1:
-        nodes.append(CommNode(scope, "cp", "all_gather", 2.0 * m.kv_dim * b * tokens * p.cp / p.tp, 1))
+        nodes.append(CommNode(scope, "cp", "all_gather", float(m.cp_kv_dim) * b * tokens * p.cp / p.tp, 1))
     if moe and p.ep > 1:
         nodes.append(CommNode(scope, "ep", "all_to_all", dispatch_bytes(case, tokens), 2))
     return nodes

@@ -90,7 +90,7 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
             rules += [Rule("norm2", mlp_in, "tp", "all_gather", full),
                       Rule(PREV, "residual2", "tp", "reduce_scatter", full)] * mlp_tp
     if p.cp > 1:
-        kv = 2.0 * m.kv_dim * b * tokens * p.cp / p.tp
+        kv = float(m.cp_kv_dim) * b * tokens * p.cp / p.tp
         rules.append(Rule("attn_bwd", "qkv_dgrad", "cp", "reduce_scatter", kv) if backward
                      else Rule("qkv", "attn", "cp", "all_gather", kv))
     if moe and m.moe and p.ep > 1:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from rapidllm.ops.operators import ATTENTION, GEMM, Operator
 from rapidllm.ops.workload import recomputed
 
-NORMS = ("norm1", "norm2", "final_norm")
+NORMS = ("norm1", "norm2", "final_norm", "latent_norm")
 LAYER_INPUT = "<layer input>"
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rapidllm.ops.params import attention_params, mlp_params, norm_params
+from rapidllm.ops.params import attention_params, mlp_params, mtp_params, norm_params, replicated_attention_params
 from rapidllm.spec.case import Case
 from rapidllm.spec.hardware import DTYPE_BYTES
 from rapidllm.spec.model import ModelSpec
@@ -75,7 +75,8 @@ def stage_layer_counts(case: Case, conv: Conventions = ZERO_PAPER) -> tuple[int,
 def layer_params(model: ModelSpec, tp: int, expert_shards: int) -> tuple[float, float]:
     """(dense, routed-expert) parameters of one average transformer layer on one rank: dense split over
     tp, routed experts over expert_shards = ep x etp."""
-    dense = attention_params(model) / tp + 2 * norm_params(model)
+    replicated = replicated_attention_params(model)        # MLA latents: whole on every TP rank
+    dense = (attention_params(model) - replicated) / tp + replicated + 2 * norm_params(model)
     experts = 0.0
     if model.moe:
         moe, frac = model.moe, model.moe_layer_count() / model.layers
@@ -103,7 +104,12 @@ def stage_params(case: Case, stage: int, conv: Conventions = ZERO_PAPER) -> Stag
             dense += m.vocab * m.hidden / p.tp
         elif p.pp > 1:
             dense += m.vocab * m.hidden / p.tp
-    return StageParams(dense=dense, experts=layers * expert_l, layers=layers)
+    experts = layers * expert_l
+    if stage == p.pp - 1 and m.mtp_depth:             # DeepSeek-V3 keeps its MTP module on the last stage
+        mtp_dense, mtp_experts = mtp_params(m)
+        dense += mtp_dense / p.tp
+        experts += mtp_experts / (p.expert_tp * p.ep)
+    return StageParams(dense=dense, experts=experts, layers=layers)
 
 
 def zero_stage(case: Case) -> int:

@@ -209,7 +209,9 @@ def attention_forward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int,
     if impl == "naive":
         return _naive(hw, batch, q_heads, kv_heads, q_len, kv_len, head_dim_qk, head_dim_v, dtype, False)
     b = DTYPE_BYTES[dtype]
-    br = block_rows(hw, max(head_dim_qk, head_dim_v), dtype, 4)
+    # shared memory holds the Q, K, V and O tiles; with kv_shared V is a slice of the K tile (FlashMLA
+    # keeps a 64 x 576 Q tile and two 64 x 576 K/V stages, its output in registers): three tiles
+    br = block_rows(hw, max(head_dim_qk, head_dim_v), dtype, 3 if kv_shared else 4)
     visible, executed = rank_pairs(q_len, kv_len, causal, cp, max(br // group, 1), br)
     pairs = batch * q_heads * visible
     flops = 2.0 * pairs * (head_dim_qk + head_dim_v)

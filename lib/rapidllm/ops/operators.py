@@ -23,6 +23,7 @@ class AttentionShape:
     head_dim_v: int
     causal: bool
     cp: int = 1               # context-parallel ranks sharing the sequence in load-balanced chunks
+    kv_shared: bool = False   # V is a slice of the cached K (MLA's absorbed decode over the latent)
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,17 @@ class ParamCounts:
     experts: int            # routed experts, all MoE layers
     shared_experts: int     # shared experts + routers, all MoE layers
     norms: int
+    attention_replicated: int = 0   # part of `attention` every TP rank holds whole (MLA's latent projections)
+    mtp: int = 0                    # multi-token-prediction modules: not in `total`, as published totals
 
     @property
     def total(self) -> int:
         return (self.embedding + self.lm_head + self.attention + self.dense_mlp + self.experts
                 + self.shared_experts + self.norms)
+
+    @property
+    def with_mtp(self) -> int:
+        return self.total + self.mtp
 
 
 def attention_params(m: ModelSpec) -> int:
@@ -47,6 +53,42 @@ def attention_params(m: ModelSpec) -> int:
     return params
 
 
+def replicated_attention_params(m: ModelSpec) -> int:
+    """One layer's attention parameters that tensor parallelism does not split: MLA's down projections to
+    the query and key-value latents (with the decoupled rotary key) and their norms, which vLLM/SGLang
+    (ReplicatedLinear) and Megatron-Core ("duplicated") keep whole on every TP rank. 0 otherwise."""
+    if not (m.attention == "mla" and m.mla):
+        return 0
+    a = m.mla
+    q = m.hidden * a.q_lora_rank + a.q_lora_rank
+    return q + m.hidden * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank
+
+
+def moe_layer_params(m: ModelSpec) -> tuple[int, int]:
+    """(shared experts + router, routed experts) of one MoE layer."""
+    assert m.moe is not None
+    shared_ffn = m.moe.shared_expert_ffn or m.moe.expert_ffn
+    return (m.moe.shared_experts * mlp_params(m, shared_ffn) + m.hidden * m.moe.experts,
+            m.moe.experts * mlp_params(m, m.moe.expert_ffn))
+
+
+def mtp_params(m: ModelSpec) -> tuple[int, int]:
+    """(dense, routed-expert) parameters of the model's multi-token-prediction modules (DeepSeek-V3 §2.2):
+    per module a 2h -> h projection, norms of the embedding, of the hidden state and before the shared
+    head, and one transformer layer (an MoE layer where the model has experts); embedding and output
+    head are shared with the main model."""
+    if not m.mtp_depth:
+        return 0, 0
+    dense = 2 * m.hidden * m.hidden + 3 * norm_params(m) + attention_params(m) + 2 * norm_params(m)
+    experts = 0
+    if m.moe:
+        shared, experts = moe_layer_params(m)
+        dense += shared
+    else:
+        dense += mlp_params(m, m.ffn)
+    return m.mtp_depth * dense, m.mtp_depth * experts
+
+
 def mlp_params(m: ModelSpec, ffn: int) -> int:
     """One MLP (dense layer or one expert) of width ffn."""
     mats = 3 if m.mlp == "gated" else 2
@@ -66,9 +108,8 @@ def parameter_counts(m: ModelSpec) -> ParamCounts:
     embedding = m.vocab * m.hidden + (m.max_seq_len * m.hidden if m.position == "learned" else 0)
     experts = shared = 0
     if m.moe:
-        experts = moe_layers * m.moe.experts * mlp_params(m, m.moe.expert_ffn)
-        shared_ffn = m.moe.shared_expert_ffn or m.moe.expert_ffn
-        shared = moe_layers * (m.moe.shared_experts * mlp_params(m, shared_ffn) + m.hidden * m.moe.experts)
+        shared_one, experts_one = moe_layer_params(m)
+        experts, shared = moe_layers * experts_one, moe_layers * shared_one
     return ParamCounts(
         embedding=embedding,
         lm_head=0 if m.tied_embeddings else m.vocab * m.hidden,
@@ -77,6 +118,8 @@ def parameter_counts(m: ModelSpec) -> ParamCounts:
         experts=experts,
         shared_experts=shared,
         norms=(2 * m.layers + 1) * norm_params(m),
+        attention_replicated=m.layers * replicated_attention_params(m),
+        mtp=sum(mtp_params(m)),
     )
 
 

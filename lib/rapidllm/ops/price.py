@@ -18,7 +18,7 @@ from rapidllm.ops.attention import attention_backward, attention_forward
 from rapidllm.ops.gemm import kernel_params, price_gemms
 from rapidllm.ops.tiles import build_catalog
 from rapidllm.ops.operators import ATTENTION, GEMM, Operator
-from rapidllm.ops.params import parameter_counts
+from rapidllm.ops.params import mtp_params, parameter_counts
 from rapidllm.ops.roofline import roofline_times
 from rapidllm.spec.case import Case, InferenceWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -28,17 +28,20 @@ OPERATOR_COLUMNS = ["section", "name", "kind", "phase", "count", "flops", "bytes
 
 
 def local_parameters(case: Case) -> float:
-    """Parameters held by one rank before ZeRO/FSDP sharding (TP/PP/EP split; embeddings counted once)."""
+    """Parameters held by one rank before ZeRO/FSDP sharding (TP/PP/EP split; embeddings counted once;
+    MLA's latent projections whole on every TP rank; MTP modules spread like layers)."""
     p = case.parallelism
     c = parameter_counts(case.model)
-    dense = (c.attention + c.dense_mlp + c.shared_experts + c.norms) / (p.tp * p.pp)
+    split = c.attention - c.attention_replicated + c.dense_mlp + c.shared_experts + c.norms
+    dense = split / (p.tp * p.pp) + c.attention_replicated / p.pp + mtp_params(case.model)[0] / (p.tp * p.pp)
     return dense + local_expert_parameters(case) + (c.embedding + c.lm_head) / p.tp / (2 if p.pp > 1 else 1)
 
 
 def local_expert_parameters(case: Case) -> float:
-    """Routed-expert parameters of one rank: the experts are split over pp x ep x etp ranks."""
+    """Routed-expert parameters of one rank (MTP modules' included): split over pp x ep x etp ranks."""
     p = case.parallelism
-    return parameter_counts(case.model).experts / (p.expert_tp * p.pp * p.ep)
+    experts = parameter_counts(case.model).experts + mtp_params(case.model)[1]
+    return experts / (p.expert_tp * p.pp * p.ep)
 
 
 def _layer_sections(case: Case, shard: wl.Shard, prefix: str, training: bool) -> list[tuple[str, Operator]]:
@@ -115,7 +118,7 @@ def operator_times(case: Case, ops: list[Operator], method: str = "tiles") -> np
             fn = attention_backward if o.phase == "bwd" else attention_forward
             kwargs = {} if o.phase == "bwd" else {"training": case.training}
             times[i] = fn(hw, a.batch, a.q_heads, a.kv_heads, a.q_len, a.kv_len, a.head_dim_qk, a.head_dim_v,
-                          a.causal, dtype, case.attention_impl, cp=a.cp, **kwargs).time_s
+                          a.causal, dtype, case.attention_impl, kv_shared=a.kv_shared, cp=a.cp, **kwargs).time_s
     return times
 
 

@@ -73,36 +73,91 @@ def _heads(model: ModelSpec, tp: int) -> tuple[int, int]:
 
 def attention_forward(model: ModelSpec, s: Shard) -> list[Operator]:
     """Norm, QKV projection, rotary, attention core, output projection, residual."""
+    if model.attention == "mla" and model.mla:
+        return mla_forward(model, s, absorbed=s.decode)
     h, b, T = model.hidden, s.dtype_bytes, s.tokens
     qh, kvh = _heads(model, s.tp)
-    norm_elems = T * h / (s.tp if s.sp else 1)
-    if model.attention == "mla" and model.mla:
-        a = model.mla
-        d_qk, d_v = a.qk_nope_head_dim + a.qk_rope_head_dim, a.v_head_dim
-        qkv_n = qh * d_qk + (a.kv_lora_rank + a.qk_rope_head_dim) // s.tp + qh * (a.qk_nope_head_dim + d_v)
-        kvh = qh
-    else:
-        d_qk = d_v = model.head_dim
-        qkv_n = (qh + 2 * kvh) * model.head_dim
+    d = model.head_dim
+    ops = [
+        _pointwise("norm1", "fwd", _norm_elements(model, s), b, 1, 1, NORM_FLOPS),
+        _gemm("qkv", "fwd", T, (qh + 2 * kvh) * d, h, b, inputs=("norm1",)),
+    ]
+    if model.position == "rope":
+        ops.append(_pointwise("rope", "fwd", T * (qh + kvh) * d, b, 1, 1, ROPE_FLOPS, inputs=("qkv",)))
+    return ops + _core_and_output(model, s, qh, kvh, d, d, ("qkv",))
+
+
+def mla_forward(model: ModelSpec, s: Shard, absorbed: bool) -> list[Operator]:
+    """Multi-head latent attention (DeepSeek-V2 §2.1, V3 §2.1.1) on one TP rank.
+
+    Down projections (one fused GEMM, as SGLang's fused_qkv_a_proj and vLLM run them): hidden -> query
+    latent (q_lora_rank; without one, the per-head queries directly) + key-value latent (kv_lora_rank) +
+    the decoupled rotary key (qk_rope_head_dim, shared by all heads). Frameworks replicate the latent
+    projections on every TP rank (vLLM/SGLang ReplicatedLinear, Megatron-Core "duplicated"): the latent
+    is not split, only the heads are, so TP divides neither these GEMMs nor the latent KV cache.
+    Expanded form (training, prefill; `absorbed=False`): up projections give each head its query
+    (nope + rope dims) and its key/value (nope + v dims) and attention runs as MHA with d_qk = nope + rope,
+    d_v = v over kv_len keys. Absorbed form (decode, as FlashMLA, SGLang and vLLM run it): W_UK is folded
+    into the query (a per-head q_nope -> latent GEMM) and W_UV after the attention (latent -> v per head),
+    so attention is MQA over the cached latent: one kv head of d_qk = kv_lora_rank + rope, whose first
+    kv_lora_rank dims are also V (d_v = kv_lora_rank). A naive decode (`absorbed=False` with q_len 1)
+    up-projects the whole cached latent every step, as the reference Hugging Face implementation does.
+    """
+    a, h, b, T = model.mla, model.hidden, s.dtype_bytes, s.tokens
+    assert a is not None
+    qh = model.heads // s.tp
+    d_qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+    q_down = a.q_lora_rank or qh * d_qk
+    ops = [
+        _pointwise("norm1", "fwd", _norm_elements(model, s), b, 1, 1, NORM_FLOPS),
+        _gemm("qkv", "fwd", T, q_down + a.kv_lora_rank + a.qk_rope_head_dim, h, b, inputs=("norm1",)),
+        _pointwise("latent_norm", "fwd", T * ((a.q_lora_rank or 0) + a.kv_lora_rank), b, 1, 1, NORM_FLOPS,
+                   inputs=("qkv",)),
+    ]
+    q = "qkv"
+    if a.q_lora_rank:
+        ops.append(_gemm("q_up", "fwd", T, qh * d_qk, a.q_lora_rank, b, inputs=("latent_norm",)))
+        q = "q_up"
+    ops.append(_pointwise("rope", "fwd", T * (qh + 1) * a.qk_rope_head_dim, b, 1, 1, ROPE_FLOPS, inputs=(q,)))
+    if absorbed:
+        ops.append(_gemm("q_absorb", "fwd", T, a.kv_lora_rank, a.qk_nope_head_dim, b, inputs=(q,), groups=qh))
+        core = _core_and_output(model, s, qh, 1, a.kv_lora_rank + a.qk_rope_head_dim, a.kv_lora_rank,
+                                ("q_absorb", "latent_norm"), kv_shared=True, v_absorb=a.v_head_dim)
+        return ops + core
+    kv_rows = T if not s.decode else s.batch * s.kv_len
+    ops.append(_gemm("kv_up", "fwd", kv_rows, qh * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, b,
+                     inputs=("latent_norm",)))
+    return ops + _core_and_output(model, s, qh, qh, d_qk, a.v_head_dim, (q, "kv_up"))
+
+
+def _norm_elements(model: ModelSpec, s: Shard) -> float:
+    """Elements of a pre-norm or residual: the layer's tokens, sequence-sharded under SP."""
+    return s.tokens * model.hidden / (s.tp if s.sp else 1)
+
+
+def _core_and_output(model: ModelSpec, s: Shard, qh: int, kvh: int, d_qk: int, d_v: int,
+                     inputs: tuple[str, ...], kv_shared: bool = False, v_absorb: int = 0) -> list[Operator]:
+    """Attention core over (q heads, kv heads, d_qk, d_v), the absorbed value up-projection when
+    `v_absorb` (MLA decode: latent -> v_absorb dims per head), output projection and residual."""
+    h, b, T = model.hidden, s.dtype_bytes, s.tokens
     shape = AttentionShape(batch=s.batch, q_heads=qh, kv_heads=kvh, q_len=s.q_len, kv_len=s.kv_len,
-                           head_dim_qk=d_qk, head_dim_v=d_v, causal=s.causal and not s.decode, cp=s.cp)
+                           head_dim_qk=d_qk, head_dim_v=d_v, causal=s.causal and not s.decode, cp=s.cp,
+                           kv_shared=kv_shared)
     attn_flops = 2.0 * s.batch * qh * s.q_len * s.kv_len * (d_qk + d_v)
     if shape.causal:
         attn_flops *= 0.5
-    attn_bytes = b * s.batch * (qh * s.q_len * (d_qk + d_v) + kvh * s.kv_len * (d_qk + d_v))
-    ops = [
-        _pointwise("norm1", "fwd", norm_elems, b, 1, 1, NORM_FLOPS),
-        _gemm("qkv", "fwd", T, qkv_n, h, b, inputs=("norm1",)),
+    kv_width = d_qk if kv_shared else d_qk + d_v
+    attn_bytes = b * s.batch * (qh * s.q_len * (d_qk + d_v) + kvh * s.kv_len * kv_width)
+    ops = [Operator(name="attn", kind=ATTENTION, phase="fwd", flops=attn_flops, bytes=float(attn_bytes),
+                    out_bytes=float(b * T * qh * d_v), attention=shape, inputs=inputs, dtype_bytes=b)]
+    out, width = "attn", qh * d_v
+    if v_absorb:
+        ops.append(_gemm("v_absorb", "fwd", T, v_absorb, d_v, b, inputs=("attn",), groups=qh))
+        out, width = "v_absorb", qh * v_absorb
+    return ops + [
+        _gemm("o_proj", "fwd", T, h, width, b, inputs=(out,)),
+        _pointwise("residual1", "fwd", _norm_elements(model, s), b, 2, 1, 1.0, inputs=("o_proj",)),
     ]
-    if model.position == "rope":
-        ops.append(_pointwise("rope", "fwd", T * (qh + kvh) * d_qk, b, 1, 1, ROPE_FLOPS, inputs=("qkv",)))
-    ops += [
-        Operator(name="attn", kind=ATTENTION, phase="fwd", flops=attn_flops, bytes=float(attn_bytes),
-                 out_bytes=float(b * T * qh * d_v), attention=shape, inputs=("qkv",), dtype_bytes=b),
-        _gemm("o_proj", "fwd", T, h, qh * d_v, b, inputs=("attn",)),
-        _pointwise("residual1", "fwd", norm_elems, b, 2, 1, 1.0, inputs=("o_proj",)),
-    ]
-    return ops
 
 
 def mlp_forward(model: ModelSpec, s: Shard, ffn: int, prefix: str, tokens: int | None = None,
@@ -184,7 +239,8 @@ def backward_of(op: Operator) -> list[Operator]:
 
 # Forward operators of each Megatron-Core --recompute-modules name ("x_" matches the prefix x_): the
 # attention core, both norms, the dense MLP, the experts' activation, the whole MoE block (router, token
-# permutes, experts, shared experts; its all-to-alls run again too) and the shared experts.
+# permutes, experts, shared experts; its all-to-alls run again too), the shared experts and MLA's latent
+# norms, up projections and rotary embedding (mla_up_proj; DeepSeek-V3 §3.3.2 recomputes them too).
 RECOMPUTE_MODULES: dict[str, tuple[str, ...]] = {
     "core_attn": ("attn",),
     "layernorm": ("norm1", "norm2"),
@@ -192,6 +248,7 @@ RECOMPUTE_MODULES: dict[str, tuple[str, ...]] = {
     "moe_act": ("expert_act",),
     "moe": ("router", "permute", "unpermute", "expert_", "shared_"),
     "shared_experts": ("shared_",),
+    "mla_up_proj": ("latent_norm", "q_up", "kv_up", "rope"),
 }
 
 
@@ -250,11 +307,30 @@ def head_forward(model: ModelSpec, s: Shard) -> list[Operator]:
     h, b = model.hidden, s.dtype_bytes
     v = model.vocab // s.tp
     rows, last, writes = (s.batch, "sampling", 0) if s.last_token_logits else (s.tokens, "cross_entropy", 1)
-    return [
+    ops = [
         _pointwise("final_norm", "fwd", s.tokens * h, b, 1, 1, NORM_FLOPS),
         _gemm("lm_head", "fwd", rows, v, h, b, inputs=("final_norm",)),
         _pointwise(last, "fwd", rows * v, 4, 1, writes, 5.0, inputs=("lm_head",)),
     ]
+    if s.last_token_logits:
+        return ops
+    return ops + [o for depth in range(1, model.mtp_depth + 1) for o in mtp_forward(model, s, depth, ops)]
+
+
+def mtp_forward(model: ModelSpec, s: Shard, depth: int, head: list[Operator]) -> list[Operator]:
+    """One multi-token-prediction module in training (DeepSeek-V3 §2.2): RMSNorm of the previous depth's
+    hidden state and of the next token's embedding, their concatenation projected 2h -> h, one
+    transformer layer (MoE where the model has experts), and the shared output head with its own loss.
+    Runs on the last pipeline stage after the main head (where DeepSeek-V3 places it, §3.2.1)."""
+    h, b = model.hidden, s.dtype_bytes
+    p = f"mtp{depth}_"
+    ops = [_pointwise(p + "norms", "fwd", 2 * s.tokens * h, b, 1, 1, NORM_FLOPS),
+           _gemm(p + "proj", "fwd", s.tokens, h, 2 * h, b, inputs=(p + "norms",))]
+    body = layer_forward(model, s, moe_layer=model.moe is not None) + head
+    for o in body:
+        inputs = tuple(p + n for n in o.inputs) or (p + "proj",)
+        ops.append(replace(o, name=p + o.name, inputs=inputs))
+    return ops
 
 
 def embedding_forward(model: ModelSpec, s: Shard) -> list[Operator]:

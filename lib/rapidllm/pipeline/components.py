@@ -1,4 +1,5 @@
-"""Component validation stages: GEMM kernels (Fig 10), nccl-tests collectives, nanotron/MPT memory.
+"""Component validation stages: GEMM kernels (Fig 10), nccl-tests collectives, nanotron/MPT memory,
+DeepSeek's published figures (FlashMLA decode on H800, DeepSeek-V3 pre-training rate).
 
 Each writes a per-row CSV and a small error table; the figures read those tables. GEMM kernels are priced
 from the datasheet alone (utilization 1.0): the end-to-end calibrated constants absorb effects that are not
@@ -13,7 +14,7 @@ import pandas as pd
 from rapidllm.network.validation import MIN_BYTES, TABLES, nccl_rows, network_utilization
 from rapidllm.pipeline.io import write_table
 from rapidllm.validate.calibrate import collective_calibration_rows
-from rapidllm.validate import kernels
+from rapidllm.validate import deepseek, kernels
 from rapidllm.validate.memory import validate_mpt, validate_nanotron
 
 
@@ -65,3 +66,20 @@ def run_memory_validation(references: str | Path, rows_out: str | Path, summary_
     ])
     write_table(summary, summary_out)
     return nano
+
+
+def run_deepseek_validation(out: str | Path) -> pd.DataFrame:
+    """FlashMLA's published decode rates and DeepSeek-V3's pre-training tokens/s per GPU against the model
+    (validate/deepseek.py), one table: check, published, predicted, error."""
+    fm = deepseek.flashmla_check()
+    rows = [{"check": f"flashmla_{r.release}_{r.regime}", "unit": r.unit, "measured": r.measured,
+             "predicted": r.predicted_reported_clock, "error_pct": r.error_pct} for r in fm.itertuples()]
+    for r in deepseek.v3_training_check().itertuples():
+        for precision in ("bf16", "fp8"):
+            predicted = getattr(r, f"predicted_{precision}")
+            rows.append({"check": f"{r.model}_pretraining_{precision}", "unit": "tokens/s per GPU",
+                         "measured": r.measured_tokens_per_s_per_gpu, "predicted": predicted,
+                         "error_pct": getattr(r, f"error_pct_{precision}")})
+    table = pd.DataFrame(rows)
+    write_table(table, out)
+    return table

@@ -17,6 +17,16 @@ class MoESpec:
     layer_freq: int = 1             # every layer_freq-th layer is MoE
     first_dense_layers: int = 0     # leading dense layers (DeepSeek/GLM style)
     capacity_factor: float = 1.0
+    # Group-limited (node-limited) routing, config.json's n_group / topk_group (DeepSeek-V2 §2.1.2,
+    # DeepSeek-V3 §2.1.2): the experts form `expert_groups` equal groups and a token's top_k experts come
+    # from at most `group_limit` of them (0: no limit). With one group per node, at most M nodes per token.
+    expert_groups: int = 1
+    group_limit: int = 0
+
+    @property
+    def groups_per_token(self) -> int:
+        """Expert groups a token may reach: group_limit, or all of them without a limit."""
+        return self.group_limit or self.expert_groups
 
     def is_moe_layer(self, index: int) -> bool:
         return index >= self.first_dense_layers and (index - self.first_dense_layers) % self.layer_freq == 0
@@ -52,6 +62,10 @@ class ModelSpec:
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     published_params: float | None = None
+    # Multi-token prediction modules (DeepSeek-V3 §2.2): each adds one transformer layer (MoE where the
+    # model has experts), a 2h -> h projection and two norms, sharing the embedding and the output head,
+    # and one more LM-head pass and loss per training step. 0: none. Not counted in published totals.
+    mtp_depth: int = 0
 
     @property
     def q_dim(self) -> int:
@@ -60,6 +74,16 @@ class ModelSpec:
     @property
     def kv_dim(self) -> int:
         return self.kv_heads * self.head_dim
+
+    @property
+    def cp_kv_dim(self) -> int:
+        """Key and value values per token a context-parallel rank gathers: 2·kv_dim, or for MLA the
+        up-projected per-head keys (nope + rope) and values that Megatron-Core / Transformer Engine pass
+        to the attention core."""
+        if self.attention == "mla" and self.mla:
+            a = self.mla
+            return self.heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
+        return 2 * self.kv_dim
 
     def moe_layer_count(self) -> int:
         return sum(self.moe.is_moe_layer(i) for i in range(self.layers)) if self.moe else 0
@@ -79,6 +103,15 @@ class ModelSpec:
         moe = MoESpec(**m["moe"]) if m.get("moe") else None
         if moe and moe.top_k > moe.experts:
             raise SpecError.at(source, "moe.top_k", f"top_k {moe.top_k} exceeds experts {moe.experts}")
+        if moe and moe.experts % moe.expert_groups:
+            raise SpecError.at(source, "moe.expert_groups",
+                               f"experts {moe.experts} must be a multiple of expert_groups {moe.expert_groups}")
+        if moe and moe.group_limit > moe.expert_groups:
+            raise SpecError.at(source, "moe.group_limit",
+                               f"group_limit {moe.group_limit} exceeds expert_groups {moe.expert_groups}")
+        if moe and moe.groups_per_token * moe.experts // moe.expert_groups < moe.top_k:
+            raise SpecError.at(source, "moe.group_limit",
+                               f"group_limit {moe.group_limit} groups hold fewer than top_k {moe.top_k} experts")
         return cls(
             name=m["name"], hidden=m["hidden"], layers=m["layers"], heads=heads, kv_heads=kv_heads,
             head_dim=head_dim, ffn=m["ffn"], vocab=m["vocab"], mlp=m.get("mlp", "gated"),
@@ -86,5 +119,5 @@ class ModelSpec:
             bias=m.get("bias", False), qkv_bias=m.get("qkv_bias", False),
             tied_embeddings=m.get("tied_embeddings", False), max_seq_len=m.get("max_seq_len", 4096),
             moe=moe, mla=MLASpec(**m["mla"]) if m.get("mla") else None,
-            published_params=m.get("published_params"),
+            published_params=m.get("published_params"), mtp_depth=m.get("mtp_depth", 0),
         )
