@@ -17,6 +17,7 @@ from rapidllm.engine.chakra import _producer, export_ranks, group_ids, rank_trac
 from rapidllm.engine.collectives import CommCost
 from rapidllm.engine.composer import training_plan
 from rapidllm.graph.pipeline import consumer_of
+from rapidllm.graph.templates import case_templates
 from rapidllm.ops.price import price_case
 from rapidllm.prediction import evaluate, export_chakra
 from rapidllm.spec.case import resolve_case
@@ -27,6 +28,7 @@ LAYOUTS = {
     "tp8-no-sp": dict(tp=8, pp=1, dp=1, sp=False),
     "interleaved-zero1": dict(tp=2, pp=2, dp=2, sp=True, schedule="interleaved", virtual_stages=2, zero=1),
     "fsdp": dict(tp=1, pp=1, dp=8, fsdp="full_shard"),
+    "tp8-sp": dict(tp=8, pp=1, dp=1, sp=True),
 }
 
 
@@ -42,8 +44,9 @@ def traced(request):
     case = _case(request.param)
     ops = price_case(case)
     plan = training_plan(case, ops, CommCost(case))
-    table, pg_of = group_ids(case)
-    traces = {r: rank_trace(case, ops, r, plan, pg_of) for r in export_ranks(case, per_class=False)}
+    groups = group_ids(case)
+    table = groups[0]
+    traces = {r: rank_trace(case, ops, r, plan, groups) for r in export_ranks(case, per_class=False)}
     return case, plan, table, traces
 
 
@@ -115,6 +118,32 @@ def test_collectives_block_only_their_consumers(traced):
         assert ns[i].deps == [i - 1]
         following = ns[i + 1]
         assert i not in following.deps, names[i + 1]
+
+
+def test_all_gathers_carry_one_ranks_input_as_astra_sim_counts_them(traced):
+    """ASTRA-sim's ring all-gather sends comm_size per step; our nccl-tests size is the gathered output."""
+    case, _, table, traces = traced
+    ours = {n.nbytes for t in case_templates(case, price_case(case)) for n in t.nodes if n.op == "all_gather"}
+    for n in traces[0]:
+        if n.comm_type == "ALL_GATHER" and ".grad_bucket" not in n.name and "dp." not in n.name:
+            assert any(math.isclose(n.comm_size * len(table[n.pg_name]), b, rel_tol=1e-6) for b in ours), n.name
+
+
+def test_fsdp_gathers_run_one_layer_ahead(traced):
+    """A layer's weight gather starts when the previous layer starts computing (prefetch depth one), so
+    only the first gather of a chunk is exposed, as the engine's composition assumes."""
+    case, _, _, traces = traced
+    if case.parallelism.fsdp != "full_shard":
+        return
+    ns = traces[0]
+    gathers = [k for k, n in enumerate(ns) if n.name.endswith("dp.all_gather") and "param_gather" not in n.name]
+    firsts = {ns[g].name: g for g in reversed(gathers)}       # the first gather of each action waits
+    later = [g for g in gathers if g not in firsts.values()]
+    assert len(later) > 2
+    for g in later:
+        starts = [d for d in ns[g].deps if ns[d].type == "COMP_NODE"]
+        # launched after the previous layer's first operator, not its last: its other operators lie between
+        assert starts and all(any(ns[k].type == "COMP_NODE" for k in range(d + 1, g)) for d in starts), ns[g].name
 
 
 def test_producer_inverts_consumer():
