@@ -35,6 +35,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     case = load_case(args.case)
     record = evaluate(case, args.engine, adjuster(args.measured, args.what_if or ()))
     out = {k: _clean(record.get(k)) for k in JSON_KEYS if k in record}
+    if args.cost and record.get("status") == "ok":
+        from rapidllm.cost import price_prediction
+        out.update({k: _clean(v) for k, v in price_prediction(case, record).items()})
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=False))
         return 0
@@ -92,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--measured", metavar="FILE", help="CSV name,time_s[,section,phase] of measured operator times")
     p.add_argument("--what-if", action="append", metavar="NAME=xF|/F|TIME",
                    help="scale (x0.5), speed up (/2) or set (1 ms) one operator's time; repeatable")
+    p.add_argument("--cost", action="store_true",
+                   help="add $/GPU-hour, $/step, $/M tokens, tokens per $ and per watt (docs/cost.md)")
     p.set_defaults(func=cmd_predict)
     s = sub.add_parser("sweep", help="run an experiment sweep in-process with a progress bar")
     s.add_argument("experiment", help="experiment YAML")
