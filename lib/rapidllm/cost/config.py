@@ -16,6 +16,7 @@ from rapidllm.cost.package import Die, Hbm, PackageSpec
 from rapidllm.cost.silicon import Process
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
+from rapidllm.spec.paths import known_names
 from rapidllm.spec.schema import validate
 
 PROCESS_KEYS = ("wafer_diameter_mm", "edge_exclusion_mm", "scribe_mm", "wafer_cost_usd", "defect_density_per_cm2",
@@ -99,6 +100,9 @@ def cost_from_mapping(hardware: Mapping[str, Any], where: str,
 
 def hardware_mapping(name: str) -> tuple[dict, str]:
     """The validated mapping of config/hardware/{name}.yaml and its display path."""
+    if name not in known_names("hardware"):
+        raise SpecError.at("cost", "hardware", f"{name!r} is not in config/hardware/ (an inline device); pass "
+                           "its cost inputs, hardware_cost(mapping); known: " + ", ".join(known_names("hardware")))
     return resolve_named("hardware", name, "cost", "hardware")
 
 
