@@ -11,6 +11,7 @@ include: "workflow/rules/stages.smk"
 include: "workflow/rules/validation.smk"
 include: "workflow/rules/ns3.smk"
 include: "workflow/rules/components.smk"
+include: "workflow/rules/optimus.smk"
 
 
 wildcard_constraints:
@@ -28,4 +29,5 @@ rule all:
         "results/validation/network_ns3.csv",
         "results/figures/network_ns3.png",
         expand("results/figures/{table}.png", table=["gemm_errors", "collectives_nccl", "memory_nanotron"]),
+        expand("results/figures/optimus_{study}.png", study=OPTIMUS_FIGURES),
     default_target: True
