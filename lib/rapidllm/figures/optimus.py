@@ -25,7 +25,8 @@ def flash_gpt2(t: pd.DataFrame, stem: str | Path) -> list[Path]:
     ax.bar(x + 0.2, [m for _, _, m in rows], 0.4, label="FlashAttention paper (Tables 2, 4)", color="#4c72b0")
     ax.set_xticks(x, [lab for lab, _, _ in rows], fontsize=6)
     ax.axhline(1.0, color="k", lw=0.8)
-    ax.set(ylabel="speedup over Megatron (unfused) attention", title="GPT-2 training on 8x A100: FlashAttention speedup")
+    ax.set(ylabel="speedup over Megatron (unfused) attention",
+           title="GPT-2 training on 8x A100: FlashAttention speedup")
     ax.legend(fontsize=8)
     return save(fig, stem)
 
@@ -55,13 +56,15 @@ def flash_long(t: pd.DataFrame, kernels: pd.DataFrame, stem: str | Path) -> list
     a.set(xscale="log", xlabel="sequence length", ylabel="step speedup over unfused (+selective recompute)",
           title="GPT-2 medium training, 8 GPUs")
     a.set_xticks(sorted(t.seq_len.unique()), [f"{s // 1024}k" for s in sorted(t.seq_len.unique())])
+    a.minorticks_off()
     a.legend(fontsize=7)
     k = kernels.reset_index(drop=True)
     x = np.arange(len(k))
     b.bar(x - 0.2, k.predicted_s * 1e3, 0.4, label="rapidllm", color="#dd8452")
     b.bar(x + 0.2, k.measured_s * 1e3, 0.4, label="published (FA-3 paper Figs 5-6)", color="#4c72b0")
-    b.set_xticks(x, [f"{kern} {pas[:3]}{' c' if causal else ''}\n{s // 1024}k"
-                     for kern, pas, causal, s in zip(k.kernel, k["pass"], k.causal, k.seq_len)], fontsize=6)
+    b.set_xticks(x, [f"{kern}\n{pas[:3]}{' causal' if causal else ''}\n{s // 1024}k"
+                     for kern, pas, causal, s in zip(k.kernel, k["pass"], k.causal, k.seq_len)], fontsize=6,
+                 rotation=90)
     b.set(yscale="log", ylabel="kernel time (ms)", title="H100 attention kernels, 16 heads x 128, batch x seq = 16k")
     b.legend(fontsize=7)
     return save(fig, stem)
@@ -92,7 +95,8 @@ def topology(t: pd.DataFrame, stem: str | Path) -> list[Path]:
     batches = sorted(t.batch.unique())
     x = np.arange(len(batches))
     w = 0.8 / len(tops)
-    for ax, col, name in ((axes[0], "ttft_s", "time to first token (s)"), (axes[1], "itl_s", "inter-token latency (ms)")):
+    panels = ((axes[0], "ttft_s", "time to first token (s)"), (axes[1], "itl_s", "inter-token latency (ms)"))
+    for ax, col, name in panels:
         for i, top in enumerate(tops):
             g = t[t.topology == top].set_index("batch").reindex(batches)
             scale = 1e3 if col == "itl_s" else 1.0
@@ -113,7 +117,8 @@ def cost_designs(t: pd.DataFrame, stem: str | Path) -> list[Path]:
         front = ok[ok.pareto].sort_values("package_usd")
         ax.plot(front.package_usd, front.time_s, "r--", lw=1, label="Pareto front")
         for r in ok.itertuples(index=False):
-            ax.annotate(r.label, (r.package_usd, r.time_s), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            ax.annotate(r.label, (r.package_usd, r.time_s), fontsize=7, textcoords="offset points",
+                        xytext=(3, -10) if r.label == "a100" else (3, 3))
         for r in g[g.status != "ok"].itertuples(index=False):
             ax.axvline(r.package_usd, color="0.8", lw=0.8)
             ax.annotate(f"{r.label}: OOM", (r.package_usd, ax.get_ylim()[0]), fontsize=6, rotation=90, color="0.5")
@@ -135,8 +140,9 @@ def tornado(t: pd.DataFrame, stem: str | Path, top: int = 15) -> list[Path]:
     ax.barh(y, g.high - base, left=base, color="#dd8452", label="input +25%")
     ax.axvline(base, color="k", lw=0.8)
     ax.set_yticks(y, g.parameter, fontsize=7)
+    stable = t.best_design_low.nunique() == 1 and (t.best_design_low == t.best_design_high).all()
     ax.set(xlabel="A100 unit cost (USD, package + NRE per unit)",
            title=f"Sensitivity of the A100 unit cost ({base:,.0f} USD); best design unchanged: "
-                 f"{'yes' if (t.best_design_low == t.best_design_high).all() and t.best_design_low.nunique() == 1 else 'no'}")
+                 f"{'yes' if stable else 'no'}")
     ax.legend(fontsize=7)
     return save(fig, stem)

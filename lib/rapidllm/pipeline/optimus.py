@@ -177,7 +177,8 @@ def cost_designs(train: tuple[str | Path, str | Path], infer: tuple[str | Path, 
     out = pd.concat(frames, ignore_index=True)
     ref = out[out.label == "a100"].set_index("workload").time_s
     rel = out.time_s / out.workload.map(ref)
-    both = rel.groupby(out.label).transform(lambda r: math.sqrt(r.prod()) if r.notna().all() and len(r) == 2 else np.nan)
+    both = rel.groupby(out.label).transform(
+        lambda r: math.sqrt(r.prod()) if r.notna().all() and len(r) == 2 else np.nan)
     out["cost_x_time"] = out.unit_usd * both
     cols = ["label", "workload", "hardware", "stacks", "sites", "hbm_gib", "hbm_tbytes_per_s", "interposer_mm2",
             "model", "world", "tp", "pp", "dp", "status", "reason", "time_s", "tokens_per_s", "package_usd", "unit_usd",
@@ -234,7 +235,8 @@ def run(study: str, inputs: dict[str, str], outputs: dict[str, str]) -> None:
         t = topology(inputs["summary"], inputs["cases"])
         fig.topology(t, stem("png"))
     elif study == "cost":
-        t = cost_designs((inputs["train_summary"], inputs["train_cases"]), (inputs["infer_summary"], inputs["infer_cases"]))
+        t = cost_designs((inputs["train_summary"], inputs["train_cases"]),
+                         (inputs["infer_summary"], inputs["infer_cases"]))
         tor = cost_tornado(t, inputs["train_cases"])
         write_table(tor, outputs["tornado"])
         fig.cost_designs(t, stem("png"))
