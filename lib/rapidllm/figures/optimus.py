@@ -23,7 +23,7 @@ def flash_gpt2(t: pd.DataFrame, stem: str | Path) -> list[Path]:
     x = np.arange(len(rows))
     ax.bar(x - 0.2, [p for _, p, _ in rows], 0.4, label="rapidllm", color="#dd8452")
     ax.bar(x + 0.2, [m for _, _, m in rows], 0.4, label="FlashAttention paper (Tables 2, 4)", color="#4c72b0")
-    ax.set_xticks(x, [lab for lab, _, _ in rows], fontsize=6)
+    ax.set_xticks(x, [lab for lab, _, _ in rows], fontsize=6, rotation=90)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set(ylabel="speedup over Megatron (unfused) attention",
            title="GPT-2 training on 8x A100: FlashAttention speedup")
