@@ -10,15 +10,14 @@ OPTIMUS_NEEDS = {"flash_gpt2": ["optimus-flash-gpt2"], "flash_batch": ["optimus-
                  "cost": ["optimus-cost-training", "optimus-cost-inference"],
                  "cost_tornado": ["optimus-cost-training", "optimus-cost-inference"]}
 OPTIMUS_FIGURES = [f for f, needs in OPTIMUS_NEEDS.items() if all(e in STUDIES for e in needs)]
-
-
-def _study(exp):
-    return {"summary": f"results/{exp}/summary.parquet", "cases": f"results/{exp}/cases.parquet"}
+# a study's pipeline outputs, by experiment
+STUDY_FILES = {exp: {"summary": f"results/{exp}/summary.parquet", "cases": f"results/{exp}/cases.parquet"}
+               for needs in OPTIMUS_NEEDS.values() for exp in needs}
 
 
 rule optimus_flash_gpt2:
     input:
-        **_study("optimus-flash-gpt2"),
+        **STUDY_FILES["optimus-flash-gpt2"],
         reference="validation/references/flash_attention_gpt2_a100.csv",
         code=code("cost", "engine", "figures", "graph", "memory", "network", "ops", "pipeline", "validate") + PREDICTION,
     output:
@@ -39,7 +38,7 @@ rule optimus_flash_gpt2:
 
 rule optimus_flash_batch:
     input:
-        **_study("optimus-flash-batch"),
+        **STUDY_FILES["optimus-flash-batch"],
         code=code("cost", "engine", "figures", "graph", "memory", "network", "ops", "pipeline", "validate") + PREDICTION,
     output:
         table="results/optimus/flash_batch.csv",
@@ -59,7 +58,7 @@ rule optimus_flash_batch:
 
 rule optimus_flash_long:
     input:
-        **_study("optimus-flash-long"),
+        **STUDY_FILES["optimus-flash-long"],
         reference="validation/references/flash_attention_kernels_h100.csv",
         hardware="config/hardware/h100-sxm5-80gb.yaml",
         code=code("cost", "engine", "figures", "graph", "memory", "network", "ops", "pipeline", "validate") + PREDICTION,
@@ -82,7 +81,7 @@ rule optimus_flash_long:
 
 rule optimus_moe:
     input:
-        **_study("optimus-moe"),
+        **STUDY_FILES["optimus-moe"],
         code=code("cost", "engine", "figures", "graph", "memory", "network", "ops", "pipeline", "validate") + PREDICTION,
     output:
         table="results/optimus/moe.csv",
@@ -102,7 +101,7 @@ rule optimus_moe:
 
 rule optimus_topology:
     input:
-        **_study("optimus-topology"),
+        **STUDY_FILES["optimus-topology"],
         code=code("cost", "engine", "figures", "graph", "memory", "network", "ops", "pipeline", "validate") + PREDICTION,
     output:
         table="results/optimus/topology.csv",
