@@ -176,3 +176,17 @@ def test_cli_cost_flag_on_inline_device_fails_cleanly(tmp_path, gpt_case, capsys
     assert main(["predict", str(path), "--json", "--cost"]) == 2
     err = capsys.readouterr().err.strip()
     assert "'toy-gpu' is not in config/hardware/" in err and len(err.splitlines()) == 1
+
+
+def test_add_cost_columns_ranks_a_sweep_frame():
+    """A sweep / pipeline summary names hardware, world and mode itself; rows without a prediction stay NaN,
+    and ranking by $ per million tokens orders by tokens/s at equal GPU count and device."""
+    hc = hardware_cost("h100-sxm5-80gb")
+    df = pd.DataFrame({"status": ["ok", "ok", "invalid"], "hardware": ["h100-sxm5-80gb"] * 2 + [None],
+                       "world": [64, 64, None], "mode": ["training"] * 3, "step_time_s": [2.0, 1.0, None],
+                       "tokens_per_s": [1e5, 2e5, None]})
+    out = add_cost_columns(df, {"h100-sxm5-80gb": hc})
+    assert out.usd_per_million_tokens.iloc[1] == pytest.approx(out.usd_per_million_tokens.iloc[0] / 2)
+    assert list(out.sort_values("usd_per_million_tokens").index[:2]) == [1, 0]
+    assert out.iloc[2][list(COST_COLUMNS)].isna().all()
+    assert out.usd_per_step.iloc[0] == pytest.approx(2.0 * 64 * hc.operating.usd_per_gpu_hour / 3600)
