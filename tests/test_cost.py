@@ -190,3 +190,8 @@ def test_add_cost_columns_ranks_a_sweep_frame():
     assert list(out.sort_values("usd_per_million_tokens").index[:2]) == [1, 0]
     assert out.iloc[2][list(COST_COLUMNS)].isna().all()
     assert out.usd_per_step.iloc[0] == pytest.approx(2.0 * 64 * hc.operating.usd_per_gpu_hour / 3600)
+
+
+def test_unknown_process_lists_the_known_ones():
+    with pytest.raises(SpecError, match=r"unknown process 'n3'; known: n4, n7, si-interposer-65nm"):
+        load_process("n3")
