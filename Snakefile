@@ -11,6 +11,7 @@ include: "workflow/rules/stages.smk"
 include: "workflow/rules/validation.smk"
 include: "workflow/rules/ns3.smk"
 include: "workflow/rules/components.smk"
+include: "workflow/rules/optimus.smk"
 
 
 wildcard_constraints:
@@ -29,4 +30,5 @@ rule all:
         "results/figures/network_ns3.png",
         expand("results/figures/{table}.png", table=["gemm_errors", "collectives_nccl", "memory_nanotron"]),
         "results/validation/deepseek_checks.csv",
+        expand("results/figures/optimus_{study}.png", study=OPTIMUS_FIGURES),
     default_target: True

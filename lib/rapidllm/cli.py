@@ -39,6 +39,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         paths = export_chakra(case, args.chakra, args.chakra_per_class)
         print(f"{len(paths)} Chakra traces -> {args.chakra}", file=sys.stderr)
     out = {k: _clean(record.get(k)) for k in JSON_KEYS if k in record}
+    if args.cost and record.get("status") == "ok":
+        from rapidllm.cost import price_prediction
+        out.update({k: _clean(v) for k, v in price_prediction(case, record).items()})
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=False))
         return 0
@@ -99,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chakra", metavar="DIR", help="also write the training step as Chakra traces for ASTRA-sim")
     p.add_argument("--chakra-per-class", action="store_true",
                    help="with --chakra: one trace per pipeline stage instead of one per rank")
+    p.add_argument("--cost", action="store_true",
+                   help="add $/GPU-hour, $/step, $/M tokens, tokens per $ and per watt (docs/cost.md)")
     p.set_defaults(func=cmd_predict)
     s = sub.add_parser("sweep", help="run an experiment sweep in-process with a progress bar")
     s.add_argument("experiment", help="experiment YAML")

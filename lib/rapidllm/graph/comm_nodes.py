@@ -46,7 +46,8 @@ def ep_nodes(case: Case) -> int:
 def dispatch_copies(case: Case) -> float:
     """Copies of each routed token one rank's dispatch (and combine) sends, self included.
 
-    alltoall (Megatron-Core's dispatcher): one per selected expert, top_k. deepep (DeepEP, DeepSeek-AI
+    alltoall (Megatron-Core's dispatcher): one per selected expert, top_k. capacity (GShard's fixed expert
+    capacity): top_k x the model's capacity_factor, the padded buffer. deepep (DeepEP, DeepSeek-AI
     2025, github.com/deepseek-ai/DeepEP; DeepSeek-V3 report §3.2.2): a token crosses the inter-node fabric
     once per destination node (RDMA to the same-index GPU there, then NVLink forwarding to the GPUs that
     hold its experts), and inside one node goes once per destination rank. So the copies are the expected
@@ -61,6 +62,10 @@ def dispatch_copies(case: Case) -> float:
     assert moe is not None
     if p.moe_dispatcher == "alltoall":
         return float(moe.top_k)
+    if p.moe_dispatcher == "capacity":
+        # GShard (Lepikhin et al. 2021) / the Optimus extension's Eq. 3: every rank sends full expert
+        # buffers of E x C tokens, C = capacity_factor x top_k x tokens / E, padded whether filled or not
+        return float(moe.top_k) * moe.capacity_factor
     nodes = ep_nodes(case)
     return expected_units(moe.experts, moe.top_k, nodes if nodes > 1 else p.ep, moe.expert_groups, moe.group_limit)
 

@@ -9,7 +9,8 @@ import functools
 import os
 from pathlib import Path
 
-KINDS = {"model": "models", "hardware": "hardware", "network": "networks", "experiment": "experiments"}
+KINDS = {"model": "models", "hardware": "hardware", "network": "networks", "experiment": "experiments",
+         "process": "process"}
 
 
 def project_root() -> Path:
