@@ -33,7 +33,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from rapidllm.spec.case import load_case
 
     case = load_case(args.case)
-    record = evaluate(case, args.engine, adjuster(args.measured, args.what_if or ()))
+    record = evaluate(case, args.engine, adjuster(args.measured, args.what_if or ()), trace=bool(args.timeline))
+    if args.timeline:
+        from rapidllm.explore.timeline import TimelineError, write_timeline
+        try:
+            write_timeline(record, args.timeline)
+        except TimelineError as err:
+            raise SpecError(f"{args.case}: --timeline: {err}") from None
     out = {k: _clean(record.get(k)) for k in JSON_KEYS if k in record}
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=False))
@@ -92,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--measured", metavar="FILE", help="CSV name,time_s[,section,phase] of measured operator times")
     p.add_argument("--what-if", action="append", metavar="NAME=xF|/F|TIME",
                    help="scale (x0.5), speed up (/2) or set (1 ms) one operator's time; repeatable")
+    p.add_argument("--timeline", metavar="FILE", help="also write the simulated step as Chrome trace-event JSON")
     p.set_defaults(func=cmd_predict)
     s = sub.add_parser("sweep", help="run an experiment sweep in-process with a progress bar")
     s.add_argument("experiment", help="experiment YAML")

@@ -119,6 +119,12 @@ class TrainingPlan:
     inputs: PipelineInputs
     replayed: list[Replayed]
     flops_hw: float                      # executed FLOPs per step over all ranks (HFU numerator)
+    # what a timeline labels the pipeline's communication nodes with (engine/schedule.py)
+    templates: list[Template] = field(default_factory=list)
+    p2p_bytes: float = 0.0               # activation (or gradient) bytes of one stage-to-stage send
+    bucket_op: str = ""                  # DP gradient collective of one bucket
+    bucket_bytes: float = 0.0
+    gather_bytes: float = 0.0            # parameter all-gather after a sharded optimizer
 
 
 def _sharded_layer_comm(case: Case, cost: CommCost, stage: int) -> tuple[float, float]:
@@ -194,6 +200,7 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
     wb, gb, _ = state_bytes_per_param(case.precision, p.fp32_grad_accum)
     sharded_opt = p.zero in (1, 2) or p.fsdp == "shard_grad_op"
     buckets, bucket_s, gather_s = 0, 0.0, 0.0
+    op, bucket_bytes, gather_bytes = "", 0.0, 0.0
     params, expert_params = stage_parameters(case)
     heavy = int(params.argmax())
     heaviest = dp_reduced_parameters(case, float(params[heavy]), float(expert_params[heavy]))
@@ -201,9 +208,11 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
         chunk_params = heaviest / v
         buckets = max(1, math.ceil(chunk_params / max(BUCKET_PARAMS, 1e6 * p.dp)))
         op = "reduce_scatter" if sharded_opt else "all_reduce"
+        bucket_bytes = chunk_params * gb / buckets
         bucket_s = cost.time("dp", op, chunk_params * gb / buckets, 0)
         cost.count("dp", op, chunk_params * gb / buckets, buckets * v)
         if sharded_opt:
+            gather_bytes = heaviest * wb
             gather_s = cost.time("dp", "all_gather", heaviest * wb, 0)
             cost.count("dp", "all_gather", heaviest * wb, 1)
     # the same row selections, products and sums as the pandas masks they replace (table order kept)
@@ -217,4 +226,4 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
         per_stage += n * float(work[view.sections.get(section, [])].sum())
     extras = sorted(view.sections.get("first_stage", []) + view.sections.get("last_stage", []))
     flops_hw = (per_stage * p.pp + float(work[extras].sum())) * m * p.dp * p.tp * p.cp
-    return TrainingPlan(inputs, replayed, flops_hw)
+    return TrainingPlan(inputs, replayed, flops_hw, templates, act, op, bucket_bytes, gather_bytes)
