@@ -15,7 +15,7 @@ from rapidllm.spec.errors import SpecError
 
 # Subcommands that live next to their model: each module has add_parser(subparsers).
 EXTRA_COMMANDS: tuple[str, ...] = ("rapidllm.ops.cli_gemm", "rapidllm.network.cli_collective",
-                                   "rapidllm.validate.cli_calibrate")
+                                   "rapidllm.validate.cli_calibrate", "rapidllm.explore.cli")
 
 JSON_KEYS = ("case_id", "status", "reason", "step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
              "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "peak_memory_bytes", "feasible")

@@ -26,10 +26,11 @@ from typing import Any
 import numpy as np
 
 from rapidllm.engine.composer import Replayed
-from rapidllm.engine.engine import TrainingReplay, exposed_part
+from rapidllm.engine.engine import TrainingReplay, attribute, exposed_part
 from rapidllm.engine.inference import InferenceReplay, PassParts
 from rapidllm.engine.schedule import GRAD, OPT, P2P, PARAM, TASK, node_labels
 from rapidllm.graph.templates import COMPUTE, Template
+from rapidllm.prediction import Prediction
 from rapidllm.spec.case import Case
 
 US = 1e6                        # trace-event timestamps are microseconds
@@ -107,12 +108,14 @@ def _task_name(direction: str, chunk: int, micro: int, v: int, piece: int, piece
     return name + (f" [{piece + 1}/{pieces}]" if pieces > 1 else "")
 
 
-def training_trace(rec: dict[str, Any], r: TrainingReplay) -> TraceBuilder:
-    """Tracks of a training step from its replay (see the module docstring)."""
+def training_trace(r: TrainingReplay) -> tuple[TraceBuilder, dict[str, float]]:
+    """Tracks of a training step from its replay (see the module docstring), and the engine's attribution
+    of the step (critical stage, compute, exposed communication, bubble) they add up to."""
     case, x, g = r.case, r.plan.inputs, r.graph
     start, finish, crit = np.asarray(r.start), np.asarray(r.finish), np.asarray(r.crit)
     labels = node_labels(x, g)
-    critical = int(rec["critical_stage"])
+    split = attribute(g, start, finish, crit)
+    critical = int(split["critical_stage"])
     p = case.parallelism
     process = f"{case.model.name} training step (tp {p.tp} pp {p.pp} dp {p.dp}; critical stage {critical})"
     tb = TraceBuilder()
@@ -151,11 +154,11 @@ def training_trace(rec: dict[str, Any], r: TrainingReplay) -> TraceBuilder:
                          t0, dur, {**args, "bytes": r.plan.bucket_bytes if bucket else r.plan.gather_bytes,
                                    "group": "dp", "group_size": p.dp, "link": dp_links})
         if s == critical:
-            tail = float(rec["step_time_s"]) - prev_end
+            tail = float(split["step_time_s"]) - prev_end
             tb.slice(compute_track, WAIT_NAMES[PARAM], "exposed_comm", prev_end, tail, {"stage": s})
     replayed = r.plan.replayed[critical if len(r.plan.replayed) > 1 else 0]
     _templates(tb, case, r.cost.dims, r.plan.templates, replayed, process)
-    return tb
+    return tb, split
 
 
 def _pass_pieces(parts: PassParts) -> list[tuple[int, str, str, float, float]]:
@@ -170,7 +173,7 @@ def _pass_pieces(parts: PassParts) -> list[tuple[int, str, str, float, float]]:
     return out
 
 
-def inference_trace(rec: dict[str, Any], r: InferenceReplay) -> TraceBuilder:
+def inference_trace(r: InferenceReplay) -> TraceBuilder:
     """Prefill, then output_tokens - 1 decode steps whose pieces interpolate linearly between the first
     and the last decode pass (their mean is the ITL the prediction reports)."""
     case, w = r.case, r.case.workload
@@ -209,29 +212,33 @@ def _merged(a: Replayed, b: Replayed) -> Replayed:
     return Replayed({**a.results, **b.results})
 
 
-def timeline(rec: dict[str, Any]) -> dict[str, Any]:
-    """The trace-event document of a record made with `evaluate(..., trace=True)`."""
+def timeline(result: dict[str, Any] | Prediction) -> dict[str, Any]:
+    """The trace-event document of a record made with `evaluate(..., trace=True)` or of a prediction made
+    with `predict(..., trace=True)`."""
+    rec = {**result.to_dict(), "schedule": result.schedule} if isinstance(result, Prediction) else dict(result)
     r = rec.get("schedule")
     if rec.get("status") != "ok":
         raise TimelineError(f"no timeline: the case is {rec.get('status')} ({rec.get('reason')})")
     if isinstance(r, TrainingReplay):
-        tb = training_trace(rec, r)
+        tb, split = training_trace(r)
+        rec["critical_stage"] = split["critical_stage"]
     elif isinstance(r, InferenceReplay):
-        tb = inference_trace(rec, r)
+        tb = inference_trace(r)
     else:
         raise TimelineError("no timeline: only the event engine's training steps and static-batching "
                             "requests (concurrency <= batch) have one")
     keys = ("case_id", "step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s", "ttft_s", "itl_s",
             "e2e_latency_s", "critical_stage")
+    title = next(e["args"]["name"] for e in tb.events if e["name"] == "process_name")
     return {"traceEvents": tb.events, "displayTimeUnit": "ms",
-            "otherData": {k: _plain(rec[k]) for k in keys if k in rec}}
+            "otherData": {"title": title, **{k: _plain(rec[k]) for k in keys if rec.get(k) is not None}}}
 
 
 def _plain(v: Any) -> Any:
     return v.item() if hasattr(v, "item") else v
 
 
-def write_timeline(rec: dict[str, Any], path: str | Path) -> Path:
+def write_timeline(rec: dict[str, Any] | Prediction, path: str | Path) -> Path:
     """Write `timeline(rec)` as JSON (deterministic: same case, same bytes)."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
