@@ -152,7 +152,7 @@ def test_browser_shows_the_predicted_step_and_follows_a_control(server):
     opts = Options()
     opts.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1500,1100"):
+                "--window-size=1500,1500"):
         opts.add_argument(arg)
     driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
     wait = WebDriverWait(driver, 120, poll_frequency=0.25)
@@ -171,6 +171,7 @@ def test_browser_shows_the_predicted_step_and_follows_a_control(server):
         edited = E.apply_edits(BASE, {"workload": {"global_batch": 128}})
         expected = f"{rapidllm.predict(edited).step_time_s:.6g}"
         wait.until(lambda d: step_time() == expected)
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-testid="stImage"] img, .stImage img'))
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(ARTIFACTS / "explorer.png"))
     finally:

@@ -132,14 +132,15 @@ def _workload_controls(p: str, case: dict, ed: dict) -> None:
                 ed["workload"][k] = v
         par = dict(case.get("parallelism", {}))
         ref = Parallelism()
-        cols = st.columns(len(LAYOUT_INTS))
+        cols = st.columns(3) * 2
         ed["parallelism"] = {}
         for col, k in zip(cols, LAYOUT_INTS):
             v = int(col.number_input(k, min_value=1, value=int(par.get(k, getattr(ref, k))), step=1,
                                      key=f"{p}.{k}"))
             if v != par.get(k, getattr(ref, k)):
                 ed["parallelism"][k] = v
-        c1, c2, c3, c4 = st.columns(4)
+        c1, c2 = st.columns(2)
+        c3, c4 = st.columns(2)
         choices = {"schedule": (c1, ("1f1b", "gpipe", "interleaved")),
                    "recompute": (c2, ("none", "selective", "full")), "zero": (c3, (0, 1, 2, 3))}
         for k, (col, opts) in choices.items():
@@ -225,25 +226,25 @@ def show(title: str, case: dict, engine: str) -> Any:
     cols = st.columns(len(E.headline(p)))
     for col, (label, value) in zip(cols, E.headline(p).items()):
         col.metric(label, _fmt(value))
-    breakdown, memory, trace, source = st.tabs(["Breakdown", "Memory", "Timeline", "Case YAML"])
-    with breakdown:
+    left, right = st.columns(2)
+    with left:
+        st.caption("where the time goes (s)")
         if p.feasible:
-            df = E.breakdown(p)
-            st.bar_chart(df.set_index("part")["seconds"], horizontal=True)
-            st.dataframe(df, hide_index=True)
-    with memory:
-        df = E.memory_table(p)
-        st.bar_chart(df.set_index("component")["GiB"], horizontal=True)
-        st.dataframe(df, hide_index=True)
-    with trace:
-        if png is None:
-            st.info(why)
-        else:
-            st.image(png)
-            st.download_button("timeline JSON (open in Perfetto or chrome://tracing)",
-                               json.dumps(doc, separators=(",", ":")), file_name=f"{p.case_id}-timeline.json",
-                               mime="application/json", key=f"dl-{title}")
-    with source:
+            st.bar_chart(E.breakdown(p).set_index("part")["seconds"], horizontal=True, height=260)
+    with right:
+        st.caption("memory per GPU, worst stage (GiB) against capacity")
+        st.bar_chart(E.memory_table(p).set_index("component")["GiB"], horizontal=True, height=260)
+    if png is None:
+        st.info(why)
+    else:
+        st.image(png)
+        st.download_button("timeline JSON (open in Perfetto or chrome://tracing)",
+                           json.dumps(doc, separators=(",", ":")), file_name=f"{p.case_id}-timeline.json",
+                           mime="application/json", key=f"dl-{title}")
+    with st.expander("tables and case YAML"):
+        if p.feasible:
+            st.dataframe(E.breakdown(p), hide_index=True)
+        st.dataframe(E.memory_table(p), hide_index=True)
         st.code(E.case_yaml(case), language="yaml")
     return p
 

@@ -20,7 +20,7 @@ def server_command(port: int, case: str | None = None) -> list[str]:
     """The `streamlit run` command line for the page on 127.0.0.1:port (headless, no usage statistics)."""
     cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", "127.0.0.1",
            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none"]
+           "--server.fileWatcherType", "none", "--client.toolbarMode", "viewer"]
     return cmd + (["--", "--case", str(Path(case).resolve())] if case else [])
 
 
