@@ -6,11 +6,16 @@ import re
 configfile: "config/config.yaml"
 
 
+# The report opens on this page (what to look at first), not on the workflow graph.
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/stages.smk"
 include: "workflow/rules/validation.smk"
 include: "workflow/rules/ns3.smk"
 include: "workflow/rules/components.smk"
+include: "workflow/rules/explore.smk"
 
 
 wildcard_constraints:
@@ -28,4 +33,5 @@ rule all:
         "results/validation/network_ns3.csv",
         "results/figures/network_ns3.png",
         expand("results/figures/{table}.png", table=["gemm_errors", "collectives_nccl", "memory_nanotron"]),
+        expand("results/figures/timeline_{case}.png", case=TIMELINE_CASES),
     default_target: True

@@ -30,7 +30,8 @@ def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("pipeline")
-    for item in ("Snakefile", "environment.yml", "workflow", "config", "validation", "lib", "profiles", "scripts"):
+    for item in ("Snakefile", "environment.yml", "workflow", "config", "validation", "lib", "profiles", "scripts",
+                 "examples"):
         src = ROOT / item
         (shutil.copytree if src.is_dir() else shutil.copy)(src, work / item)
     (work / "config" / "experiments" / "tiny.yaml").write_text(yaml.safe_dump(TINY))
