@@ -30,7 +30,7 @@ from rapidllm.graph.templates import (
     ops_view,
 )
 from rapidllm.memory.closed_form import state_bytes_per_param
-from rapidllm.memory.state import FRAMEWORKS, stage_params
+from rapidllm.memory.state import conventions, stage_params
 from rapidllm.ops.price import local_parameters
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -98,7 +98,7 @@ def chunk_scale(case: Case, v: int) -> np.ndarray:
 def stage_parameters(case: Case) -> tuple[np.ndarray, np.ndarray]:
     """[pp] parameters one rank of each stage holds before ZeRO/FSDP, all and routed experts only, placed
     as the memory model places them (`memory.state.stage_params`: embedding first, head last)."""
-    conv = FRAMEWORKS[case.framework]
+    conv = conventions(case)
     stages = [stage_params(case, s, conv) for s in range(case.parallelism.pp)]
     return np.array([st.total for st in stages]), np.array([st.experts for st in stages])
 

@@ -26,12 +26,12 @@ from rapidllm.explore.plot import plot_timeline
 from rapidllm.explore.search_hook import OBJECTIVES, run_search, search_function, search_spec
 from rapidllm.explore.timeline import TimelineError, timeline
 from rapidllm.figures.style import METADATA, plt
+from rapidllm.memory.state import FRAMEWORKS
 from rapidllm.spec.case import Parallelism, resolve_case
 from rapidllm.spec.errors import SpecError
 
 INLINE = "(inline, from the case)"
 PRECISIONS = ("bf16", "fp16", "fp8", "tf32", "fp32")
-FRAMEWORKS = ("megatron", "llm-foundry", "tensorrt-llm")
 LAYOUT_INTS = ("tp", "pp", "dp", "cp", "ep")
 
 
@@ -118,7 +118,8 @@ def _workload_controls(p: str, case: dict, ed: dict) -> None:
         prec = case.get("precision", "bf16")
         ed["precision"] = c1.selectbox("precision", PRECISIONS, index=PRECISIONS.index(prec), key=f"{p}.precision")
         fw = case.get("framework", "megatron")
-        ed["framework"] = c2.selectbox("framework", FRAMEWORKS, index=FRAMEWORKS.index(fw), key=f"{p}.framework")
+        frameworks = list(FRAMEWORKS)
+        ed["framework"] = c2.selectbox("framework", frameworks, index=frameworks.index(fw), key=f"{p}.framework")
         w = dict(case["workload"])
         keys = ("seq_len", "global_batch", "micro_batch") if w["mode"] == "training" else \
             ("batch", "prompt_tokens", "output_tokens", "concurrency")
