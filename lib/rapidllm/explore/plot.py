@@ -25,9 +25,7 @@ def _rows(doc: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
             names[e["tid"]] = e["args"]["name"]
         if e["ph"] == "M" and e["pid"] == 1 and e["name"] == "thread_sort_index":
             order[e["tid"]] = e["args"]["sort_index"]
-    keep = [t for t in names if names[t].startswith("stage") and ("compute" in names[t] or "send" not in names[t])]
-    if not any("pp send" not in names[t] for t in keep):
-        keep = list(names)
+    keep = [t for t in names if names[t].startswith("stage") and "compute" in names[t]] or list(names)
     slices: dict[int, list[dict[str, Any]]] = {t: [] for t in keep}
     for e in doc["traceEvents"]:
         if e["ph"] == "X" and e["pid"] == 1 and e["tid"] in slices:
@@ -50,14 +48,17 @@ def plot_timeline(doc: dict[str, Any], title: str = "") -> "plt.Figure":
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
     other = doc.get("otherData", {})
-    if not title and "step_time_s" in other:
+    if not title and other.get("ttft_s"):
+        title = (f"{other.get('title', '')}\nTTFT {other['ttft_s'] * 1e3:.1f} ms, mean ITL {other['itl_s'] * 1e3:.2f} ms, "
+                 f"latency {other['e2e_latency_s']:.3f} s")
+    elif not title and "step_time_s" in other:
         title = (f"{other.get('title', '')}\nstep {other['step_time_s'] * 1e3:.1f} ms = compute "
                  f"{other['compute_time_s'] * 1e3:.1f} + exposed comm {other['exposed_comm_s'] * 1e3:.1f} "
                  f"+ bubble {other['bubble_s'] * 1e3:.1f} ms")
     ax.set_title(title, fontsize=9)
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[c]) for c in COLORS if c in seen]
     ax.legend(handles, [LEGEND[c] for c in COLORS if c in seen], loc="upper center", ncol=len(handles),
-              bbox_to_anchor=(0.5, -0.5 / (0.45 * len(rows) + 1.6) - 0.06), fontsize=8, frameon=False)
+              bbox_to_anchor=(0.5, -0.62 / (0.45 * len(rows) + 0.6)), fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
 
