@@ -171,7 +171,8 @@ def test_browser_shows_the_predicted_step_and_follows_a_control(server):
         edited = E.apply_edits(BASE, {"workload": {"global_batch": 128}})
         expected = f"{rapidllm.predict(edited).step_time_s:.6g}"
         wait.until(lambda d: step_time() == expected)
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-testid="stImage"] img, .stImage img'))
+        charts = '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg'
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, charts)) >= 3)   # breakdown, memory, timeline
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(ARTIFACTS / "explorer.png"))
     finally:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import math
 import sys
@@ -22,10 +21,9 @@ import streamlit as st
 
 import rapidllm
 from rapidllm.explore import edits as E
-from rapidllm.explore.plot import plot_timeline
+from rapidllm.explore.plot import timeline_frame, vega_spec
 from rapidllm.explore.search_hook import OBJECTIVES, run_search, search_function, search_spec
 from rapidllm.explore.timeline import TimelineError, timeline
-from rapidllm.figures.style import METADATA, plt
 from rapidllm.memory.state import FRAMEWORKS
 from rapidllm.spec.case import Parallelism, resolve_case
 from rapidllm.spec.errors import SpecError
@@ -45,18 +43,14 @@ def start_cases() -> dict[str, Path]:
 
 
 @st.cache_resource(max_entries=128, show_spinner=False)
-def predicted(case_json: str, engine: str) -> tuple[Any, dict | None, bytes | None, str]:
-    """(prediction, timeline document, timeline PNG, why there is no timeline) of one case."""
+def predicted(case_json: str, engine: str) -> tuple[Any, dict | None, Any, str]:
+    """(prediction, timeline document, its chart rows, why there is no timeline) of one case."""
     p = rapidllm.predict(json.loads(case_json), engine=engine, trace=True)
     try:
         doc = timeline(p)
     except TimelineError as err:
         return p, None, None, str(err)
-    fig = plot_timeline(doc)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata=METADATA["png"])
-    plt.close(fig)
-    return p, doc, buf.getvalue(), ""
+    return p, doc, timeline_frame(doc), ""
 
 
 def _reset_on_new_base(p: str, base: dict) -> None:
@@ -218,7 +212,7 @@ def show(title: str, case: dict, engine: str) -> Any:
     """Headline numbers, breakdown, memory, timeline and YAML of one case; its prediction (None on error)."""
     st.subheader(title)
     try:
-        p, doc, png, why = predicted(json.dumps(case, sort_keys=True), engine)
+        p, doc, frame, why = predicted(json.dumps(case, sort_keys=True), engine)
     except SpecError as err:
         st.error(str(err))
         return None
@@ -235,10 +229,10 @@ def show(title: str, case: dict, engine: str) -> Any:
     with right:
         st.caption("memory per GPU, worst stage (GiB) against capacity")
         st.bar_chart(E.memory_table(p).set_index("component")["GiB"], horizontal=True, height=260)
-    if png is None:
+    if doc is None:
         st.info(why)
     else:
-        st.image(png)
+        st.vega_lite_chart(frame, vega_spec(doc, frame), use_container_width=True)
         st.download_button("timeline JSON (open in Perfetto or chrome://tracing)",
                            json.dumps(doc, separators=(",", ":")), file_name=f"{p.case_id}-timeline.json",
                            mime="application/json", key=f"dl-{title}")
