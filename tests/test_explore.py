@@ -106,11 +106,14 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server():
-    """`rapidllm explore` on a free loopback port, up once for the module's tests; its base URL."""
+def server(tmp_path_factory):
+    """`rapidllm explore` on a free loopback port, up once for the module's tests; its base URL. The
+    command execs the server, so terminating it stops the server itself (checked on the way out)."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "rapidllm.cli", "explore", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = tmp_path_factory.mktemp("explore") / "server.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "rapidllm.cli", "explore", "--port", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline, health = time.monotonic() + 90, ""
@@ -118,13 +121,17 @@ def server():
             try:
                 health = urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read().decode()
             except OSError:
-                assert proc.poll() is None, proc.stdout.read()
+                assert proc.poll() is None, log.read_text()
                 time.sleep(0.5)
         assert health == "ok"
         yield url
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
 
 
 def test_server_answers_on_loopback(server):

@@ -232,7 +232,7 @@ def show(title: str, case: dict, engine: str) -> Any:
     if doc is None:
         st.info(why)
     else:
-        st.vega_lite_chart(frame, vega_spec(doc, frame), use_container_width=True)
+        st.vega_lite_chart(frame, vega_spec(doc, frame), width="stretch")
         st.download_button("timeline JSON (open in Perfetto or chrome://tracing)",
                            json.dumps(doc, separators=(",", ":")), file_name=f"{p.case_id}-timeline.json",
                            mime="application/json", key=f"dl-{title}")

@@ -1,13 +1,13 @@
 """`rapidllm explore`: serve the explorer page (explore/app.py) with Streamlit on 127.0.0.1.
 
 Only the loopback address: the page runs predictions for whoever reaches it, so it is not offered to the
-network. Streamlit is the page's framework (docs/explorer.md says why); this starts its server in a child
-process and waits for it (Ctrl-C stops both).
+network. Streamlit is the page's framework (docs/explorer.md says why); this process becomes its server
+(exec), so Ctrl-C or a terminate signal stops it and leaves nothing behind.
 """
 from __future__ import annotations
 
 import argparse
-import subprocess
+import os
 import sys
 from pathlib import Path
 
@@ -33,10 +33,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
     except ImportError:
         raise SpecError("rapidllm explore: needs streamlit (pip install 'streamlit>=1.40,<2')") from None
     print(f"rapidllm explorer on http://127.0.0.1:{args.port} (Ctrl-C stops it)", flush=True)
-    try:
-        return subprocess.call(server_command(args.port, args.case))
-    except KeyboardInterrupt:
-        return 0
+    cmd = server_command(args.port, args.case)
+    os.execv(cmd[0], cmd)           # the server takes this process over: signals reach it, nothing is orphaned
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
