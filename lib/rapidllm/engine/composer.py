@@ -209,12 +209,12 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
         buckets = max(1, math.ceil(chunk_params / max(BUCKET_PARAMS, 1e6 * p.dp)))
         op = "reduce_scatter" if sharded_opt else "all_reduce"
         bucket_bytes = chunk_params * gb / buckets
-        bucket_s = cost.time("dp", op, chunk_params * gb / buckets, 0)
-        cost.count("dp", op, chunk_params * gb / buckets, buckets * v)
+        bucket_s = cost.time("dp", op, bucket_bytes, 0)
+        cost.count("dp", op, bucket_bytes, buckets * v)
         if sharded_opt:
             gather_bytes = heaviest * wb
-            gather_s = cost.time("dp", "all_gather", heaviest * wb, 0)
-            cost.count("dp", "all_gather", heaviest * wb, 1)
+            gather_s = cost.time("dp", "all_gather", gather_bytes, 0)
+            cost.count("dp", "all_gather", gather_bytes, 1)
     # the same row selections, products and sums as the pandas masks they replace (table order kept)
     timed = view.frame.time_s.to_numpy() * view.frame["count"].to_numpy()
     work = view.frame.flops.to_numpy() * view.frame["count"].to_numpy()

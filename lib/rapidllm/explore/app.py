@@ -27,6 +27,7 @@ from rapidllm.explore.timeline import TimelineError, timeline
 from rapidllm.memory.state import FRAMEWORKS
 from rapidllm.spec.case import Parallelism, resolve_case
 from rapidllm.spec.errors import SpecError
+from rapidllm.units import parse_quantity
 
 INLINE = "(inline, from the case)"
 PRECISIONS = ("bf16", "fp16", "fp8", "tf32", "fp32")
@@ -80,8 +81,9 @@ def _spec_controls(p: str, case: dict, ed: dict) -> None:
     with st.expander("Model", expanded=False):
         case["model"] = _spec_choice(p, "model", case)
         tag = case["model"] if isinstance(case["model"], str) else "inline"
-        ed["model"] = {k: int(st.number_input(k, min_value=1, value=int(E.spec_value(case, "model", k)), step=1,
-                                              key=f"{p}.model.{tag}.{k}")) for k in E.MODEL_KNOBS}
+        spec = E.spec_mapping(case, "model")
+        ed["model"] = {k: int(st.number_input(k, min_value=1, value=int(spec[k]), step=1, key=f"{p}.model.{tag}.{k}"))
+                       for k in E.MODEL_KNOBS if k in spec}
     with st.expander("Hardware", expanded=False):
         case["hardware"] = _spec_choice(p, "hardware", case)
         tag = case["hardware"] if isinstance(case["hardware"], str) else "inline"
@@ -90,7 +92,7 @@ def _spec_controls(p: str, case: dict, ed: dict) -> None:
             v = _float(f"{k.replace('_', ' ')} ({unit})", E.spec_value(case, "hardware", k, quantity) / scale,
                        f"{p}.hw.{tag}.{k}")
             ed["hardware"][k] = v * scale
-        clock = E.spec_value(case, "hardware", "clock", "frequency") / 1e9
+        clock = parse_quantity(case.get("clock") or E.spec_value(case, "hardware", "clock"), "frequency") / 1e9
         new = _float("SM clock (GHz)", clock, f"{p}.hw.{tag}.clock", "%.3f")
         if not math.isclose(new, clock, rel_tol=1e-9):
             ed["clock"] = f"{new} GHz"
