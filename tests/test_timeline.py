@@ -107,6 +107,26 @@ def test_interleaved_data_parallel_timeline_keeps_the_breakdown():
     assert {e["name"] for e in grads} == {"dp.reduce_scatter bucket", "dp.all_gather parameters"}
 
 
+@pytest.mark.parametrize("over", [
+    {"parallelism": {"tp": 8, "pp": 4, "dp": 2, "sp": True, "schedule": "gpipe"}},             # all-reduce buckets
+    {"parallelism": {"tp": 8, "pp": 2, "dp": 2, "sp": True, "zero": 3}},                          # FSDP-style gathers
+    {"parallelism": {"tp": 8, "pp": 4, "dp": 1, "sp": True},
+     "faults": [{"link": [8, 36], "bandwidth_factor": 0.1}]},                   # rank 8's cable to its IB leaf
+], ids=["gpipe-allreduce", "zero3", "degraded-ib-link"])
+def test_breakdown_adds_up_across_schedules_and_faults(over):
+    rec = evaluate(resolve_case(_mapping(**over), "<test>"), trace=True)
+    slices, names = _tracks(timeline(rec))
+    mine = _track(slices, names, f"stage {rec['critical_stage']} compute")
+    tasks = [e for e in mine if e["cat"] in ("F", "B", "compute")]
+    exposed = sum(e["args"]["exposed_comm_s"] for e in tasks) + sum(e["dur"] for e in mine
+                                                                     if e["cat"] == "exposed_comm") / 1e6
+    assert math.isclose(sum(e["args"]["compute_s"] for e in tasks), rec["compute_time_s"], rel_tol=REL)
+    assert math.isclose(exposed, rec["exposed_comm_s"], rel_tol=REL, abs_tol=1e-15)
+    assert math.isclose(sum(e["dur"] for e in mine if e["cat"] == "bubble") / 1e6, rec["bubble_s"],
+                        rel_tol=REL, abs_tol=1e-15)
+    assert math.isclose((mine[-1]["ts"] + mine[-1]["dur"]) / 1e6, rec["step_time_s"], rel_tol=REL)
+
+
 def test_inference_timeline_is_prefill_then_decode_steps():
     case = resolve_case({"model": "llama2-13b", "hardware": "a100-sxm4-80gb", "network": "dgx-a100",
                          "precision": "bf16", "parallelism": {"tp": 2, "pp": 2},
