@@ -7,6 +7,7 @@ import sys
 import time
 import urllib.request
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -97,6 +98,30 @@ def test_page_shows_the_prediction_and_follows_a_control():
     assert any(h.value == "A vs B" for h in at.header)
     if search_function()[0] is None:
         assert any("layout search is not available" in i.value for i in at.info)
+
+
+def test_search_panel_runs_the_installed_search(monkeypatch):
+    """With a search installed (here a stand-in with the contract of `rapidllm.search.search`) the panel
+    sends a spec around case A, keeping its own schedule, recompute, ZeRO, SP and micro-batch, and shows
+    the ranked table."""
+    from streamlit.testing.v1 import AppTest
+
+    import rapidllm.explore.search_hook as hook
+
+    seen = {}
+
+    def fake(spec, top):
+        seen.update(spec=spec, top=top)
+        return pd.DataFrame([{"rank": 1, "tp": 8, "pp": 8, "step_time_s": 13.38}])
+
+    monkeypatch.setattr(hook, "search_function", lambda: (fake, ""))
+    at = AppTest.from_file(str(APP), default_timeout=120).run()
+    at.button(key="search.run").click().run()
+    assert not at.exception
+    space = seen["spec"]["space"]
+    assert space["recompute"] == ["selective"] and space["sp"] == [True] and space["micro_batch"] == [1]
+    assert space["tp"] == [1, 2, 4, 8] and seen["spec"]["gpus"] == 64 and seen["top"] == 10
+    assert any(list(d.value.columns) == ["rank", "tp", "pp", "step_time_s"] for d in at.dataframe)
 
 
 def _free_port() -> int:

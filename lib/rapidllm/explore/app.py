@@ -22,7 +22,7 @@ import streamlit as st
 import rapidllm
 from rapidllm.explore import edits as E
 from rapidllm.explore.plot import timeline_frame, vega_spec
-from rapidllm.explore.search_hook import OBJECTIVES, run_search, search_function, search_spec
+from rapidllm.explore.search_hook import OBJECTIVES, case_axes, run_search, search_function, search_spec
 from rapidllm.explore.timeline import TimelineError, timeline
 from rapidllm.memory.state import FRAMEWORKS
 from rapidllm.spec.case import Parallelism, resolve_case
@@ -259,10 +259,17 @@ def search_panel(case: dict) -> None:
     gpus = int(c1.number_input("GPUs", min_value=1, value=world, key="search.gpus"))
     objective = c2.selectbox("objective", OBJECTIVES[mode], key="search.objective")
     top = int(c3.number_input("top", min_value=1, max_value=50, value=10, key="search.top"))
-    tp = st.multiselect("tp values", [1, 2, 4, 8], default=[1, 2, 4, 8], key="search.tp")
+    c1, c2 = st.columns(2)
+    tp = c1.multiselect("tp values", [1, 2, 4, 8], default=[1, 2, 4, 8], key="search.tp")
+    pp = c2.multiselect("pp values", [1, 2, 4, 8, 16], default=[1, 2, 4, 8], key="search.pp")
+    keep = st.checkbox("keep case A's schedule, recompute, ZeRO, SP and micro-batch", value=True, key="search.keep")
     if st.button("run search", key="search.run"):
         try:
-            st.dataframe(run_search(search_spec(case, gpus, objective, {"tp": tp}), top, fn), hide_index=True)
+            space = {**(case_axes(case) if keep else {}), "tp": tp, "pp": pp}
+            with st.spinner("searching ..."):
+                ranked = run_search(search_spec(case, gpus, objective, space), top, fn)
+            st.caption(f"layouts: {ranked.attrs.get('counts', {})}")
+            st.dataframe(ranked, hide_index=True)
         except (SpecError, ValueError) as err:
             st.error(str(err))
 

@@ -48,6 +48,20 @@ def search_spec(case: dict[str, Any], gpus: int, objective: str, space: dict[str
     return spec
 
 
+def case_axes(case: dict[str, Any]) -> dict[str, list]:
+    """The case's own schedule, recompute, ZeRO, SP and micro-batch as one-value search axes, so that a
+    search from the page varies only the axes the user opens (a few layouts, answered in seconds, instead
+    of the thousands of the full space)."""
+    from rapidllm.spec.case import resolve_case
+
+    resolved = resolve_case(case, "case")
+    p = resolved.parallelism
+    axes: dict[str, list] = {"schedule": [p.schedule], "recompute": [p.recompute], "zero": [p.zero], "sp": [p.sp]}
+    if resolved.training:
+        axes["micro_batch"] = [resolved.workload.micro_batch]
+    return axes
+
+
 def run_search(spec: dict, top: int = 10, fn: SearchFn | None = None) -> pd.DataFrame:
     """The ranked table of a search spec (`fn` defaults to the installed search); ValueError when none."""
     if fn is None:
