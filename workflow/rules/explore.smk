@@ -2,7 +2,9 @@
 rule timeline:
     input:
         specs=timeline_specs,
-        code=code("explore", "engine", "graph", "memory", "network", "ops", "figures") + [str(LIB / "prediction.py")],
+        code=code("explore", "engine", "graph", "memory", "network", "ops", "figures", "pipeline") + [
+            str(LIB / "prediction.py")
+        ],
     output:
         json="results/timeline/{case}.json",
         png=report("results/figures/timeline_{case}.png", caption="../report/timeline.rst",
