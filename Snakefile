@@ -6,12 +6,17 @@ import re
 configfile: "config/config.yaml"
 
 
+# The report opens on this page (what to look at first), not on the workflow graph.
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/stages.smk"
 include: "workflow/rules/validation.smk"
 include: "workflow/rules/ns3.smk"
 include: "workflow/rules/components.smk"
 include: "workflow/rules/optimus.smk"
+include: "workflow/rules/explore.smk"
 
 
 wildcard_constraints:
@@ -31,4 +36,5 @@ rule all:
         expand("results/figures/{table}.png", table=["gemm_errors", "collectives_nccl", "memory_nanotron"]),
         "results/validation/deepseek_checks.csv",
         expand("results/figures/optimus_{study}.png", study=OPTIMUS_FIGURES),
+        expand("results/figures/timeline_{case}.png", case=TIMELINE_CASES),
     default_target: True

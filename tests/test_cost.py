@@ -169,7 +169,7 @@ def test_cli_cost_flag_on_inline_device_fails_cleanly(tmp_path, gpt_case, capsys
     import yaml
 
     import rapidllm.prediction as prediction
-    monkeypatch.setattr(prediction, "evaluate", lambda case, engine, adjust: {
+    monkeypatch.setattr(prediction, "evaluate", lambda case, engine, adjust, trace=False: {
         "case_id": case.case_id, "status": "ok", "reason": "", "step_time_s": 1.0, "tokens_per_s": 1.0})
     path = tmp_path / "case.yaml"
     path.write_text(yaml.safe_dump(gpt_case))

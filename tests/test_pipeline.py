@@ -30,7 +30,8 @@ def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("pipeline")
-    for item in ("Snakefile", "environment.yml", "workflow", "config", "validation", "lib", "profiles", "scripts"):
+    for item in ("Snakefile", "environment.yml", "workflow", "config", "validation", "lib", "profiles", "scripts",
+                 "examples"):
         src = ROOT / item
         (shutil.copytree if src.is_dir() else shutil.copy)(src, work / item)
     (work / "config" / "experiments" / "tiny.yaml").write_text(yaml.safe_dump(TINY))
@@ -100,6 +101,9 @@ def test_slurm_dry_run_needs_no_slurm(workdir: Path) -> None:
 
 
 def test_report_builds(workdir: Path) -> None:
-    run = _snakemake(workdir, "--report", "results/report.html")
+    run = _snakemake(workdir, "--report", "results/report.html", "--report-metadata", "workflow/report/metadata.yaml")
     assert run.returncode == 0, run.stderr[-2000:]
-    assert (workdir / "results" / "report.html").stat().st_size > 100_000
+    html = (workdir / "results" / "report.html").read_text()
+    assert len(html) > 100_000
+    # it opens on the description and the headline accuracy (metadata), not on the workflow graph
+    assert '"overall MAPE (%), all rows": ' in html and "Start with" in html

@@ -15,7 +15,7 @@ from rapidllm.spec.errors import SpecError
 
 # Subcommands that live next to their model: each module has add_parser(subparsers).
 EXTRA_COMMANDS: tuple[str, ...] = ("rapidllm.ops.cli_gemm", "rapidllm.network.cli_collective",
-                                   "rapidllm.validate.cli_calibrate")
+                                   "rapidllm.validate.cli_calibrate", "rapidllm.explore.cli")
 
 JSON_KEYS = ("case_id", "status", "reason", "step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
              "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "peak_memory_bytes", "feasible")
@@ -33,7 +33,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from rapidllm.spec.case import load_case
 
     case = load_case(args.case)
-    record = evaluate(case, args.engine, adjuster(args.measured, args.what_if or ()))
+    record = evaluate(case, args.engine, adjuster(args.measured, args.what_if or ()), trace=bool(args.timeline))
+    if args.timeline:
+        from rapidllm.explore.timeline import TimelineError, write_timeline
+        try:
+            write_timeline(record, args.timeline)
+        except TimelineError as err:
+            raise SpecError(f"{args.case}: --timeline: {err}") from None
     if args.chakra:
         from rapidllm.prediction import export_chakra
         paths = export_chakra(case, args.chakra, args.chakra_per_class)
@@ -104,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --chakra: one trace per pipeline stage instead of one per rank")
     p.add_argument("--cost", action="store_true",
                    help="add $/GPU-hour, $/step, $/M tokens, tokens per $ and per watt (docs/cost.md)")
+    p.add_argument("--timeline", metavar="FILE", help="also write the simulated step as Chrome trace-event JSON")
     p.set_defaults(func=cmd_predict)
     s = sub.add_parser("sweep", help="run an experiment sweep in-process with a progress bar")
     s.add_argument("experiment", help="experiment YAML")

@@ -7,7 +7,7 @@ with the stable snake_case keys of the README) or the typed `predict` built on i
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -35,23 +35,27 @@ def memory_record(mem: MemoryResult) -> dict[str, Any]:
     return rec
 
 
-def evaluate(case: Case, engine: str = "event", adjust: Adjust | None = None) -> dict[str, Any]:
+def evaluate(case: Case, engine: str = "event", adjust: Adjust | None = None, trace: bool = False) -> dict[str, Any]:
     """Price, memory, graph and replay of one case in-process, as one flat record.
 
     engine: "event" (graph replay on the network simulator) or "baseline" (the alpha-beta ablation);
     adjust: rewrites operator times first (engine/measured.py). An infeasible case gets its memory and the
-    reason, and no timing.
+    reason, and no timing. trace=True adds the replay under "schedule" (what `rapidllm.explore.timeline`
+    draws; None where there is none); every other value is the same.
     """
-    return _evaluate(case, engine, adjust)[0]
+    return _evaluate(case, engine, adjust, trace)[0]
 
 
-def _evaluate(case: Case, engine: str, adjust: Adjust | None) -> tuple[dict[str, Any], MemoryResult]:
+def _evaluate(case: Case, engine: str, adjust: Adjust | None,
+              trace: bool = False) -> tuple[dict[str, Any], MemoryResult]:
     mem = memory_for_case(case)
     record: dict[str, Any] = {"case_id": case.case_id}
     if not mem.feasible:
         record.update(status="infeasible", reason=mem.reason, peak_memory_bytes=mem.peak, feasible=False)
+        if trace:
+            record["schedule"] = None
         return record, mem
-    result = simulate(case, price_case(case), mem, engine=engine, adjust=adjust)
+    result = simulate(case, price_case(case), mem, engine=engine, adjust=adjust, trace=trace)
     result.pop("infeasible_reason")
     record.update(status="ok", reason="", **result)
     return record, mem
@@ -94,6 +98,8 @@ class Prediction:
     itl_s: float | None
     e2e_latency_s: float | None
     memory: MemoryBreakdown
+    # the replay behind the numbers when asked for (`predict(..., trace=True)`), for timelines; not a column
+    schedule: Any = field(default=None, compare=False, repr=False)
 
     @property
     def feasible(self) -> bool:
@@ -101,7 +107,7 @@ class Prediction:
 
     def to_dict(self) -> dict[str, Any]:
         """Flat record: the README's `--json` keys plus `{component}_bytes` memory columns."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "memory"}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("memory", "schedule")}
         out.update({f"{f.name}_bytes": getattr(self.memory, f.name) for f in fields(self.memory)
                     if f.name != "peak"})
         out.update(peak_memory_bytes=self.memory.peak, feasible=self.feasible)
@@ -121,8 +127,9 @@ def _as_case(case: Case | str | Path | Mapping[str, Any]) -> Case:
 
 
 def predict(case: Case | str | Path | Mapping[str, Any], engine: str = "event",
-            adjust: Adjust | None = None) -> Prediction:
-    """Predict one case: a `Case`, a YAML path, or a mapping with the keys of a case file.
+            adjust: Adjust | None = None, trace: bool = False) -> Prediction:
+    """Predict one case: a `Case`, a YAML path, or a mapping with the keys of a case file. trace=True
+    keeps the replay in `Prediction.schedule` (for `rapidllm.explore.timeline`).
 
     >>> import rapidllm
     >>> p = rapidllm.predict("examples/gpt175b-tp8-pp8.yaml")   # doctest: +SKIP
@@ -131,7 +138,7 @@ def predict(case: Case | str | Path | Mapping[str, Any], engine: str = "event",
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(ENGINES)}")
     resolved = _as_case(case)
-    rec, mem_result = _evaluate(resolved, engine, adjust)
+    rec, mem_result = _evaluate(resolved, engine, adjust, trace)
     mem = memory_record(mem_result)
     ok = rec["status"] == "ok"
 
@@ -147,7 +154,7 @@ def predict(case: Case | str | Path | Mapping[str, Any], engine: str = "event",
                       **{k: timing(k) for k in ("step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
                                                 "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s",
                                                 "e2e_latency_s")},
-                      memory=memory)
+                      memory=memory, schedule=rec.get("schedule"))
 
 
 def export_chakra(case: Case | str | Path | Mapping[str, Any], directory: str | Path,

@@ -58,3 +58,15 @@ def code(*packages):
     """Python sources of the named subpackages plus the spec layer every stage uses."""
     files = sorted(str(p) for pkg in ("spec", *packages) for p in (LIB / pkg).rglob("*.py"))
     return files + [str(LIB / "units.py")]
+
+
+# Example cases whose simulated step the pipeline draws as a timeline (workflow/rules/explore.smk).
+TIMELINE_CASES = ["gpt175b-tp8-pp8"]
+
+
+def timeline_specs(w):
+    """The case file and the named model / hardware / network files it uses."""
+    case = load_yaml(Path(f"examples/{w.case}.yaml"))
+    kinds = {"model": "models", "hardware": "hardware", "network": "networks"}
+    named = [f"config/{folder}/{case[k]}.yaml" for k, folder in kinds.items() if isinstance(case[k], str)]
+    return [f"examples/{w.case}.yaml"] + named

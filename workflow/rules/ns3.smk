@@ -41,7 +41,7 @@ rule network_ns3:
         code=code("network", "validate", "pipeline"),
     output:
         csv="results/validation/network_ns3.csv",
-        png=report("results/figures/network_ns3.png", category="Validation"),
+        png=report("results/figures/network_ns3.png", category="4. Components"),
     log:
         "results/logs/validation/network_ns3.log",
     resources:

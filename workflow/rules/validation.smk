@@ -25,7 +25,7 @@ rule errors:
         suites=expand("results/validation/{suite}.csv", suite=config["suites"]),
         code=code("validate", "pipeline"),
     output:
-        report("results/validation/errors.csv", caption="../report/errors.rst", category="Validation"),
+        report("results/validation/errors.csv", caption="../report/errors.rst", category="1. Accuracy summary"),
     log:
         "results/logs/errors.log",
     threads: 1
@@ -45,7 +45,8 @@ rule figure_suite:
         suite="validation/suites/{suite}.yaml",
         code=code("figures", "validate"),
     output:
-        png=report("results/figures/{suite}.png", caption="../report/suite_figure.rst", category="Validation"),
+        png=report("results/figures/{suite}.png", caption="../report/suite_figure.rst", category="3. Validation suites",
+                   subcategory="{suite}"),
         pdf="results/figures/{suite}.pdf",
     log:
         "results/logs/figures/{suite}.log",
@@ -65,7 +66,7 @@ rule figure_accuracy:
         errors="results/validation/errors.csv",
         code=code("figures"),
     output:
-        png=report("results/figures/accuracy_summary.png", caption="../report/accuracy.rst", category="Validation"),
+        png=report("results/figures/accuracy_summary.png", caption="../report/accuracy.rst", category="1. Accuracy summary"),
         pdf="results/figures/accuracy_summary.pdf",
     log:
         "results/logs/figures/accuracy_summary.log",

@@ -15,7 +15,7 @@ operators, collectives and overlaps reach ASTRA-sim:
   weights one layer ahead and reduce-scatters its gradients after its backward; the data-parallel gradient
   buckets are launched during the last micro-batch's backward of each chunk; then each stage's own
   optimizer step (its share of the parameters) and, for a sharded optimizer, the parameter all-gather.
-Sizes follow the nccl-tests convention our collectives use. Not expressed: the merged forward/backward
+Sizes are ASTRA-sim's (`astra_comm_size`: an all-gather carries one rank's input). Not expressed: the merged forward/backward
 pairs of `moe_a2a_overlap` (the trace runs them one after the other). Needs the optional `mlc-chakra`
 package (extra `chakra`). docs/engine.md says how to replay the files in ASTRA-sim.
 """
@@ -90,8 +90,8 @@ def group_ids(case: Case) -> tuple[dict[str, list[int]], dict[tuple[str, int], s
 class _RankTrace:
     """Builds one rank's node list; keeps the last compute node so program order chains compute."""
 
-    def __init__(self, rank: int, pg_of: dict[tuple[str, int], str]) -> None:
-        self.rank, self.pg_of = rank, pg_of
+    def __init__(self, rank: int, groups: dict[str, list[int]], pg_of: dict[tuple[str, int], str]) -> None:
+        self.rank, self.groups, self.pg_of = rank, groups, pg_of
         self.nodes: list[TraceNode] = []
         self.last_compute = -1
 
@@ -103,8 +103,9 @@ class _RankTrace:
         return len(self.nodes) - 1
 
     def collective(self, name: str, axis: str, op: str, nbytes: float, deps: list[int]) -> int:
-        return self.add(TraceNode(name, "COMM_COLL_NODE", deps, comm_type=COLL[op], comm_size=int(round(nbytes)),
-                                  pg_name=self.pg_of[(axis, self.rank)]))
+        pg = self.pg_of[(axis, self.rank)]
+        return self.add(TraceNode(name, "COMM_COLL_NODE", deps, comm_type=COLL[op],
+                                  comm_size=int(round(astra_comm_size(op, nbytes, len(self.groups[pg])))), pg_name=pg))
 
     def template(self, prefix: str, t: Template, durations: list[float], share: float,
                  wait_for: list[int]) -> list[int]:
@@ -129,6 +130,14 @@ class _RankTrace:
         return computes
 
 
+def astra_comm_size(op: str, nbytes: float, group_size: int) -> float:
+    """ASTRA-sim's `comm_size` from our nccl-tests size: the same for all-reduce, reduce-scatter (the full
+    input) and all-to-all, but an all-gather's is one rank's input (its ring sends `comm_size` per step and
+    ends with `comm_size` x n; system/astraccl/native_collectives/collective_algorithm/Ring.cc), where
+    nccl-tests counts the gathered output."""
+    return nbytes / group_size if op == "all_gather" else nbytes
+
+
 def _tag(kind: str, chunk: int, micro: int, stage: int, pp: int, v: int, m: int) -> int:
     """One tag per pipeline transfer, the same on the sending and the receiving rank."""
     return 1 + ((int(kind == "B") * v + chunk) * m + micro) * pp + stage
@@ -146,14 +155,14 @@ def _producer(kind: str, s: int, c: int, pp: int, v: int) -> tuple[int, int] | N
 
 
 def rank_trace(case: Case, ops: pd.DataFrame, rank: int, plan: TrainingPlan | None = None,
-               pg_of: dict[tuple[str, int], str] | None = None) -> list[TraceNode]:
+               groups: tuple[dict[str, list[int]], dict[tuple[str, int], str]] | None = None) -> list[TraceNode]:
     """Nodes of one rank's training step, in issue order."""
     w, p = case.workload, case.parallelism
     if not isinstance(w, TrainingWorkload):
         raise SpecError("Chakra export covers training steps; this case is an inference case")
     cost = CommCost(case)
     plan = plan or training_plan(case, ops, cost)
-    pg_of = pg_of if pg_of is not None else group_ids(case)[1]
+    table, pg_of = groups if groups is not None else group_ids(case)
     x = plan.inputs
     view = ops_view(ops)
     templates = {(t.section, t.part): t for t in case_templates(case, view)}
@@ -168,7 +177,7 @@ def rank_trace(case: Case, ops: pd.DataFrame, rank: int, plan: TrainingPlan | No
     counts = layer_counts(case)
     gather_b, scatter_b = sharded_layer_bytes(case)
     act = p2p_bytes(case)
-    out = _RankTrace(rank, pg_of)
+    out = _RankTrace(rank, table, pg_of)
     grad_deps: list[int] = []
 
     def expand(section: str, part: str, wait_for: list[int] = ()) -> list[int]:
@@ -177,19 +186,20 @@ def rank_trace(case: Case, ops: pd.DataFrame, rank: int, plan: TrainingPlan | No
 
     def layers(c: int, part: str, wait_for: list[int], label: str) -> list[int]:
         computes: list[int] = []
-        prev_gather = -1
+        prev_gather, prev_start = -1, out.last_compute
         for section, n in counts.items():
             n_chunk = n / x.v * scale[s, c]
             t = templates[(section, part)]
             for k in range(math.ceil(n_chunk - 1e-9)):
                 share = min(1.0, n_chunk - k)
                 waits = list(wait_for) if not computes else []
-                if gather_b:
-                    prefetch = computes[-1] if computes else out.last_compute
+                if gather_b:            # one layer ahead: launched when the previous layer starts computing
                     prev_gather = out.collective(f"{label}.dp.all_gather", "dp", "all_gather", gather_b * share,
-                                                 [prefetch, prev_gather])
+                                                 [prev_start, prev_gather])
                     waits.append(prev_gather)
-                computes += out.template(f"{label}.", t, durations[(section, part)], share, waits)
+                layer = out.template(f"{label}.", t, durations[(section, part)], share, waits)
+                prev_start = layer[0] if layer else prev_start
+                computes += layer
                 if scatter_b and part == "bwd":
                     grad_deps.append(out.collective(f"{label}.dp.reduce_scatter", "dp", "reduce_scatter",
                                                     scatter_b * share, [computes[-1]]))
@@ -212,12 +222,12 @@ def rank_trace(case: Case, ops: pd.DataFrame, rank: int, plan: TrainingPlan | No
             computes = expand("last_stage", "extra_bwd", waits) if last else []
             computes += layers(c, "bwd", [] if computes else waits, label)
             computes += expand("first_stage", "extra_bwd") if first else []
-        if kind == "B" and i == x.m - 1 and plan.grad_op:
+        if kind == "B" and i == x.m - 1 and plan.bucket_op:
             for b in range(x.buckets):
                 pick = (b + 1) * len(computes) // x.buckets - 1
                 after = computes[pick] if computes and pick >= 0 else out.last_compute
-                grad_deps.append(out.collective(f"{label}.grad_bucket{b}.dp.{plan.grad_op}", "dp", plan.grad_op,
-                                                plan.grad_bucket_bytes, [after]))
+                grad_deps.append(out.collective(f"{label}.grad_bucket{b}.dp.{plan.bucket_op}", "dp", plan.bucket_op,
+                                                plan.bucket_bytes, [after]))
         dst = consumer_of(kind, s, c, i, x.pp, x.v)
         if dst is not None:
             out.add(TraceNode(f"send_{label}", "COMM_SEND_NODE", [out.last_compute], comm_size=int(round(act)),
@@ -225,8 +235,8 @@ def rank_trace(case: Case, ops: pd.DataFrame, rank: int, plan: TrainingPlan | No
                               comm_tag=_tag(kind, c, i, s, x.pp, x.v, x.m)))
     opt = out.add(TraceNode("optimizer", "COMP_NODE", [out.last_compute, *grad_deps],
                             duration_us=float(x.optimizer_s[s]) * 1e6))
-    if plan.param_gather_bytes:
-        out.collective("param_gather.dp.all_gather", "dp", "all_gather", plan.param_gather_bytes, [opt])
+    if plan.gather_bytes:
+        out.collective("param_gather.dp.all_gather", "dp", "all_gather", plan.gather_bytes, [opt])
     return out.nodes
 
 
@@ -298,13 +308,14 @@ def write_chakra(case: Case, ops: pd.DataFrame, directory: str | Path, per_class
     out_dir = Path(directory)
     out_dir.mkdir(parents=True, exist_ok=True)
     plan = training_plan(case, ops, CommCost(case))
-    table, pg_of = group_ids(case)
+    groups = group_ids(case)
+    table = groups[0]
     paths = []
     for r in export_ranks(case, per_class):
         path = out_dir / f"{stem}.{r}.et"
         with open(path, "wb") as fh:
             encode(fh, pb.GlobalMetadata(version="0.0.4"))
-            for k, n in enumerate(rank_trace(case, ops, r, plan, pg_of)):
+            for k, n in enumerate(rank_trace(case, ops, r, plan, groups)):
                 encode(fh, _encode(pb, k, n))
         paths.append(path)
     (out_dir / "comm_groups.json").write_text(json.dumps(table, indent=1) + "\n")

@@ -30,7 +30,7 @@ from rapidllm.graph.templates import (
     ops_view,
 )
 from rapidllm.memory.closed_form import state_bytes_per_param
-from rapidllm.memory.state import FRAMEWORKS, stage_params
+from rapidllm.memory.state import conventions, stage_params
 from rapidllm.ops.price import local_parameters
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -98,7 +98,7 @@ def chunk_scale(case: Case, v: int) -> np.ndarray:
 def stage_parameters(case: Case) -> tuple[np.ndarray, np.ndarray]:
     """[pp] parameters one rank of each stage holds before ZeRO/FSDP, all and routed experts only, placed
     as the memory model places them (`memory.state.stage_params`: embedding first, head last)."""
-    conv = FRAMEWORKS[case.framework]
+    conv = conventions(case)
     stages = [stage_params(case, s, conv) for s in range(case.parallelism.pp)]
     return np.array([st.total for st in stages]), np.array([st.experts for st in stages])
 
@@ -119,9 +119,12 @@ class TrainingPlan:
     inputs: PipelineInputs
     replayed: list[Replayed]
     flops_hw: float                      # executed FLOPs per step over all ranks (HFU numerator)
-    grad_op: str = ""                    # DP gradient collective per bucket ("" when dp == 1 or ZeRO-3/FSDP)
-    grad_bucket_bytes: float = 0.0       # bytes per gradient bucket collective
-    param_gather_bytes: float = 0.0      # all-gather of updated parameters after a sharded optimizer step
+    # what a timeline labels the pipeline's communication nodes with (engine/schedule.py)
+    templates: list[Template] = field(default_factory=list)
+    p2p_bytes: float = 0.0               # activation (or gradient) bytes of one stage-to-stage send
+    bucket_op: str = ""                  # DP gradient collective of one bucket
+    bucket_bytes: float = 0.0
+    gather_bytes: float = 0.0            # parameter all-gather after a sharded optimizer
 
 
 def sharded_layer_bytes(case: Case) -> tuple[float, float]:
@@ -211,7 +214,8 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
     cost.count("pp", "send_recv", act, 2 * m * v)
     wb, gb, _ = state_bytes_per_param(case.precision, p.fp32_grad_accum)
     sharded_opt = p.zero in (1, 2) or p.fsdp == "shard_grad_op"
-    buckets, bucket_s, gather_s, op, bucket_bytes, gather_bytes = 0, 0.0, 0.0, "", 0.0, 0.0
+    buckets, bucket_s, gather_s = 0, 0.0, 0.0
+    op, bucket_bytes, gather_bytes = "", 0.0, 0.0
     params, expert_params = stage_parameters(case)
     heavy = int(params.argmax())
     heaviest = dp_reduced_parameters(case, float(params[heavy]), float(expert_params[heavy]))
@@ -237,4 +241,4 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
         per_stage += n * float(work[view.sections.get(section, [])].sum())
     extras = sorted(view.sections.get("first_stage", []) + view.sections.get("last_stage", []))
     flops_hw = (per_stage * p.pp + float(work[extras].sum())) * m * p.dp * p.tp * p.cp
-    return TrainingPlan(inputs, replayed, flops_hw, op, bucket_bytes, gather_bytes)
+    return TrainingPlan(inputs, replayed, flops_hw, templates, act, op, bucket_bytes, gather_bytes)

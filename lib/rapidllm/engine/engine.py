@@ -12,13 +12,15 @@ compute + exposed communication + bubble on the critical stage (docs/engine.md):
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 from numba import njit
 
 from rapidllm.engine import baseline
 from rapidllm.engine.collectives import CommCost
-from rapidllm.engine.composer import training_plan
+from rapidllm.engine.composer import TrainingPlan, training_plan
 from rapidllm.engine.inference import Adjust, predict_inference
 from rapidllm.engine.metrics import model_flops_per_step, utilization
 from rapidllm.engine.replay import longest_path
@@ -65,6 +67,18 @@ def _stage_ends(stage: np.ndarray, finish: np.ndarray, n_stages: int) -> np.ndar
 
 
 @njit(cache=True)
+def exposed_part(dep_kind: int, gap: float, dep_dur: float) -> float:
+    """How much of an idle gap before a task is exposed communication, given the node that released the
+    task last: a wait for an incoming p2p transfer up to that transfer's duration, a wait for gradient
+    buckets or the parameter gather in full; the rest of the gap is bubble (waiting for another stage)."""
+    if dep_kind == P2P:
+        return min(gap, dep_dur)
+    if dep_kind == GRAD or dep_kind == PARAM:
+        return gap
+    return 0.0
+
+
+@njit(cache=True)
 def _gaps(mine: np.ndarray, start: np.ndarray, finish: np.ndarray, crit: np.ndarray, kind: np.ndarray,
           dur: np.ndarray, exposed: float) -> tuple[float, float, float]:
     """Walk the critical stage's tasks in order: idle gaps become exposed p2p/gradient waits or bubble."""
@@ -77,13 +91,7 @@ def _gaps(mine: np.ndarray, start: np.ndarray, finish: np.ndarray, crit: np.ndar
         if gap <= 0:
             continue
         c = crit[i]
-        k = kind[c] if c >= 0 else TASK
-        if k == P2P:
-            part = min(gap, dur[c])
-        elif k == GRAD or k == PARAM:
-            part = gap
-        else:
-            part = 0.0
+        part = exposed_part(kind[c], gap, dur[c]) if c >= 0 else 0.0
         exposed += part
         bubble += gap - part
     return exposed, bubble, prev_end
@@ -106,12 +114,36 @@ def attribute(g: PipelineGraph, start: np.ndarray, finish: np.ndarray, crit: np.
             "critical_stage": s}
 
 
-def predict_training(case: Case, ops: pd.DataFrame, overlap: bool = True, templates: list[Template] | None = None) -> dict:
+@dataclass
+class TrainingReplay:
+    """Everything one training-step replay computed: the collective costs, the plan (replayed templates,
+    pipeline inputs), the pipeline DAG and every node's start, finish and binding dependency. What a
+    timeline draws (`predict(..., trace=True)`); the prediction itself keeps only the attribution."""
+    case: Case
+    cost: CommCost
+    plan: TrainingPlan
+    graph: PipelineGraph
+    start: np.ndarray
+    finish: np.ndarray
+    crit: np.ndarray
+
+
+def replay_training(case: Case, ops: pd.DataFrame, overlap: bool = True,
+                    templates: list[Template] | None = None) -> TrainingReplay:
+    """Price the collectives, replay the templates, build the pipeline DAG and run its longest path."""
     cost = CommCost(case)
     plan = training_plan(case, ops, cost, overlap, templates)
     g = build_pipeline(plan.inputs)
     start, finish, crit = longest_path(g.dur, g.dep_ptr, g.dep_idx)
-    rec = attribute(g, start, finish, crit)
+    return TrainingReplay(case, cost, plan, g, start, finish, crit)
+
+
+def predict_training(case: Case, ops: pd.DataFrame, overlap: bool = True, templates: list[Template] | None = None,
+                     trace: bool = False) -> dict:
+    """The training record; with trace=True also the replay itself under the key "schedule"."""
+    r = replay_training(case, ops, overlap, templates)
+    cost, plan, g = r.cost, r.plan, r.graph
+    rec = attribute(g, r.start, r.finish, r.crit)
     w = case.workload
     assert isinstance(w, TrainingWorkload)
     step = rec["step_time_s"]
@@ -120,20 +152,26 @@ def predict_training(case: Case, ops: pd.DataFrame, overlap: bool = True, templa
                ttft_s=0.0, itl_s=0.0, e2e_latency_s=0.0, graph_nodes=len(g),
                network_events_simulated=float(cost.simulated),
                network_events_flattened=float(cost.flattened_events()))
+    if trace:
+        rec["schedule"] = r
     return rec
 
 
 def predict(case: Case, ops: pd.DataFrame, memory: MemoryResult, engine: str = "event", overlap: bool = True,
-            adjust: Adjust | None = None, templates: list[Template] | None = None) -> dict:
+            adjust: Adjust | None = None, templates: list[Template] | None = None, trace: bool = False) -> dict:
     """Prediction plus memory as one flat record with the stable snake_case keys of DESIGN §6.
 
-    `adjust` rewrites operator times (measured-timing replay, what-if) before the replay.
+    `adjust` rewrites operator times (measured-timing replay, what-if) before the replay. trace=True adds
+    the replay under "schedule" (a `TrainingReplay`, or an `InferenceReplay` for static batching; None
+    where there is none: the baseline engine, serving) for timelines; the numbers are the same either way.
     """
     ops = adjust(ops) if adjust else ops
     if engine == "baseline":
-        return baseline.predict(case, ops, memory, communication_nodes(case))
+        rec = baseline.predict(case, ops, memory, communication_nodes(case))
+        return {**rec, "schedule": None} if trace else rec
     if engine != "event":
         raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(ENGINES)}")
-    rec = predict_training(case, ops, overlap, templates) if case.training else predict_inference(case, ops, overlap, adjust)
+    rec = predict_training(case, ops, overlap, templates, trace) if case.training else \
+        predict_inference(case, ops, overlap, adjust, trace)
     rec.update(peak_memory_bytes=memory.peak, feasible=memory.feasible, infeasible_reason=memory.reason)
     return rec

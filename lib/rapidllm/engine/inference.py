@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from rapidllm.engine.collectives import CommCost
-from rapidllm.engine.composer import layer_counts, replay_all
+from rapidllm.engine.composer import Replayed, layer_counts, replay_all
 from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, simulate
-from rapidllm.graph.templates import extra_templates, layer_templates
+from rapidllm.graph.templates import Template, extra_templates, layer_templates
 from rapidllm.ops.price import price_case
 from rapidllm.spec.case import Case, InferenceWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -36,35 +37,82 @@ Adjust = Callable[[pd.DataFrame], pd.DataFrame]
 SECTIONS = ("prefill_", "decode_first_", "decode_last_")
 
 
-def forward_pass(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool) -> tuple[float, float]:
-    """(time, compute time) of one forward pass through all stages for a section prefix."""
+@dataclass(frozen=True)
+class PassParts:
+    """One forward pass through all stages, piece by piece: what `forward_pass` sums and a timeline draws.
+    Every stage runs the same layers (`layers`: section, layers per stage, span and compute of one layer);
+    the last stage adds the LM head; pp - 1 activation sends link the stages."""
+    pp: int
+    layers: tuple[tuple[str, float, float, float], ...]
+    head_span: float
+    head_compute: float
+    send_s: float
+    send_bytes: float
+    replayed: Replayed
+    templates: tuple[Template, ...]
+
+    def totals(self) -> tuple[float, float]:
+        """(time, compute time) of the pass."""
+        span = compute = 0.0
+        for _section, n, layer_span, layer_compute in self.layers:
+            span += n * self.pp * layer_span
+            compute += n * self.pp * layer_compute
+        span += self.head_span
+        compute += self.head_compute
+        span += (self.pp - 1) * self.send_s
+        return span, compute
+
+
+def pass_parts(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool) -> PassParts:
+    """Replay the templates of one forward pass (section prefix) and keep its pieces."""
     w, p = case.workload, case.parallelism
     assert isinstance(w, InferenceWorkload)
     heads = [t for t in extra_templates(case, ops) if t.section == f"{prefix}head"]
-    r = replay_all(case, ops, layer_templates(case, ops, prefix) + heads, cost, -1, overlap)
-    span = compute = 0.0
-    for section, n in layer_counts(case, prefix).items():
-        span += n * p.pp * r.span(section, "fwd")
-        compute += n * p.pp * r.compute(section, "fwd")
-    span += r.span(f"{prefix}head", "extra_fwd")
-    compute += r.compute(f"{prefix}head", "extra_fwd")
+    templates = layer_templates(case, ops, prefix) + heads
+    r = replay_all(case, ops, templates, cost, -1, overlap)
+    layers = tuple((section, n, r.span(section, "fwd"), r.compute(section, "fwd"))
+                   for section, n in layer_counts(case, prefix).items())
     tokens = w.batch * (w.prompt_tokens if prefix.startswith("prefill") else 1)
-    span += (p.pp - 1) * cost.time("pp", "send_recv", tokens * case.model.hidden * DTYPE_BYTES[case.precision])
-    return span, compute
+    nbytes = tokens * case.model.hidden * DTYPE_BYTES[case.precision]
+    return PassParts(p.pp, layers, r.span(f"{prefix}head", "extra_fwd"), r.compute(f"{prefix}head", "extra_fwd"),
+                     cost.time("pp", "send_recv", nbytes), float(nbytes), r, tuple(templates))
 
 
-def predict_inference(case: Case, ops: pd.DataFrame, overlap: bool = True, adjust: Adjust | None = None) -> dict:
+def forward_pass(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool) -> tuple[float, float]:
+    """(time, compute time) of one forward pass through all stages for a section prefix."""
+    return pass_parts(case, ops, prefix, cost, overlap).totals()
+
+
+@dataclass(frozen=True)
+class InferenceReplay:
+    """A static-batching request as replayed: the prefill pass and the first and last decode passes
+    (`predict(..., trace=True)`); decode step k of the O - 1 interpolates linearly between the two decode passes."""
+    case: Case
+    cost: CommCost
+    prefill: PassParts
+    decode_first: PassParts
+    decode_last: PassParts
+
+
+def predict_inference(case: Case, ops: pd.DataFrame, overlap: bool = True, adjust: Adjust | None = None,
+                      trace: bool = False) -> dict:
+    """The inference record; with trace=True also the replay under "schedule" (None when serving: a mean
+    over desynchronized or simulated clients is not one request's timeline)."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
-    if w.concurrency > w.batch and w.serving == "simulated":
-        return _predict_serving(case, ops, overlap, adjust)
     if w.concurrency > w.batch:
-        return _predict_steady_state(case, ops, overlap, adjust)
+        serve = _predict_serving if w.serving == "simulated" else _predict_steady_state
+        rec = serve(case, ops, overlap, adjust)
+        return {**rec, "schedule": None} if trace else rec
     cost = CommCost(case)
-    prefill, first, last = (np.array(forward_pass(case, ops, s, cost, overlap)) for s in SECTIONS)
+    parts = [pass_parts(case, ops, s, cost, overlap) for s in SECTIONS]
+    prefill, first, last = (np.array(p.totals()) for p in parts)
     ttft, itl = prefill, 0.5 * (first + last)
     e2e = ttft + (w.output_tokens - 1) * itl
-    return _record(ttft, itl, e2e, w.batch * w.output_tokens / e2e[SPAN], cost.simulated)
+    rec = _record(ttft, itl, e2e, w.batch * w.output_tokens / e2e[SPAN], cost.simulated)
+    if trace:
+        rec["schedule"] = InferenceReplay(case, cost, *parts)
+    return rec
 
 
 def _predict_steady_state(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> dict:

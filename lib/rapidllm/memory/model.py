@@ -17,7 +17,8 @@ from numba import njit
 
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.liveness import LayerLiveness, forward_working_set, layer_liveness
-from rapidllm.memory.state import FRAMEWORKS, ZERO_PAPER, Conventions, stage_layer_counts, stage_params, state_bytes
+from rapidllm.memory.state import ZERO_PAPER, Conventions, stage_layer_counts, stage_params, state_bytes
+from rapidllm.memory.state import conventions as framework_conventions
 from rapidllm.ops import workload as wl
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -213,7 +214,7 @@ def _inference_stage(case: Case, stage: int, conv: Conventions) -> MemoryResult:
 def memory_for_case(case: Case, conventions: Conventions | None = None, stage: int | None = None) -> MemoryResult:
     """Per-rank memory of `stage` (default: the pipeline stage with the highest peak), under the case's
     framework conventions unless others are given."""
-    conventions = conventions or FRAMEWORKS[case.framework]
+    conventions = conventions or framework_conventions(case)
     stages = range(case.parallelism.pp) if stage is None else [stage]
     if case.training:
         layer, head = training_liveness(case, conventions)

@@ -12,7 +12,9 @@ keeps full fp32 master weights under ZeRO-1); they are per framework, never per 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from rapidllm.ops.params import attention_params, mlp_params, mtp_params, norm_params, replicated_attention_params
 from rapidllm.spec.case import Case
@@ -38,7 +40,39 @@ class Conventions:
 ZERO_PAPER = Conventions()
 # Conventions a case selects with its `framework` key. llm-foundry trains with flash-attn's fused
 # (in-place) cross entropy (loss_fn: fused_crossentropy in its MPT pretrain YAMLs).
-FRAMEWORKS = {"megatron": ZERO_PAPER, "llm-foundry": Conventions(fused_loss=True), "tensorrt-llm": ZERO_PAPER}
+# nanotron (accumulate_grad_in_fp32, ZeroDistributedOptimizer; evidence in validate/memory.py and docs/memory.md):
+# fp32 master weights in the gradient accumulator for every parameter (only ZeRO-3, which nanotron lacks,
+# would shard them), bf16 DDP grads beside it, two fp32 vocab-sized copies in the loss, and its cost-balanced
+# pipeline split (`conventions`). The three step-phase constants are the ones validate/memory.py fits on the
+# declared calibration rows of the nanotron H100 sweep (every 4th Success row per family), frozen here so a
+# case with `framework: nanotron` gets the validated numbers; tests/test_usability.py refits and compares.
+NANOTRON = Conventions(master_shard_stage=3, ddp_half_grads=True, loss_fp32_copies=2,
+                       zero_step_bytes=5.877711056780468, step_hidden_bytes=4.10228324657176,
+                       runtime_allocated=84358446.153829)
+FRAMEWORKS = {"megatron": ZERO_PAPER, "llm-foundry": Conventions(fused_loss=True), "tensorrt-llm": ZERO_PAPER,
+              "nanotron": NANOTRON}
+
+
+def nanotron_stage_layers(m: ModelSpec, pp: int) -> tuple[int, ...]:
+    """nanotron's pipeline split: blocks weighted by compute cost (decoder 4·h²-ish + 3·ffn·h, LM head
+    vocab·h), a block goes to the current rank, which is closed once the cumulative cost reaches its share."""
+    d = m.head_dim
+    layer_cost = 2 * m.heads * d * m.hidden + 2 * m.kv_heads * d * m.hidden + 3 * m.ffn * m.hidden
+    costs = np.cumsum([layer_cost] * m.layers + [m.vocab * m.hidden])
+    counts, rank = [0] * pp, 0
+    for i in range(m.layers):
+        counts[rank] += 1
+        if rank < pp - 1 and costs[i] >= costs[-1] * (rank + 1) / pp:
+            rank += 1
+    return tuple(counts)
+
+
+def conventions(case: Case) -> Conventions:
+    """The memory conventions of a case's `framework` (nanotron's with its own pipeline split)."""
+    conv = FRAMEWORKS[case.framework]
+    if case.framework == "nanotron":
+        conv = replace(conv, stage_layers=nanotron_stage_layers(case.model, case.parallelism.pp))
+    return conv
 
 
 @dataclass(frozen=True)

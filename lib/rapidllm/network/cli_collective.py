@@ -1,23 +1,29 @@
-"""`rapidllm collective`: time one collective on a named or file network with the link-queue simulator."""
+"""`rapidllm collective`: time one collective on a network (a name, a network file, or a case file's network)
+with the link-queue simulator."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from rapidllm.network.api import DEFAULT_CHUNKS, simulate_collective
 from rapidllm.network.collectives import SUPPORTED
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import FaultSpec, NetworkSpec
+from rapidllm.spec.paths import display
+from rapidllm.spec.schema import load_yaml
 from rapidllm.units import UnitError, parse_quantity
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("collective", help="simulate one collective on a network",
                               description="Simulate one collective with the link-queue network model.")
-    p.add_argument("--network", required=True, help="network name (config/networks/NAME.yaml)")
+    p.add_argument("--network", required=True,
+                   help="network name (config/networks/NAME.yaml), a network YAML file, or a case YAML file "
+                        "(its network, named or inline, and its faults)")
     p.add_argument("--op", default="all_reduce", choices=sorted(SUPPORTED))
     p.add_argument("--bytes", required=True, help="message size with a unit, e.g. 1GiB or '64 MB'")
     p.add_argument("--ranks", default=None,
@@ -60,14 +66,37 @@ def _ranks(text: str | None) -> int | list[int] | None:
     return vals[0] if len(vals) == 1 else vals
 
 
+def network_arg(text: str) -> tuple[NetworkSpec, tuple[FaultSpec, ...]]:
+    """The --network value: a name from config/networks, a network file, or a case file (its `network`,
+    named or inline, plus its `faults`). A path is recognised by a .yaml/.yml suffix or by existing."""
+    path = Path(text)
+    if path.suffix not in (".yaml", ".yml") and not path.is_file():
+        mapping, where = resolve_named("network", text, "--network", "network")
+        return NetworkSpec.from_mapping(mapping, where), ()
+    source = display(path)
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise SpecError.at(source, "", "expected a network mapping (dimensions: ...) or a case (network: ...)")
+    if "dimensions" in data:
+        mapping, where = resolve_named("network", data, source, "(top level)")
+        return NetworkSpec.from_mapping(mapping, where), ()
+    if "network" not in data:
+        raise SpecError.at(source, "network", "missing: a network file needs `dimensions`, a case file `network`")
+    mapping, where = resolve_named("network", data["network"], source, "network")
+    faults = data.get("faults", [])
+    if not isinstance(faults, list) or not all(isinstance(f, dict) and "link" in f for f in faults):
+        raise SpecError.at(source, "faults", "expected a list of {link: [a, b], ...} mappings")
+    return NetworkSpec.from_mapping(mapping, where), tuple(FaultSpec.from_mapping(f) for f in faults)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        mapping, where = resolve_named("network", args.network, "--network", "network")
-        net = NetworkSpec.from_mapping(mapping, where)
+        net, case_faults = network_arg(args.network)
+        where = args.network
         ranks = _ranks(args.ranks)
         world = ranks if isinstance(ranks, int) else (max(ranks) + 1 if ranks else 1)
         net = net.sized_for(world, where) if net.dimensions[-1].size == 0 else net
-        net = replace(net, faults=net.faults + tuple(parse_fault(f) for f in args.fault))
+        net = replace(net, faults=net.faults + case_faults + tuple(parse_fault(f) for f in args.fault))
         try:
             nbytes = parse_quantity(args.bytes, "bytes")
         except UnitError as e:

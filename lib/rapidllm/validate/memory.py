@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from rapidllm.memory.model import memory_for_case
-from rapidllm.memory.state import FRAMEWORKS, Conventions
+from rapidllm.memory.state import FRAMEWORKS, NANOTRON, Conventions, nanotron_stage_layers
 from rapidllm.spec.case import Case, Parallelism, TrainingWorkload
 from rapidllm.spec.hardware import HardwareSpec
 from rapidllm.spec.model import ModelSpec
@@ -32,7 +32,6 @@ GiB = 2**30
 # fp32 vocab-sized copies beyond the operator list's bf16 logits and fp32 probabilities. The three
 # step-phase constants (STEP_CONSTANTS) are fitted on a declared calibration subset of the Success rows
 # (every 4th row of each model family, ordered by job id: 25 %) and scored on the other 75 %.
-NANOTRON = dict(master_shard_stage=3, ddp_half_grads=True, loss_fp32_copies=2)
 STEP_CONSTANTS = ("zero_step_bytes", "step_hidden_bytes", "runtime_allocated")
 CALIBRATION_EVERY = 4
 
@@ -66,20 +65,6 @@ def _human(x: Any) -> float:
     return float(s[:-1]) * scale[s[-1]] if s[-1] in scale else float(s)
 
 
-def nanotron_stage_layers(m: ModelSpec, pp: int) -> tuple[int, ...]:
-    """nanotron's pipeline split: blocks weighted by compute cost (decoder 4·h²-ish + 3·ffn·h, LM head
-    vocab·h), a block goes to the current rank, which is closed once the cumulative cost reaches its share."""
-    d = m.head_dim
-    layer_cost = 2 * m.heads * d * m.hidden + 2 * m.kv_heads * d * m.hidden + 3 * m.ffn * m.hidden
-    costs = np.cumsum([layer_cost] * m.layers + [m.vocab * m.hidden])
-    counts, rank = [0] * pp, 0
-    for i in range(m.layers):
-        counts[rank] += 1
-        if rank < pp - 1 and costs[i] >= costs[-1] * (rank + 1) / pp:
-            rank += 1
-    return tuple(counts)
-
-
 def nanotron_case(row: pd.Series, shapes: dict, hw: HardwareSpec, net: NetworkSpec,
                   step: dict[str, float] | None = None) -> tuple[Case, Conventions]:
     model = ModelSpec(**shapes[row.num_params])
@@ -87,7 +72,7 @@ def nanotron_case(row: pd.Series, shapes: dict, hw: HardwareSpec, net: NetworkSp
     par = Parallelism(dp=dp, tp=tp, pp=pp, sp=True, zero=int(row.zero_stage), fp32_grad_accum=True)
     work = TrainingWorkload(seq_len=int(row.seq_len), global_batch=dp * mbs * int(row.batch_accum), micro_batch=mbs)
     case = Case(model=model, hardware=hw, network=net, workload=work, parallelism=par, name=str(row["name"]))
-    return case, Conventions(**NANOTRON, **(step or {}), stage_layers=nanotron_stage_layers(model, pp))
+    return case, dataclasses.replace(NANOTRON, **(step or {}), stage_layers=nanotron_stage_layers(model, pp))
 
 
 def calibration_mask(success: pd.DataFrame) -> np.ndarray:

@@ -1,0 +1,71 @@
+"""The explorer's hook into the layout search (`rapidllm.search`, built separately): find it, build a small
+search spec around the case on the page, run it, rank.
+
+The page never imports the search itself: `search_function()` returns the search entry point, or None
+with the reason (the package is missing or has no `search`), and the page says so instead of failing. The
+contract assumed of the entry point is the one of `rapidllm.search`: `search(spec_mapping, top=k)` returning
+a table ranked best first (a `rank` column, the layout columns and the prediction columns).
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+
+SearchFn = Callable[..., pd.DataFrame]
+# where the entry point may live: the public package, or its runner module
+ENTRY_POINTS = (("rapidllm.search", "search"), ("rapidllm.search.run", "search"))
+OBJECTIVES = {"training": ("step_time_s", "mfu", "tokens_per_s_per_gpu"),
+              "inference": ("e2e_latency_s", "ttft_s", "itl_s")}
+
+
+def search_function() -> tuple[SearchFn | None, str]:
+    """(the search entry point, "") when importable, else (None, why not)."""
+    reasons = []
+    for module, name in ENTRY_POINTS:
+        try:
+            fn = getattr(importlib.import_module(module), name, None)
+        except ImportError as err:
+            reasons.append(f"{module}: {err}")
+            continue
+        if callable(fn):
+            return fn, ""
+        reasons.append(f"{module} has no {name}()")
+    return None, "the layout search is not available in this installation (" + "; ".join(reasons) + ")"
+
+
+def search_spec(case: dict[str, Any], gpus: int, objective: str, space: dict[str, list] | None = None) -> dict:
+    """A search spec around a case: its model, hardware, network, precision and workload, on `gpus` GPUs,
+    over `space` (axis -> values; axes left out take every sensible value), ranked by `objective`."""
+    spec = {k: case[k] for k in ("model", "hardware", "network", "workload") if k in case}
+    if "precision" in case:
+        spec["precision"] = case["precision"]
+    spec.update(name="explorer", gpus=int(gpus), objective=objective)
+    if space:
+        spec["space"] = {k: list(v) for k, v in space.items() if v}
+    return spec
+
+
+def case_axes(case: dict[str, Any]) -> dict[str, list]:
+    """The case's own schedule, recompute, ZeRO, SP and micro-batch as one-value search axes, so that a
+    search from the page varies only the axes the user opens (a few layouts, answered in seconds, instead
+    of the thousands of the full space)."""
+    from rapidllm.spec.case import resolve_case
+
+    resolved = resolve_case(case, "case")
+    p = resolved.parallelism
+    axes: dict[str, list] = {"schedule": [p.schedule], "recompute": [p.recompute], "zero": [p.zero], "sp": [p.sp]}
+    if resolved.training:
+        axes["micro_batch"] = [resolved.workload.micro_batch]
+    return axes
+
+
+def run_search(spec: dict, top: int = 10, fn: SearchFn | None = None) -> pd.DataFrame:
+    """The ranked table of a search spec (`fn` defaults to the installed search); ValueError when none."""
+    if fn is None:
+        fn, why = search_function()
+        if fn is None:
+            raise ValueError(why)
+    return fn(spec, top=top)
