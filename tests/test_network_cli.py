@@ -1,7 +1,7 @@
-"""`rapidllm collective` command (network/cli_collective.py)."""
+"""`rapidllm collective` command (cli/collective.py)."""
 import json
 
-from rapidllm.network.cli_collective import main
+from rapidllm.cli.collective import main
 
 
 def test_collective_json(capsys):

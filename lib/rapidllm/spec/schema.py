@@ -1,11 +1,19 @@
 """JSON-schema validation of spec mappings with one readable line per error.
 
 Quantities use custom formats (bytes, bandwidth, time, frequency, flops) checked by rapidllm.units, so a
-wrong unit reads "hbm_bandwidth: '3.35 TB' is not a bandwidth; use a unit like '2.0 TB/s'".
+wrong unit reads "hbm_bandwidth: '3.35 TB' is not a bandwidth; use a unit like '2.0 TB/s'". Numbers must be
+finite (NaN and infinities satisfy no JSON-schema bound, so they are refused by type), and the keyword
+`positive: true` asks a quantity to be > 0. The bounds themselves live in the schemas (docs/limits.md).
+
+YAML is read with the C loader, refusing duplicate keys, files over MAX_SPEC_BYTES and documents whose
+aliases expand past MAX_SPEC_VALUES values (an alias bomb is small on disk and exponential in memory).
 """
 from __future__ import annotations
 
 import functools
+import math
+import numbers
+import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +26,35 @@ from rapidllm.spec.errors import SpecError
 from rapidllm.spec.paths import schema_dir
 
 QUANTITY_FORMATS = ("bytes", "bandwidth", "time", "frequency", "flops")
+MAX_SPEC_BYTES = 4 * 2**20        # spec files are hand-written: the largest in the project is ~30 kB
+MAX_SPEC_VALUES = 2**18           # values after alias expansion (the sweep-1000 experiment has ~150)
+MAX_DEPTH = 64                    # nesting of mappings and lists (a case is 4 deep)
+
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict, _REPR.maxlevel = 60, 60, 6, 6, 2
+
+
+def short(value: Any) -> str:
+    """A value's repr cut for one error line (a bad value may be a whole file)."""
+    return _REPR.repr(value)
+
+
+def _finite_number(checker: Any, instance: Any) -> bool:
+    """JSON-schema `number`, finite: NaN and infinities pass every bound, so they are not numbers here."""
+    return isinstance(instance, numbers.Real) and not isinstance(instance, bool) and math.isfinite(instance)
+
+
+def _positive(validator: Any, value: bool, instance: Any, schema: dict) -> Any:
+    """`positive: true` on a quantity: its SI value must be > 0 (the format already checked the unit)."""
+    kind = schema.get("format")
+    if not value or kind not in QUANTITY_FORMATS:
+        return
+    try:
+        si = units.parse_quantity(instance, kind)
+    except units.UnitError:
+        return
+    if si <= 0:
+        yield jsonschema.ValidationError(f"{short(instance)} is out of range; allowed: a {kind} > 0")
 
 
 def _format_checker() -> jsonschema.FormatChecker:
@@ -37,7 +74,9 @@ def _validator(kind: str) -> jsonschema.protocols.Validator:
         resources.append((path.name, Resource.from_contents(yaml.safe_load(path.read_text()))))
     registry = Registry().with_resources(resources)
     schema = yaml.safe_load((schema_dir() / f"{kind}.schema.yaml").read_text())
-    cls = jsonschema.validators.validator_for(schema)
+    base = jsonschema.validators.validator_for(schema)
+    types = base.TYPE_CHECKER.redefine("number", _finite_number)
+    cls = jsonschema.validators.extend(base, validators={"positive": _positive}, type_checker=types)
     return cls(schema, registry=registry, format_checker=_format_checker())
 
 
@@ -55,17 +94,43 @@ def _describe(error: jsonschema.ValidationError) -> str:
         extra = sorted(set(error.instance) - set(allowed))
         return f"unknown key(s) {', '.join(map(repr, extra))}; allowed: {', '.join(allowed)}"
     if v == "enum":
-        return f"{error.instance!r} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
+        return f"{short(error.instance)} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
     if v == "const":
-        return f"{error.instance!r} is not allowed; allowed: {error.validator_value!r}"
+        return f"{short(error.instance)} is not allowed; allowed: {error.validator_value!r}"
     if v == "format":
         cause = error.cause
         return str(cause) if cause else error.message
     if v == "type":
-        return f"{error.instance!r} is not of type {error.validator_value}"
+        kinds = error.validator_value
+        finite = " (finite)" if "number" in kinds or "integer" in kinds else ""
+        return f"{short(error.instance)} is not of type {kinds}{finite}"
+    if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        return f"{short(error.instance)} is out of range; allowed: {_range(error.schema)}"
+    if v in ("minItems", "maxItems", "minProperties"):
+        return f"{short(error.instance)} has the wrong length; allowed: {_length(error.schema)}"
+    if v == "pattern":
+        return f"{short(error.instance)} is not allowed; allowed: text matching {error.validator_value}"
     if v in ("oneOf", "anyOf") and error.context:
         return _describe(_branch_error(error))
     return error.message
+
+
+def _range(schema: dict) -> str:
+    """'integer 1 to 1048576', 'number > 0 and <= 1': the bounds a numeric key's schema states."""
+    lo = (f">= {schema['minimum']}" if "minimum" in schema else
+          f"> {schema['exclusiveMinimum']}" if "exclusiveMinimum" in schema else "")
+    hi = (f"<= {schema['maximum']}" if "maximum" in schema else
+          f"< {schema['exclusiveMaximum']}" if "exclusiveMaximum" in schema else "")
+    if "minimum" in schema and "maximum" in schema:
+        return f"{schema.get('type', 'number')} {schema['minimum']} to {schema['maximum']}"
+    return f"{schema.get('type', 'number')} {' and '.join(b for b in (lo, hi) if b)}"
+
+
+def _length(schema: dict) -> str:
+    lo = schema.get("minItems", schema.get("minProperties"))
+    hi = schema.get("maxItems")
+    return " ".join(x for x in (f"at least {lo}" if lo is not None else "",
+                                f"at most {hi}" if hi is not None else "") if x) + " entries"
 
 
 def _branch_error(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
@@ -76,6 +141,9 @@ def _branch_error(error: jsonschema.ValidationError) -> jsonschema.ValidationErr
     for e in error.context:
         branches.setdefault(e.relative_schema_path[0] if e.relative_schema_path else None, []).append(e)
     live = [errs for errs in branches.values() if not any(e.validator == "const" for e in errs)]
+    if len(live) > 1:                   # a branch of the value's own type (an integer, not a list of them)
+        typed = [errs for errs in live if not any(e.validator == "type" and not e.relative_path for e in errs)]
+        live = typed or live
     return jsonschema.exceptions.best_match(live[0] if len(live) == 1 else error.context)
 
 
@@ -93,17 +161,77 @@ def validate(mapping: Any, kind: str, source: str) -> None:
         raise SpecError(list(dict.fromkeys(lines)))
 
 
-def load_yaml(path: Path) -> Any:
-    """Read a YAML file; a syntax error becomes one SpecError line naming the file."""
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The C safe loader, refusing a key given twice in one mapping (YAML would keep the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[tuple[str, str]] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = (key_node.tag, key_node.value)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {short(key_node.value)}", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_size(value: Any, memo: dict[int, int], depth: int = 0) -> int:
+    """Values in `value` once every alias is expanded, counted without expanding (memoised by identity,
+    which the loader shares between an anchor and its aliases)."""
+    if depth > MAX_DEPTH:
+        raise SpecError(f"nested more than {MAX_DEPTH} levels deep")
+    if not isinstance(value, (dict, list)):
+        return 1
+    hit = memo.get(id(value))
+    if hit is None:
+        items = list(value.items()) if isinstance(value, dict) else [(None, v) for v in value]
+        hit = 1 + sum(_expanded_size(v, memo, depth + 1) for _, v in items)
+        memo[id(value)] = hit
+    return hit
+
+
+def read_text(path: Path, what: str = "file", limit: int = MAX_SPEC_BYTES) -> str:
+    """A text file's contents, or one SpecError line naming the file and what is wrong with it."""
     from rapidllm.spec.paths import display
 
+    where = display(path)
     try:
-        text = Path(path).read_text()
+        size = Path(path).stat().st_size
+        if Path(path).is_dir():
+            raise SpecError.at(where, "", f"is a directory; a {what} must be a file")
+        if size > limit:
+            raise SpecError.at(where, "", f"is {size} bytes; a {what} is at most {limit} bytes")
+        data = Path(path).read_bytes()
     except FileNotFoundError:
-        raise SpecError.at(display(path), "", "file not found") from None
+        raise SpecError.at(where, "", "file not found") from None
+    except OSError as exc:
+        raise SpecError.at(where, "", f"cannot read: {exc.strerror or exc}") from None
     try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SpecError.at(where, "", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+
+
+def load_yaml(path: Path) -> Any:
+    """Read a YAML file; a syntax error, a duplicate key, an unreadable or oversized file, or an alias bomb
+    becomes one SpecError line naming the file."""
+    from rapidllm.spec.paths import display
+
+    text = read_text(path, "spec file")
+    try:
+        data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(parse)"
         raise SpecError.at(display(path), where, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    except RecursionError:
+        raise SpecError.at(display(path), "", f"nested more than {MAX_DEPTH} levels deep") from None
+    try:
+        size = _expanded_size(data, {})
+    except SpecError as err:
+        raise SpecError.at(display(path), "", str(err)) from None
+    if size > MAX_SPEC_VALUES:
+        raise SpecError.at(display(path), "", f"expands to {size} values (YAML aliases included); a spec file "
+                           f"holds at most {MAX_SPEC_VALUES}")
+    return data
