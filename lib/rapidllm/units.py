@@ -26,6 +26,8 @@ KIND_EXAMPLES = {
     "flops": "'312 TFLOP/s'",
 }
 
+NOUN = {"bytes": "byte count", "bandwidth": "bandwidth", "time": "time", "frequency": "frequency",
+        "flops": "FLOP rate"}
 # kinds whose zero would divide (a time at zero bandwidth, clock or FLOP rate): refused as well as negatives
 RATE_KINDS = frozenset({"bandwidth", "frequency", "flops"})
 
@@ -101,7 +103,7 @@ def _in_range(si: float, value: object, kind: str) -> float:
         raise UnitError(f"{_short(value)} is not a finite {kind}; use a unit like {KIND_EXAMPLES[kind]}")
     if si < 0 or (si == 0 and kind in RATE_KINDS):
         bound = "> 0" if kind in RATE_KINDS else ">= 0"
-        raise UnitError(f"{_short(value)} is out of range; a {kind} must be {bound}")
+        raise UnitError(f"{_short(value)} is out of range; allowed: a {NOUN[kind]} {bound}")
     return si
 
 

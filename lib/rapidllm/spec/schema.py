@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import re
 import reprlib
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ def _positive(validator: Any, value: bool, instance: Any, schema: dict) -> Any:
     except units.UnitError:
         return
     if si <= 0:
-        yield jsonschema.ValidationError(f"{short(instance)} is out of range; allowed: a {kind} > 0")
+        yield jsonschema.ValidationError(f"{short(instance)} is out of range; allowed: a {units.NOUN[kind]} > 0")
 
 
 def _format_checker() -> jsonschema.FormatChecker:
@@ -86,6 +87,8 @@ def _key(error: jsonschema.ValidationError) -> str:
 
 def _describe(error: jsonschema.ValidationError) -> str:
     v = error.validator
+    if v in ("oneOf", "anyOf", "not") and "errorMessage" in error.schema:
+        return error.schema["errorMessage"]       # a schema's own words for a combination rule
     if v == "required":
         missing = error.message.split("'")[1]
         return f"missing key '{missing}'"
@@ -149,11 +152,13 @@ def _branch_error(error: jsonschema.ValidationError) -> jsonschema.ValidationErr
 
 def validate(mapping: Any, kind: str, source: str) -> None:
     """Raise SpecError listing every schema violation of `mapping` against workflow/schemas/{kind}."""
+    if mapping is None:
+        raise SpecError(f"{source}: (top level): empty; a {kind} spec is a mapping of keys")
     errors = sorted(_validator(kind).iter_errors(mapping), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if errors:
         lines = []
         for error in errors:
-            if error.validator in ("oneOf", "anyOf") and error.context:
+            if error.validator in ("oneOf", "anyOf") and error.context and "errorMessage" not in error.schema:
                 deepest = _branch_error(error)
                 lines.append(f"{source}: {_key(deepest) or '(top level)'}: {_describe(deepest)}")
             else:
@@ -199,18 +204,18 @@ def read_text(path: Path, what: str = "file", limit: int = MAX_SPEC_BYTES) -> st
     try:
         size = Path(path).stat().st_size
         if Path(path).is_dir():
-            raise SpecError.at(where, "", f"is a directory; a {what} must be a file")
+            raise SpecError(f"{where}: is a directory; a {what} must be a file")
         if size > limit:
-            raise SpecError.at(where, "", f"is {size} bytes; a {what} is at most {limit} bytes")
+            raise SpecError(f"{where}: is {size} bytes; a {what} is at most {limit} bytes")
         data = Path(path).read_bytes()
     except FileNotFoundError:
-        raise SpecError.at(where, "", "file not found") from None
+        raise SpecError(f"{where}: file not found") from None
     except OSError as exc:
-        raise SpecError.at(where, "", f"cannot read: {exc.strerror or exc}") from None
+        raise SpecError(f"{where}: cannot read: {exc.strerror or exc}") from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise SpecError.at(where, "", f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+        raise SpecError(f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
 
 
 def load_yaml(path: Path) -> Any:
@@ -226,12 +231,58 @@ def load_yaml(path: Path) -> Any:
         where = f"line {mark.line + 1}" if mark else "(parse)"
         raise SpecError.at(display(path), where, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
     except RecursionError:
-        raise SpecError.at(display(path), "", f"nested more than {MAX_DEPTH} levels deep") from None
+        raise SpecError(f"{display(path)}: nested more than {MAX_DEPTH} levels deep") from None
     try:
         size = _expanded_size(data, {})
     except SpecError as err:
-        raise SpecError.at(display(path), "", str(err)) from None
+        raise SpecError(f"{display(path)}: {err}") from None
     if size > MAX_SPEC_VALUES:
-        raise SpecError.at(display(path), "", f"expands to {size} values (YAML aliases included); a spec file "
-                           f"holds at most {MAX_SPEC_VALUES}")
+        raise SpecError(f"{display(path)}: expands to {size} values (YAML aliases included); a spec file "
+                        f"holds at most {MAX_SPEC_VALUES}")
     return data
+
+
+@functools.cache
+def _raw_schema(name: str) -> dict:
+    return yaml.safe_load((schema_dir() / name).read_text())
+
+
+def knows_key(kind: str, dotted: str, named: tuple[str, ...] = ("model", "hardware", "network")) -> bool:
+    """Whether a dotted key ("parallelism.tp") can name something in workflow/schemas/{kind}: a typo that
+    matches nothing would make every sweep row invalid, so it is a file-level error instead. The top-level
+    keys in `named` (a name or an inline spec) are followed into their own schemas."""
+    keys = dotted.split(".")
+    if kind == "case" and keys[0] in named and len(keys) > 1:
+        return _knows(_raw_schema(f"{keys[0]}.schema.yaml"), keys[1:], f"{keys[0]}.schema.yaml")
+    return _knows(_raw_schema(f"{kind}.schema.yaml"), keys, f"{kind}.schema.yaml")
+
+
+def _knows(node: Any, keys: list[str], file: str) -> bool:
+    if not keys:
+        return True
+    if not isinstance(node, dict) or any(k in node for k in ("enum", "const", "format")):
+        return False                    # a leaf value has no keys below it
+    types = node.get("type", [])
+    if types and not {"object", "array"} & set([types] if isinstance(types, str) else types):
+        return False
+    if "$ref" in node:
+        ref_file, _, pointer = node["$ref"].partition("#")
+        file = ref_file or file
+        target: Any = _raw_schema(file)
+        for part in pointer.strip("/").split("/") if pointer.strip("/") else []:
+            target = target[part]
+        return _knows(target, keys, file)
+    if any(_knows(b, keys, file) for b in node.get("oneOf", []) + node.get("anyOf", [])):
+        return True
+    props = node.get("properties", {})
+    if keys[0] in props:
+        return _knows(props[keys[0]], keys[1:], file)
+    for pattern, sub in node.get("patternProperties", {}).items():
+        if re.search(pattern, keys[0]):
+            return _knows(sub, keys[1:], file)
+    extra = node.get("additionalProperties", True if not props else False)
+    if isinstance(extra, dict):
+        return _knows(extra, keys[1:], file)
+    if "items" in node and keys[0].isdigit():
+        return _knows(node["items"], keys[1:], file)
+    return extra is True and not props and "oneOf" not in node
