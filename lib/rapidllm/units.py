@@ -100,7 +100,7 @@ def _parse(value: object, kind: str) -> float:
 def _in_range(si: float, value: object, kind: str) -> float:
     """The range every quantity of `kind` must be in: finite, >= 0, and > 0 for rates."""
     if not math.isfinite(si):
-        raise UnitError(f"{_short(value)} is not a finite {kind}; use a unit like {KIND_EXAMPLES[kind]}")
+        raise UnitError(f"{_short(value)} is not a finite {NOUN[kind]}; use a unit like {KIND_EXAMPLES[kind]}")
     if si < 0 or (si == 0 and kind in RATE_KINDS):
         bound = "> 0" if kind in RATE_KINDS else ">= 0"
         raise UnitError(f"{_short(value)} is out of range; allowed: a {NOUN[kind]} {bound}")

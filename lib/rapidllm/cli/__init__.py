@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 from rapidllm.cli import calibrate, collective, gemm, predict, sweep, validate
 from rapidllm.cli.predict import JSON_KEYS
@@ -19,8 +20,15 @@ COMMANDS = (predict, sweep, validate, gemm, collective, calibrate)
 __all__ = ["JSON_KEYS", "build_parser", "main"]
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (argparse prints the whole usage first, up to 8 lines)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rapidllm", description=__doc__.splitlines()[0])
+    parser = Parser(prog="rapidllm", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.add_parser(sub)

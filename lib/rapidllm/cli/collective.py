@@ -83,8 +83,11 @@ def run(args: argparse.Namespace) -> int:
     world = ranks if isinstance(ranks, int) else (max(ranks) + 1 if ranks else 1)
     net = net.sized_for(world, where) if net.dimensions[-1].size == 0 else net
     net = replace(net, faults=net.faults + faults)
-    res = simulate_collective(net, args.op, nbytes, ranks, algorithm=args.algorithm, chunks=args.chunks,
-                              utilization=args.utilization)
+    try:
+        res = simulate_collective(net, args.op, nbytes, ranks, algorithm=args.algorithm, chunks=args.chunks,
+                                  utilization=args.utilization)
+    except SpecError as err:
+        raise SpecError([f"rapidllm collective: {line}" for line in err.lines]) from None
     out = {"network": net.name, "op": args.op, "bytes": nbytes, "ranks": ranks if ranks is not None else net.total_size,
            "algorithm": res.algorithm, "chunks": res.chunks, "time_s": res.time_s,
            "algbw_bytes_per_s": res.algbw, "busbw_bytes_per_s": res.busbw, "busiest_link": res.busiest_link,

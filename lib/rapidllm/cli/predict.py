@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 
 from rapidllm.cli.common import print_json
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.paths import display
 
 JSON_KEYS = ("case_id", "status", "reason", "step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
              "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "peak_memory_bytes",
@@ -38,7 +40,11 @@ def run(args: argparse.Namespace) -> int:
     from rapidllm.spec.case import load_case
 
     case = load_case(args.case)
-    pred = predict(case, args.engine, adjuster(args.measured, args.what_if or ()))
+    adjust = adjuster(args.measured, args.what_if or ())
+    try:
+        pred = predict(case, args.engine, adjust)
+    except SpecError as err:            # a limit met while predicting (e.g. a collective too large to simulate)
+        raise SpecError([f"{display(args.case)}: {line}" for line in err.lines]) from None
     record = pred.to_dict()
     if args.json:
         print_json({k: record[k] for k in JSON_KEYS}, indent=2)

@@ -32,7 +32,7 @@ def load_measured(path: str | Path) -> pd.DataFrame:
     times = pd.to_numeric(df.time_s, errors="coerce")
     bad = df.index[~(times.notna() & np.isfinite(times) & (times >= 0))]
     if len(bad):
-        raise SpecError(f"{path}: row {int(bad[0])}: time_s {df.time_s[bad[0]]!r} is not a finite time >= 0 in seconds")
+        raise SpecError(f"{path}: row {int(bad[0])}: time_s {df.time_s[bad[0]]} is not a finite time >= 0 in seconds")
     return df
 
 

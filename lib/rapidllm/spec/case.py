@@ -208,7 +208,8 @@ def _plain(obj: Any) -> Any:
 
 
 # Bounds on products of keys, which a schema cannot state (docs/limits.md gives the reasons).
-MAX_WORLD = 2**20                  # GPUs: ~5x the largest cluster announced (200k GPUs)
+MAX_WORLD = 2**17                  # GPUs: the largest training jobs reported run on ~100k GPUs
+MAX_MICROBATCHES = 2**16           # gradient-accumulation steps per replica (the graph holds each one)
 MAX_MICROBATCH_TOKENS = 2**24      # micro_batch x seq_len: 16.7M tokens, 64x Llama 3's 8k x 32 micro-batch
 MAX_INFERENCE_TOKENS = 2**26       # batch x (prompt + output): the KV cache of 64k 1k-token requests
 MAX_SERVING_WORK = 2**24           # concurrency x output_tokens of the simulated serving loop (~1 s of it)
@@ -218,6 +219,9 @@ def _check_bounds(hardware: HardwareSpec, par: Parallelism, workload: Any, preci
     """Limits on products of keys (work and memory that would explode), and fp8 only where the device has it."""
     if par.world > MAX_WORLD:
         raise SpecError.at(source, "parallelism", f"dp x tp x pp x cp = {par.world} GPUs; allowed: at most {MAX_WORLD}")
+    if isinstance(workload, TrainingWorkload) and workload.microbatches(par.dp) > MAX_MICROBATCHES:
+        raise SpecError.at(source, "workload.global_batch", f"global_batch / (dp x micro_batch) = "
+                           f"{workload.microbatches(par.dp)} micro-batches per step; allowed: at most {MAX_MICROBATCHES}")
     if isinstance(workload, TrainingWorkload) and workload.micro_batch * workload.seq_len > MAX_MICROBATCH_TOKENS:
         raise SpecError.at(source, "workload.micro_batch", f"micro_batch x seq_len = "
                            f"{workload.micro_batch * workload.seq_len} tokens; allowed: at most {MAX_MICROBATCH_TOKENS}")

@@ -12,7 +12,7 @@ DEFAULT_AXIS_ORDER = ("tp", "cp", "ep", "dp", "pp")
 # NCCL stages every transfer through fixed-size buffers (NCCL_BUFFSIZE, 4 MiB by default; NCCL environment
 # variable documentation), so a collective moves in chunks of this size: see docs/network.md "Chunking".
 DEFAULT_CHUNK_BYTES = 4 * 2**20
-MAX_RANKS = 2**20                  # ranks of a fabric, as the case's world size (docs/limits.md)
+MAX_RANKS = 2**17                  # ranks of a fabric, as the case's world size (docs/limits.md)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,8 @@ _REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict, _REPR.maxlevel = 
 
 def short(value: Any) -> str:
     """A value's repr cut for one error line (a bad value may be a whole file)."""
-    return _REPR.repr(value)
+    text = _REPR.repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _finite_number(checker: Any, instance: Any) -> bool:
@@ -110,7 +111,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         return f"{short(error.instance)} is out of range; allowed: {_range(error.schema)}"
     if v in ("minItems", "maxItems", "minProperties"):
-        return f"{short(error.instance)} has the wrong length; allowed: {_length(error.schema)}"
+        return f"{len(error.instance)} entries; allowed: {_length(error.schema)}"
     if v == "pattern":
         return f"{short(error.instance)} is not allowed; allowed: text matching {error.validator_value}"
     if v in ("oneOf", "anyOf") and error.context:
@@ -132,8 +133,9 @@ def _range(schema: dict) -> str:
 def _length(schema: dict) -> str:
     lo = schema.get("minItems", schema.get("minProperties"))
     hi = schema.get("maxItems")
-    return " ".join(x for x in (f"at least {lo}" if lo is not None else "",
-                                f"at most {hi}" if hi is not None else "") if x) + " entries"
+    if lo is not None and hi is not None:
+        return f"{lo} to {hi} entries"
+    return f"at least {lo} entries" if lo is not None else f"at most {hi} entries"
 
 
 def _branch_error(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
@@ -153,7 +155,8 @@ def _branch_error(error: jsonschema.ValidationError) -> jsonschema.ValidationErr
 def validate(mapping: Any, kind: str, source: str) -> None:
     """Raise SpecError listing every schema violation of `mapping` against workflow/schemas/{kind}."""
     if mapping is None:
-        raise SpecError(f"{source}: (top level): empty; a {kind} spec is a mapping of keys")
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise SpecError(f"{source}: (top level): empty; {article} {kind} spec is a mapping of keys")
     errors = sorted(_validator(kind).iter_errors(mapping), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if errors:
         lines = []
