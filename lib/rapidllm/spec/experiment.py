@@ -186,9 +186,21 @@ def expand_with_cases(exp: Experiment) -> list[tuple[dict, Case | None]]:
         except SpecError as err:
             case = None
             row.update(case_id="", status="invalid", reason=str(err),
-                       case_json=json.dumps(raw["case"], sort_keys=True, default=str))
+                       case_json=json.dumps(_finite(raw["case"]), sort_keys=True, default=str))
         out.append((row, case))
     return out
+
+
+def _finite(value: Any) -> Any:
+    """An invalid row's raw case for JSON: NaN and infinities (refused as values) become null, so the
+    row's JSON stays JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def expand(exp: Experiment) -> list[dict]:
