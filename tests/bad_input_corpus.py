@@ -2,8 +2,8 @@
 exit 2, a short message on stderr naming what is wrong, nothing on stdout and no traceback.
 
 One `Bad` per input, grouped by command in CORPUS. A case names the files it needs (`files`: name ->
-YAML-dumped mapping, text or bytes, written into a fresh temporary folder) and the argv, where `{tmp}`
-is that folder. `expect` is a fragment the message must contain. To cover a new command (e.g.
+YAML-dumped mapping, text, bytes, ("fifo",) for a named pipe, or ("edit-suite", ...) for an edited copy of
+a validation suite; written into a fresh temporary folder) and the argv, where `{tmp}` is that folder. `expect` is a fragment the message must contain. To cover a new command (e.g.
 `rapidllm search`), add a list of `Bad` under its name in CORPUS; tests/test_bad_inputs.py runs them all.
 
 Classes (issue 20): quantity (absurd values accepted), crash (tracebacks), work (unbounded work or memory),
@@ -156,6 +156,8 @@ PREDICT = [
     # files and YAML
     Bad("file-missing", ("predict", "{tmp}/nope.yaml"), "nope.yaml: file not found", "file"),
     Bad("file-is-directory", ("predict", "{tmp}"), "is a directory", "file"),
+    Bad("file-is-a-device", ("predict", "/dev/zero"), "/dev/zero: is not a regular file", "work"),
+    Bad("file-is-a-fifo", ("predict", "{tmp}/fifo"), "is not a regular file", "work", {"fifo": ("fifo",)}),
     raw_case("not-utf8", b"model: \xff\xfe\n", "not UTF-8 text"),
     raw_case("binary-junk", bytes(range(256)) * 4, "case.yaml"),
     raw_case("empty-file", "", "empty; a case spec is a mapping"),
@@ -175,6 +177,8 @@ PREDICT = [
     Bad("measured-missing", ("predict", "{tmp}/case.yaml", "--measured", "{tmp}/nope.csv"), "cannot read measured",
         "file", {"case.yaml": CASE}),
     Bad("measured-directory", ("predict", "{tmp}/case.yaml", "--measured", "{tmp}"), "cannot read measured", "file",
+        {"case.yaml": CASE}),
+    Bad("measured-device", ("predict", "{tmp}/case.yaml", "--measured", "/dev/zero"), "is not a regular file", "work",
         {"case.yaml": CASE}),
     Bad("measured-negative", ("predict", "{tmp}/case.yaml", "--measured", "{tmp}/m.csv"), "is not a finite time",
         "quantity", {"case.yaml": CASE, "m.csv": "name,time_s\nmlp_up,-1\n"}),

@@ -5,6 +5,7 @@ subprocesses of `python -m rapidllm.cli` to check the process-level contract.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +35,9 @@ def _materialize(bad: Bad, tmp: Path) -> list[str]:
     """Write the case's files into tmp and return its argv with {tmp} filled in."""
     for name, content in bad.files.items():
         path = tmp / name
-        if isinstance(content, tuple) and content[0] == "edit-suite":
+        if content == ("fifo",):
+            os.mkfifo(path)
+        elif isinstance(content, tuple) and content[0] == "edit-suite":
             path.write_text(_edited_suite(*content[1:]))
         elif isinstance(content, bytes):
             path.write_bytes(content)

@@ -17,7 +17,7 @@ from rapidllm.spec.errors import SpecError
 
 def clean(value: Any) -> Any:
     """JSON-safe value: numpy scalars become Python ones, NaN and infinities null, containers recursively."""
-    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+    if hasattr(value, "item"):                 # numpy scalar
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None

@@ -7,6 +7,7 @@ by 0.5 (x2 makes it twice as slow), `NAME=/2` divides it by 2 (twice as fast), `
 """
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,16 +16,17 @@ import numpy as np
 import pandas as pd
 
 from rapidllm.spec.errors import SpecError
+from rapidllm.spec.schema import read_text
 from rapidllm.units import UnitError, parse_quantity
 
 
 def load_measured(path: str | Path) -> pd.DataFrame:
     try:
-        df = pd.read_csv(path)
-    except UnicodeDecodeError:
-        raise SpecError(f"{path}: cannot read measured timings (not UTF-8 text)") from None
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read measured timings ({e.strerror or e})") from None
+        text = read_text(Path(path), "measured timings table", limit=64 * 2**20)
+    except SpecError as err:
+        raise SpecError(f"cannot read measured timings: {err}") from None
+    try:
+        df = pd.read_csv(io.StringIO(text))
     except ValueError as e:                # pandas' ParserError and EmptyDataError
         raise SpecError(f"{path}: cannot read measured timings ({str(e).splitlines()[0]})") from None
     if not {"name", "time_s"} <= set(df.columns):

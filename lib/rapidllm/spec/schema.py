@@ -27,8 +27,8 @@ from rapidllm.spec.errors import SpecError
 from rapidllm.spec.paths import schema_dir
 
 QUANTITY_FORMATS = ("bytes", "bandwidth", "time", "frequency", "flops")
-MAX_SPEC_BYTES = 4 * 2**20        # spec files are hand-written: the largest in the project is ~30 kB
-MAX_SPEC_VALUES = 2**18           # values after alias expansion (the sweep-1000 experiment has ~150)
+MAX_SPEC_BYTES = 4 * 2**20        # spec files are hand-written: the largest in the project is 7 kB
+MAX_SPEC_VALUES = 2**18           # values after alias expansion (the largest spec, sweep-1000, has 583)
 MAX_DEPTH = 64                    # nesting of mappings and lists (a case is 4 deep)
 
 _REPR = reprlib.Repr()
@@ -208,6 +208,8 @@ def read_text(path: Path, what: str = "file", limit: int = MAX_SPEC_BYTES) -> st
         size = Path(path).stat().st_size
         if Path(path).is_dir():
             raise SpecError(f"{where}: is a directory; a {what} must be a file")
+        if not Path(path).is_file():          # a FIFO or device would block or never end
+            raise SpecError(f"{where}: is not a regular file; a {what} must be a file")
         if size > limit:
             raise SpecError(f"{where}: is {size} bytes; a {what} is at most {limit} bytes")
         data = Path(path).read_bytes()
