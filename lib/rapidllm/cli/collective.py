@@ -10,25 +10,28 @@ import sys
 from dataclasses import replace
 
 from rapidllm.cli.common import check_flags, print_json
-from rapidllm.network.api import DEFAULT_CHUNKS, check_work, simulate_collective
-from rapidllm.network.collectives import SUPPORTED
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import FaultSpec, NetworkSpec
 from rapidllm.units import parse_quantity
 
 
+# the collectives of network/collectives.py (SUPPORTED; tests/test_network_cli.py checks they agree), listed
+# here so `rapidllm --help` and flag errors do not load the numba simulator
+OPS = ("all_gather", "all_reduce", "all_to_all", "broadcast", "reduce_scatter", "send_recv")
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("collective", help="simulate one collective on a network",
                               description="Simulate one collective with the link-queue network model.")
     p.add_argument("--network", required=True, help="network name (config/networks/NAME.yaml)")
-    p.add_argument("--op", default="all_reduce", choices=sorted(SUPPORTED))
+    p.add_argument("--op", default="all_reduce", choices=OPS)
     p.add_argument("--bytes", required=True, help="message size with a unit, e.g. 1GiB or '64 MB'")
     p.add_argument("--ranks", default=None,
                    help="rank count N (ranks 0..N-1) or a comma list of rank ids (send_recv: SRC,DST)")
     p.add_argument("--algorithm", default="auto",
                    help="auto, ring, direct, halving_doubling, tree, hierarchical, in_switch (all_reduce)")
-    p.add_argument("--chunks", type=int, default=DEFAULT_CHUNKS,
+    p.add_argument("--chunks", type=int, default=None,
                    help="pipelined chunks per transfer (default: from the network's chunk_size, 4 MiB)")
     p.add_argument("--utilization", type=float, default=None, help="link bandwidth factor (default: network's)")
     p.add_argument("--fault", action="append", default=[], metavar="A,B,FACTOR|A,B,dead",
@@ -67,6 +70,8 @@ def _ranks(text: str | None) -> int | list[int] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rapidllm.network.api import check_work, simulate_collective   # numba: loaded only to simulate
+
     ranks = _ranks(args.ranks)
     check_flags("collective", {"network": args.network, "op": args.op, "bytes": args.bytes, "ranks": ranks,
                                "algorithm": args.algorithm, "chunks": args.chunks,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 
 from rapidllm.cli.common import check_flags, print_json
-from rapidllm.ops.gemm import price_gemms
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec
 from rapidllm.spec.named import resolve_named
@@ -32,6 +31,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def price_one(hw: HardwareSpec, m: int, n: int, k: int, dtype: str, batch: int = 1) -> dict:
     """The CLI's result as a dict with stable snake_case keys in SI units."""
+    from rapidllm.ops.gemm import price_gemms       # numba: loaded when a GEMM is priced, not for --help
+
     pr = price_gemms(hw, [batch], [m], [n], [k], dtype)
     t, flops = float(pr.time_s[0]), float(pr.flops[0])
     return {"hardware": hw.name, "batch": batch, "m": m, "n": n, "k": k, "dtype": dtype,

@@ -115,7 +115,8 @@ def predict_training(case: Case, ops: pd.DataFrame, overlap: bool = True, templa
     w = case.workload
     assert isinstance(w, TrainingWorkload)
     step = rec["step_time_s"]
-    rec.update(mfu=utilization(model_flops_per_step(case), step, case), hfu=utilization(hardware_flops_per_step(case, plan.flops_hw, plan.flops_recompute), step, case),
+    hw_flops = hardware_flops_per_step(case, plan.flops_hw, plan.flops_recompute)
+    rec.update(mfu=utilization(model_flops_per_step(case), step, case), hfu=utilization(hw_flops, step, case),
                tokens_per_s=w.global_batch * w.seq_len / step if step > 0 else 0.0,
                ttft_s=0.0, itl_s=0.0, e2e_latency_s=0.0, graph_nodes=len(g),
                network_events_simulated=float(cost.simulated),

@@ -98,7 +98,8 @@ class NetworkSpec:
                 collective_latency_s=q(d.get("collective_latency", 0.0), "time")))
         fixed = math.prod(d.size for d in dims if d.size)
         if fixed > MAX_RANKS:
-            raise SpecError.at(source, "dimensions", f"the sizes multiply to {fixed} ranks; allowed: at most {MAX_RANKS}")
+            raise SpecError.at(source, "dimensions",
+                               f"the sizes multiply to {fixed} ranks; allowed: at most {MAX_RANKS}")
         order = tuple(m.get("axis_order", DEFAULT_AXIS_ORDER))
         order = order + tuple(a for a in DEFAULT_AXIS_ORDER if a not in order)
         return cls(name=m["name"], dimensions=tuple(dims), axis_order=order,
