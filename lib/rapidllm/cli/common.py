@@ -6,38 +6,23 @@ Every failure here is a SpecError, which `rapidllm.cli.main` prints as one line 
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rapidllm.spec.errors import SpecError
-
-
-def clean(value: Any) -> Any:
-    """JSON-safe value: numpy scalars become Python ones, NaN and infinities null, containers recursively."""
-    if hasattr(value, "item"):                 # numpy scalar
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    return value
+from rapidllm.spec.schema import json_safe, validate
 
 
 def print_json(obj: Any, **kwargs: Any) -> None:
     """Print `obj` as strict JSON (allow_nan=False: a non-finite number left over would be a bug)."""
-    print(json.dumps(clean(obj), allow_nan=False, **kwargs))
+    print(json.dumps(json_safe(obj), allow_nan=False, **kwargs))
 
 
 def check_flags(kind: str, flags: dict[str, Any], command: str) -> None:
     """Validate a command's flags (None = not given) against workflow/schemas/{kind}.schema.yaml, the same
     validator, formats and bounds as the spec files: 'rapidllm gemm: --m: 0 is out of range; ...'."""
-    from rapidllm.spec.schema import validate
-
     given = {k: v for k, v in flags.items() if v is not None}
     try:
         validate(given, kind, f"rapidllm {command}")

@@ -18,7 +18,7 @@ from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.paths import config_dir, display, project_root
-from rapidllm.spec.schema import knows_key, load_yaml, validate
+from rapidllm.spec.schema import json_safe, knows_key, load_yaml, validate
 
 AXES = ("dp", "tp", "pp", "cp", "ep")
 NAMED_KINDS = ("model", "hardware", "network")
@@ -35,7 +35,7 @@ class Experiment:
     shard_size: int
 
 
-MAX_CASES = 2**20                  # combinations of one experiment (sweep-1000 has 1000; ~1 ms each)
+MAX_CASES = 2**20                  # combinations of one experiment (sweep-1000 has 1472)
 
 
 def load_experiment(path: str | Path, default_shard_size: int = 64) -> Experiment:
@@ -186,21 +186,9 @@ def expand_with_cases(exp: Experiment) -> list[tuple[dict, Case | None]]:
         except SpecError as err:
             case = None
             row.update(case_id="", status="invalid", reason=str(err),
-                       case_json=json.dumps(_finite(raw["case"]), sort_keys=True, default=str))
+                       case_json=json.dumps(json_safe(raw["case"]), sort_keys=True, default=str))
         out.append((row, case))
     return out
-
-
-def _finite(value: Any) -> Any:
-    """An invalid row's raw case for JSON: NaN and infinities (refused as values) become null, so the
-    row's JSON stays JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
 
 
 def expand(exp: Experiment) -> list[dict]:

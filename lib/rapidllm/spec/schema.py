@@ -41,6 +41,20 @@ def short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def json_safe(value: Any) -> Any:
+    """`value` ready for strict JSON: numpy scalars as Python ones, NaN and infinities as None (null), in
+    nested dicts and lists too. Every JSON rapidllm writes goes through this (JSON has no NaN)."""
+    if hasattr(value, "item") and not isinstance(value, (dict, list, tuple)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def _finite_number(checker: Any, instance: Any) -> bool:
     """JSON-schema `number`, finite: NaN and infinities pass every bound, so they are not numbers here."""
     return isinstance(instance, numbers.Real) and not isinstance(instance, bool) and math.isfinite(instance)
