@@ -54,9 +54,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _seconds(t: float) -> str:
+    """A duration in s, ms or us, whichever keeps the number >= 1 (0 as '0 s')."""
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if t >= scale or unit == "us":
-            return f"{t / scale:10.4g} {unit:2s}"
+            return f"{t / scale:10.4g} {unit:2s}" if t else f"{0:10.4g} s "
     return ""
 
 
