@@ -162,7 +162,7 @@ def test_mtp_adds_a_layer_and_a_head_to_the_last_stage_only() -> None:
 def test_h800_is_h100_silicon() -> None:
     h800, _ = resolve_named("hardware", "h800", "test", "hardware")
     h100, _ = resolve_named("hardware", "h100-sxm5-80gb", "test", "hardware")
-    same = {k for k in h100 if k not in ("name", "description", "source")}
+    same = {k for k in h100 if k not in ("name", "description", "source", "cost")}
     assert {k: h800[k] for k in same} == {k: h100[k] for k in same}
     net, _ = resolve_named("network", "h800-ib", "test", "network")
     assert net["dimensions"][0]["link_bandwidth"] == "200 GB/s"     # 400 GB/s bidirectional NVLink

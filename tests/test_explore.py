@@ -13,7 +13,7 @@ import yaml
 
 import rapidllm
 from rapidllm.explore import edits as E
-from rapidllm.explore.cli import APP, server_command
+from rapidllm.cli.explore import APP, server_command
 from rapidllm.explore.search_hook import run_search, search_function, search_spec
 from rapidllm.spec.case import load_case, resolve_case
 from rapidllm.spec.paths import project_root

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rapidllm.ops import cli_gemm
+from rapidllm.cli import gemm as cli_gemm
 from rapidllm.ops.gemm import gemm_time, price_gemms, roofline_gemm_time
 from rapidllm.ops.tiles import build_catalog
 from rapidllm.spec.hardware import HardwareSpec

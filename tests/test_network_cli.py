@@ -1,7 +1,7 @@
-"""`rapidllm collective` command (network/cli_collective.py)."""
+"""`rapidllm collective` command (cli/collective.py)."""
 import json
 
-from rapidllm.network.cli_collective import main
+from rapidllm.cli.collective import main
 
 
 def test_collective_json(capsys):
@@ -32,3 +32,11 @@ def test_collective_cut_off_and_bad_input(capsys):
     assert "--bytes" in capsys.readouterr().err
     assert main(["collective", "--network", "dgx-a100", "--bytes", "1MiB", "--fault", "0,1"]) == 2
     assert main(["collective", "--network", "nope", "--bytes", "1MiB"]) == 2
+
+
+def test_cli_ops_match_the_simulator():
+    from rapidllm.cli.collective import OPS
+    from rapidllm.network.api import DEFAULT_CHUNKS
+    from rapidllm.network.collectives import SUPPORTED
+
+    assert OPS == tuple(sorted(SUPPORTED)) and DEFAULT_CHUNKS is None

@@ -19,6 +19,7 @@ from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import price_case
 from rapidllm.spec.case import Case, load_case, resolve_case
+from rapidllm.spec.errors import SpecError
 from rapidllm.spec.experiment import Experiment, expand_with_cases, load_experiment
 
 Adjust = Callable[[pd.DataFrame], pd.DataFrame]
@@ -186,5 +187,8 @@ def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: s
         if row["status"] != "ok" or case is None:
             out.append(row)
             continue
-        out.append({**row, **evaluate(case, engine)})
+        try:
+            out.append({**row, **evaluate(case, engine)})
+        except SpecError as err:            # a limit met while predicting: the row says so, the sweep goes on
+            out.append({**row, "case_id": "", "status": "invalid", "reason": str(err)})
     return pd.DataFrame(out).drop(columns=["case_json"])

@@ -4,9 +4,14 @@ Specs carry explicit units ("80 GB", "2.0 TB/s", "200 Gb/s", "5 us", "1.41 GHz",
 Decimal prefixes (k, M, G, T, P) are powers of 1000 and binary ones (Ki, Mi, Gi, Ti) powers of 1024, so
 "80 GB" is 80e9 bytes and "80 GiB" is 80 * 2**30. Lower-case "b" means bits (network links are quoted
 in Gb/s), upper-case "B" bytes. Everything returned is SI: bytes, bytes/s, seconds, Hz, FLOP/s.
+
+Every quantity is finite and none is negative; rates (bandwidth, frequency, FLOP/s) are also > 0, since a
+zero rate divides. This is the one check of a quantity's range, shared by the spec schemas and the CLI's
+flags (docs/limits.md); keys that must be > 0 beyond that say `positive: true` in their schema.
 """
 from __future__ import annotations
 
+import math
 import re
 
 DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
@@ -20,6 +25,11 @@ KIND_EXAMPLES = {
     "frequency": "'1.41 GHz', '1410 MHz'",
     "flops": "'312 TFLOP/s'",
 }
+
+NOUN = {"bytes": "byte count", "bandwidth": "bandwidth", "time": "time", "frequency": "frequency",
+        "flops": "FLOP rate"}
+# kinds whose zero would divide (a time at zero bandwidth, clock or FLOP rate): refused as well as negatives
+RATE_KINDS = frozenset({"bandwidth", "frequency", "flops"})
 
 _NUMBER = r"(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
 _PATTERN = re.compile(r"^\s*" + _NUMBER + r"\s*(?P<unit>\S.*?)?\s*$")
@@ -64,20 +74,41 @@ def parse_quantity(value: object, kind: str) -> float:
     Bare numbers are accepted and read as already SI (bytes, bytes/s, s, Hz, FLOP/s) so computed
     specs can round-trip; strings must carry a unit of the right kind.
     """
+    return _in_range(_parse(value, kind), value, kind)
+
+
+def _parse(value: object, kind: str) -> float:
+    wrong = UnitError(f"{_short(value)} is not a {kind}; use a unit like {KIND_EXAMPLES[kind]}")
     if isinstance(value, bool):
-        raise UnitError(f"{value!r} is not a {kind}; use a unit like {KIND_EXAMPLES[kind]}")
+        raise wrong
     if isinstance(value, (int, float)):
         return float(value)
-    if not isinstance(value, str):
-        raise UnitError(f"{value!r} is not a {kind}; use a unit like {KIND_EXAMPLES[kind]}")
+    if not isinstance(value, str) or len(value) > 100:
+        raise wrong
     match = _PATTERN.match(value)
     if not match:
-        raise UnitError(f"{value!r} is not a {kind}; use a unit like {KIND_EXAMPLES[kind]}")
+        raise wrong
     unit = (match.group("unit") or "").strip()
     if not unit:
         return float(match.group("num"))
     parsed = _unit_scale(unit)
     if parsed is None or parsed[0] != kind:
-        raise UnitError(f"{value!r} is not a {kind}; use a unit like {KIND_EXAMPLES[kind]}")
+        raise wrong
     return float(match.group("num")) * parsed[1]
+
+
+def _in_range(si: float, value: object, kind: str) -> float:
+    """The range every quantity of `kind` must be in: finite, >= 0, and > 0 for rates."""
+    if not math.isfinite(si):
+        raise UnitError(f"{_short(value)} is not a finite {NOUN[kind]}; use a unit like {KIND_EXAMPLES[kind]}")
+    if si < 0 or (si == 0 and kind in RATE_KINDS):
+        bound = "> 0" if kind in RATE_KINDS else ">= 0"
+        raise UnitError(f"{_short(value)} is out of range; allowed: a {NOUN[kind]} {bound}")
+    return si
+
+
+def _short(value: object) -> str:
+    """repr of a value for an error line, cut to 60 characters (a value may be a whole file)."""
+    text = repr(value) if isinstance(value, (str, int, float)) else f"a {type(value).__name__}"
+    return text if len(text) <= 60 else text[:57] + "..."
 

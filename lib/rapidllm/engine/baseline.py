@@ -15,7 +15,7 @@ import pandas as pd
 
 from rapidllm.engine.composer import layer_counts
 from rapidllm.engine.groups import group_link
-from rapidllm.engine.metrics import model_flops_per_step, utilization
+from rapidllm.engine.metrics import hardware_flops_per_step, model_flops_per_step, utilization
 from rapidllm.graph.comm_nodes import CommNode
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.network.alpha_beta import collective_time
@@ -44,8 +44,8 @@ def _section_time(ops: pd.DataFrame, section: str, phases: tuple[str, ...] | Non
     return float((sel.time_s * sel["count"]).sum())
 
 
-def _section_flops(ops: pd.DataFrame, section: str) -> float:
-    sel = ops[ops.section == section]
+def _section_flops(ops: pd.DataFrame, section: str, phase: str | None = None) -> float:
+    sel = ops[(ops.section == section) & ((ops.phase == phase) if phase else True)]
     return float((sel.flops * sel["count"]).sum())
 
 
@@ -88,11 +88,12 @@ def predict_training(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> Pr
     w, p = case.workload, case.parallelism
     assert isinstance(w, TrainingWorkload)
     micro = w.microbatches(p.dp)
-    compute = comm = flops = 0.0
+    compute = comm = flops = again = 0.0
     for section, n in _layer_mix(case, ""):
         compute += n * _section_time(ops, section)
         comm += n * comm_time(case, nodes, section, passes=True)
         flops += n * _section_flops(ops, section)
+        again += n * _section_flops(ops, section, "recompute")
     extras = max(_section_time(ops, "first_stage"), _section_time(ops, "last_stage"))
     if p.pp == 1:
         extras = _section_time(ops, "first_stage") + _section_time(ops, "last_stage")
@@ -103,6 +104,8 @@ def predict_training(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> Pr
     optimizer = _section_time(ops, "optimizer")
     step = micro * stage + bubble + dp + optimizer
     hw_flops = (flops + _section_flops(ops, "first_stage") + _section_flops(ops, "last_stage")) * micro * p.pp * p.dp * p.tp * p.cp
+    again += _section_flops(ops, "first_stage", "recompute") + _section_flops(ops, "last_stage", "recompute")
+    hw_flops = hardware_flops_per_step(case, hw_flops, again * micro * p.pp * p.dp * p.tp * p.cp)
     return Prediction(
         step_time_s=step, compute_time_s=micro * (compute + extras) + optimizer,
         exposed_comm_s=micro * (comm + p2p) + dp, bubble_s=bubble,

@@ -118,7 +118,8 @@ def dispatcher_sms(case: Case) -> int:
 class TrainingPlan:
     inputs: PipelineInputs
     replayed: list[Replayed]
-    flops_hw: float                      # executed FLOPs per step over all ranks (HFU numerator)
+    flops_hw: float                      # executed FLOPs per step over all ranks, recomputation included
+    flops_recompute: float               # the part of flops_hw that re-runs forward operators (recompute)
     # what a timeline labels the pipeline's communication nodes with (engine/schedule.py)
     templates: list[Template] = field(default_factory=list)
     p2p_bytes: float = 0.0               # activation (or gradient) bytes of one stage-to-stage send
@@ -236,9 +237,11 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
     opt = float(timed[view.sections.get("optimizer", [])].sum()) * (params / params.mean())   # each stage by its share
     inputs = PipelineInputs(p.schedule, p.pp, v, m, f_span, f_comp, b_span, b_comp, p2p_f, p2p_b, buckets,
                             bucket_s, opt, gather_s, cost.dims("pp"), cost.dims("dp"), f_hidden, b_hidden)
-    per_stage = 0.0
-    for section, n in counts.items():
-        per_stage += n * float(work[view.sections.get(section, [])].sum())
     extras = sorted(view.sections.get("first_stage", []) + view.sections.get("last_stage", []))
-    flops_hw = (per_stage * p.pp + float(work[extras].sum())) * m * p.dp * p.tp * p.cp
-    return TrainingPlan(inputs, replayed, flops_hw, templates, act, op, bucket_bytes, gather_bytes)
+
+    def step_flops(per_row: np.ndarray) -> float:
+        per_stage = sum(n * float(per_row[view.sections.get(section, [])].sum()) for section, n in counts.items())
+        return (per_stage * p.pp + float(per_row[extras].sum())) * m * p.dp * p.tp * p.cp
+    again = np.array([phase == "recompute" for phase in view.phases], dtype=bool)
+    return TrainingPlan(inputs, replayed, step_flops(work), step_flops(np.where(again, work, 0.0)), templates,
+                        act, op, bucket_bytes, gather_bytes)

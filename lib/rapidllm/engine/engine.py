@@ -22,7 +22,7 @@ from rapidllm.engine import baseline
 from rapidllm.engine.collectives import CommCost
 from rapidllm.engine.composer import TrainingPlan, training_plan
 from rapidllm.engine.inference import Adjust, predict_inference
-from rapidllm.engine.metrics import model_flops_per_step, utilization
+from rapidllm.engine.metrics import hardware_flops_per_step, model_flops_per_step, utilization
 from rapidllm.engine.replay import longest_path
 from rapidllm.graph.comm_nodes import communication_nodes
 from rapidllm.graph.pipeline import (
@@ -147,7 +147,8 @@ def predict_training(case: Case, ops: pd.DataFrame, overlap: bool = True, templa
     w = case.workload
     assert isinstance(w, TrainingWorkload)
     step = rec["step_time_s"]
-    rec.update(mfu=utilization(model_flops_per_step(case), step, case), hfu=utilization(plan.flops_hw, step, case),
+    hw_flops = hardware_flops_per_step(case, plan.flops_hw, plan.flops_recompute)
+    rec.update(mfu=utilization(model_flops_per_step(case), step, case), hfu=utilization(hw_flops, step, case),
                tokens_per_s=w.global_batch * w.seq_len / step if step > 0 else 0.0,
                ttft_s=0.0, itl_s=0.0, e2e_latency_s=0.0, graph_nodes=len(g),
                network_events_simulated=float(cost.simulated),

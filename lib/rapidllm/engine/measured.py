@@ -7,22 +7,34 @@ by 0.5 (x2 makes it twice as slow), `NAME=/2` divides it by 2 (twice as fast), `
 """
 from __future__ import annotations
 
+import io
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from rapidllm.spec.errors import SpecError
-from rapidllm.units import parse_quantity
+from rapidllm.spec.schema import read_text
+from rapidllm.units import UnitError, parse_quantity
 
 
 def load_measured(path: str | Path) -> pd.DataFrame:
     try:
-        df = pd.read_csv(path)
-    except (OSError, pd.errors.ParserError) as e:
-        raise SpecError(f"{path}: cannot read measured timings ({e})") from None
+        text = read_text(Path(path), "measured timings table", limit=64 * 2**20)
+    except SpecError as err:
+        raise SpecError(f"cannot read measured timings: {err}") from None
+    try:
+        df = pd.read_csv(io.StringIO(text))
+    except ValueError as e:                # pandas' ParserError and EmptyDataError
+        raise SpecError(f"{path}: cannot read measured timings ({str(e).splitlines()[0]})") from None
     if not {"name", "time_s"} <= set(df.columns):
         raise SpecError(f"{path}: measured timings need columns name,time_s (optional section, phase)")
+    times = pd.to_numeric(df.time_s, errors="coerce")
+    bad = df.index[~(times.notna() & np.isfinite(times) & (times >= 0))]
+    if len(bad):
+        raise SpecError(f"{path}: row {int(bad[0])}: time_s {df.time_s[bad[0]]} is not a finite time >= 0 in seconds")
     return df
 
 
@@ -44,14 +56,18 @@ def parse_what_if(spec: str) -> tuple[str, str, float]:
     if "=" not in spec:
         raise SpecError(f"--what-if {spec!r}: use NAME=xFACTOR, NAME=/FACTOR or NAME=TIME (e.g. mlp_up=/2)")
     name, value = (s.strip() for s in spec.split("=", 1))
+    if value[:1] in ("x", "/"):
+        try:
+            factor = float(value[1:])
+        except ValueError:
+            factor = math.nan
+        if not (math.isfinite(factor) and factor > 0):
+            raise SpecError(f"--what-if {spec!r}: {value[1:]!r} is not a factor; allowed: a finite number > 0")
+        return name, "scale", factor if value[0] == "x" else 1.0 / factor
     try:
-        if value.startswith("x"):
-            return name, "scale", float(value[1:])
-        if value.startswith("/"):
-            return name, "scale", 1.0 / float(value[1:])
-    except ValueError:
-        raise SpecError(f"--what-if {spec!r}: {value!r} is not a factor") from None
-    return name, "set", parse_quantity(value, "time")
+        return name, "set", parse_quantity(value, "time")
+    except UnitError as err:
+        raise SpecError(f"--what-if {spec!r}: {err}") from None
 
 
 def apply_what_if(ops: pd.DataFrame, specs: Sequence[str]) -> pd.DataFrame:

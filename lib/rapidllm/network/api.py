@@ -19,6 +19,9 @@ from rapidllm.spec.network import NetworkSpec
 
 DEFAULT_CHUNKS = None          # chunk count from the network's chunk size (chunk_count)
 MAX_CHUNKS = 32               # beyond this the store-and-forward fill is < 3% of a transfer; bounds events
+# transfers one simulated collective may schedule (each ~100 bytes of arrays, ~1-10 us of event loop): a ring
+# all-reduce over 2048 ranks is 8.4M; beyond this ask the alpha-beta model (docs/limits.md)
+MAX_TRANSFERS = 2**24
 
 
 @dataclass
@@ -115,6 +118,19 @@ def chunk_count(topo: Topology, op: str, nbytes: float, n: int, algorithm: str =
     return int(min(MAX_CHUNKS, max(1, math.ceil(per_transfer / topo.chunk_bytes))))
 
 
+def transfer_bound(op: str, n: int, chunks: int) -> int:
+    """Transfers of the largest schedule of `op` over n ranks (a ring all-reduce: 2 (n-1) steps of n
+    transfers per chunk; every other algorithm moves at most n (n-1) per chunk)."""
+    return chunks * n * max(n - 1, 1) * (2 if op == "all_reduce" else 1)
+
+
+def check_work(op: str, n: int, chunks: int) -> None:
+    """Refuse, before allocating, a collective whose schedule could exceed MAX_TRANSFERS."""
+    if transfer_bound(op, n, chunks) > MAX_TRANSFERS:
+        raise SpecError(f"{op} over {n} ranks in {chunks} chunk(s) schedules up to {transfer_bound(op, n, chunks)} "
+                        f"transfers; the simulator takes at most {MAX_TRANSFERS} (fewer ranks or chunks)")
+
+
 def build_schedule(topo: Topology, op: str, nbytes: float, ranks: list[int], algorithm: str,
                    chunks: int | None) -> tuple[Schedule, int, str]:
     """The chunk schedule of one collective: (schedule, chunks per transfer, algorithm used).
@@ -130,6 +146,8 @@ def build_schedule(topo: Topology, op: str, nbytes: float, ranks: list[int], alg
         chunks = chunk_count(topo, op, nbytes, len(ranks), algo)
     if chunks < 1:
         raise SpecError(f"chunks must be >= 1, got {chunks}")
+    if algo != "hierarchical":           # hierarchical runs per dimension: its groups are smaller
+        check_work(op, len(ranks), chunks)
     if algo not in SUPPORTED[op]:
         raise SpecError(f"{op} has no algorithm {algo!r}; allowed: auto, {', '.join(SUPPORTED[op])}")
     try:

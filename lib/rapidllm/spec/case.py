@@ -207,6 +207,38 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
+# Bounds on products of keys, which a schema cannot state (docs/limits.md gives the reasons).
+MAX_WORLD = 2**17                  # GPUs: the largest training jobs reported run on ~100k GPUs
+MAX_MICROBATCHES = 2**16           # gradient-accumulation steps per replica (the graph holds each one)
+MAX_MICROBATCH_TOKENS = 2**24      # micro_batch x seq_len: 16.7M tokens, 64x Llama 3's 8k x 32 micro-batch
+MAX_INFERENCE_TOKENS = 2**26       # batch x (prompt + output): the KV cache of 64k 1k-token requests
+MAX_SERVING_WORK = 2**24           # concurrency x output_tokens of the simulated serving loop (~1 s of it)
+
+
+def _check_bounds(hardware: HardwareSpec, par: Parallelism, workload: Any, precision: str, source: str) -> None:
+    """Limits on products of keys (work and memory that would explode), and fp8 only where the device has it."""
+    if par.world > MAX_WORLD:
+        raise SpecError.at(source, "parallelism", f"dp x tp x pp x cp = {par.world} GPUs; allowed: at most {MAX_WORLD}")
+    if isinstance(workload, TrainingWorkload) and workload.microbatches(par.dp) > MAX_MICROBATCHES:
+        raise SpecError.at(source, "workload.global_batch", f"global_batch / (dp x micro_batch) = "
+                           f"{workload.microbatches(par.dp)} micro-batches per step; allowed: at most {MAX_MICROBATCHES}")
+    if isinstance(workload, TrainingWorkload) and workload.micro_batch * workload.seq_len > MAX_MICROBATCH_TOKENS:
+        raise SpecError.at(source, "workload.micro_batch", f"micro_batch x seq_len = "
+                           f"{workload.micro_batch * workload.seq_len} tokens; allowed: at most {MAX_MICROBATCH_TOKENS}")
+    if isinstance(workload, InferenceWorkload):
+        tokens = max(workload.batch, workload.concurrency) * (workload.prompt_tokens + workload.output_tokens)
+        if tokens > MAX_INFERENCE_TOKENS:
+            raise SpecError.at(source, "workload", f"max(batch, concurrency) x (prompt_tokens + output_tokens) = "
+                               f"{tokens} tokens in flight; allowed: at most {MAX_INFERENCE_TOKENS}")
+        work = workload.concurrency * workload.output_tokens
+        if workload.serving == "simulated" and work > MAX_SERVING_WORK:
+            raise SpecError.at(source, "workload.serving", f"simulated serving of concurrency x output_tokens = "
+                               f"{work} tokens; allowed: at most {MAX_SERVING_WORK} (or serving: steady_state)")
+    if precision == "fp8" and "fp8" not in hardware.tensor_flops:
+        raise SpecError.at(source, "precision", f"{hardware.name} has no fp8 tensor units; allowed: "
+                           f"{', '.join(sorted(hardware.tensor_flops))}")
+
+
 def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str) -> None:
     def bad(key: str, msg: str) -> SpecError:
         return SpecError.at(source, key, msg)
@@ -276,6 +308,7 @@ def resolve_case(mapping: Any, source: str) -> Case:
     if "recompute_modules" in par_m:
         par_m["recompute_modules"] = tuple(par_m["recompute_modules"])
     par = Parallelism(**par_m)
+    _check_bounds(hardware, par, workload, mapping.get("precision", "bf16"), source)
     _check_layout(model, par, workload, source)
     network = network.sized_for(par.world, source)
     extra = tuple(FaultSpec.from_mapping(f) for f in mapping.get("faults", []))

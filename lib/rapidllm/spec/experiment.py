@@ -18,7 +18,7 @@ from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.paths import config_dir, display, project_root
-from rapidllm.spec.schema import load_yaml, validate
+from rapidllm.spec.schema import json_safe, knows_key, load_yaml, validate
 
 AXES = ("dp", "tp", "pp", "cp", "ep")
 NAMED_KINDS = ("model", "hardware", "network")
@@ -35,13 +35,37 @@ class Experiment:
     shard_size: int
 
 
+MAX_CASES = 2**20                  # combinations of one experiment (sweep-1000 has 1472)
+
+
 def load_experiment(path: str | Path, default_shard_size: int = 64) -> Experiment:
     source = display(path)
     m = load_yaml(Path(path))
     validate(m, "experiment", source)
-    return Experiment(name=m["name"], source=source, base=m["base"], cross=m.get("cross", {}),
-                      cases=m.get("cases", [{}]), factorize=m.get("factorize"),
-                      shard_size=m.get("shard_size", default_shard_size))
+    exp = Experiment(name=m["name"], source=source, base=m["base"], cross=m.get("cross", {}),
+                     cases=m.get("cases", [{}]), factorize=m.get("factorize"),
+                     shard_size=m.get("shard_size", default_shard_size))
+    check_experiment(exp)
+    return exp
+
+
+def check_experiment(exp: Experiment) -> None:
+    """File-level errors a row-by-row check would hide: a sweep key that names nothing in a case (every
+    row would be invalid), more than MAX_CASES combinations, or none at all."""
+    unknown = [k for k in sorted(exp.cross) if not knows_key("case", k)]
+    unknown += [f"cases.{i}.{k}" for i, c in enumerate(exp.cases) for k in sorted(c)
+                if k not in ("label", "meta") and not knows_key("case", k)]
+    if unknown:
+        raise SpecError.at(exp.source, unknown[0], "matches no key of a case (workflow/schemas/case.schema.yaml)")
+    per_layout = len(exp.cases) * math.prod(len(v) for v in exp.cross.values())
+    layouts = sum(1 for _ in itertools.islice(_layouts(exp), MAX_CASES // max(per_layout, 1) + 1))
+    total = per_layout * layouts        # stops counting past the bound, so a huge sweep costs nothing
+    if total > MAX_CASES:
+        raise SpecError.at(exp.source, "cross", f"more than {MAX_CASES} combinations; allowed: at most {MAX_CASES} "
+                           "per experiment")
+    if total == 0:
+        raise SpecError.at(exp.source, "factorize", f"no parallel layout of {exp.factorize['gpus']} GPUs on "
+                           "the axes satisfies the bounds, so the experiment has no case")
 
 
 def set_dotted(mapping: dict, key: str, value: Any) -> None:
@@ -58,18 +82,34 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
+def divisors(n: int) -> list[int]:
+    """Divisors of n in increasing order, in O(sqrt n)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+def _products(target: int, slots: int) -> Iterator[tuple[int, ...]]:
+    """Tuples of `slots` divisors whose product is `target`, in the lexicographic order of
+    itertools.product over the sorted divisors (only the tuples that multiply out are generated)."""
+    if slots == 0:
+        if target == 1:
+            yield ()
+        return
+    for d in divisors(target):
+        for rest in _products(target // d, slots - 1):
+            yield (d, *rest)
+
+
 def factorizations(gpus: int, axes: tuple[str, ...], bounds: dict[str, list[int]]) -> Iterator[dict[str, int]]:
     """Every assignment of sizes to `axes` whose product is `gpus` (ep is not a factor: it lives in dp*tp*cp)."""
     factor_axes = [a for a in axes if a != "ep"]
-    divisors = [d for d in range(1, gpus + 1) if gpus % d == 0]
-    for combo in itertools.product(divisors, repeat=len(factor_axes)):
-        if math.prod(combo) != gpus:
-            continue
+    all_divisors = divisors(gpus)
+    for combo in _products(gpus, len(factor_axes)):
         sizes = dict(zip(factor_axes, combo))
         if all(bounds.get(a, [1, gpus])[0] <= v <= bounds.get(a, [1, gpus])[1] for a, v in sizes.items()):
             if "ep" in axes:
                 lo, hi = bounds.get("ep", [1, gpus])
-                for ep in divisors:
+                for ep in all_divisors:
                     if lo <= ep <= hi:
                         yield {**sizes, "ep": ep}
             else:
@@ -79,10 +119,7 @@ def factorizations(gpus: int, axes: tuple[str, ...], bounds: dict[str, list[int]
 def raw_cases(exp: Experiment) -> Iterator[tuple[str, dict]]:
     """(label, partial case mapping) for every combination, in a deterministic order."""
     keys = sorted(exp.cross)
-    layouts: list[dict[str, int]] = [{}]
-    if exp.factorize:
-        f = exp.factorize
-        layouts = list(factorizations(f["gpus"], tuple(f.get("axes", AXES)), f.get("bounds", {})))
+    layouts = list(_layouts(exp))
     for ci, extra in enumerate(exp.cases):
         for values in itertools.product(*(exp.cross[k] for k in keys)):
             for layout in layouts:
@@ -95,6 +132,14 @@ def raw_cases(exp: Experiment) -> Iterator[tuple[str, dict]]:
                         [f"{k.split('.')[-1]}={v}" for k, v in zip(keys, values) if not isinstance(v, dict)] + \
                         [f"{a}{s}" for a, s in layout.items()]
                 yield " ".join(p for p in parts if p), {"case": case, "meta": extra.get("meta", {})}
+
+
+def _layouts(exp: Experiment) -> Iterator[dict[str, int]]:
+    """The factorize layouts of an experiment ({} alone without factorize)."""
+    if not exp.factorize:
+        return iter([{}])
+    f = exp.factorize
+    return factorizations(f["gpus"], tuple(f.get("axes", AXES)), f.get("bounds", {}))
 
 
 def count_cases(exp: Experiment) -> int:
@@ -141,7 +186,7 @@ def expand_with_cases(exp: Experiment) -> list[tuple[dict, Case | None]]:
         except SpecError as err:
             case = None
             row.update(case_id="", status="invalid", reason=str(err),
-                       case_json=json.dumps(raw["case"], sort_keys=True, default=str))
+                       case_json=json.dumps(json_safe(raw["case"]), sort_keys=True, default=str))
         out.append((row, case))
     return out
 

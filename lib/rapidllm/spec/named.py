@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.paths import config_dir, display, known_names
-from rapidllm.spec.schema import _validator, load_yaml, validate
+from rapidllm.spec.schema import _validator, load_yaml, short, validate
+
+# A spec name is a file stem in config/<kind>/: no path separators, so a name never leaves that folder.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool = True) -> tuple[dict, str]:
@@ -23,8 +27,11 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
     to one already validated against the same schema is not validated again.
     """
     if isinstance(value, str):
+        if not NAME.fullmatch(value):
+            raise SpecError.at(source, key, f"{short(value)} is not a {kind} name (letters, digits, '.', '_', '-'; "
+                               f"names resolve only inside config/); known: {', '.join(known_names(kind))}")
         path = config_dir(kind) / f"{value}.yaml"
-        if not path.exists():
+        if not path.is_file():
             names = known_names(kind)
             raise SpecError.at(source, key, f"unknown {kind} {value!r}; known: {', '.join(names)}")
         mapping, where = _load_named(kind, value, path, path.stat().st_mtime_ns)
@@ -33,7 +40,7 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
         mapping, where = dict(value), f"{source}: {key}"
         mapping.setdefault("name", f"inline-{kind}")
     else:
-        raise SpecError.at(source, key, f"{value!r} is neither a {kind} name nor a mapping")
+        raise SpecError.at(source, key, f"{short(value)} is neither a {kind} name nor a mapping")
     _validate_inline(mapping, kind, where)
     return mapping, where
 

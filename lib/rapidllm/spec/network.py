@@ -12,6 +12,7 @@ DEFAULT_AXIS_ORDER = ("tp", "cp", "ep", "dp", "pp")
 # NCCL stages every transfer through fixed-size buffers (NCCL_BUFFSIZE, 4 MiB by default; NCCL environment
 # variable documentation), so a collective moves in chunks of this size: see docs/network.md "Chunking".
 DEFAULT_CHUNK_BYTES = 4 * 2**20
+MAX_RANKS = 2**17                  # ranks of a fabric, as the case's world size (docs/limits.md)
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,10 @@ class NetworkSpec:
                 rail_optimized=d.get("rail_optimized", False),
                 in_switch_reduction_s=None if reduction is None else q(reduction, "time"),
                 collective_latency_s=q(d.get("collective_latency", 0.0), "time")))
+        fixed = math.prod(d.size for d in dims if d.size)
+        if fixed > MAX_RANKS:
+            raise SpecError.at(source, "dimensions",
+                               f"the sizes multiply to {fixed} ranks; allowed: at most {MAX_RANKS}")
         order = tuple(m.get("axis_order", DEFAULT_AXIS_ORDER))
         order = order + tuple(a for a in DEFAULT_AXIS_ORDER if a not in order)
         return cls(name=m["name"], dimensions=tuple(dims), axis_order=order,

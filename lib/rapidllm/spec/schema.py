@@ -1,11 +1,20 @@
 """JSON-schema validation of spec mappings with one readable line per error.
 
 Quantities use custom formats (bytes, bandwidth, time, frequency, flops) checked by rapidllm.units, so a
-wrong unit reads "hbm_bandwidth: '3.35 TB' is not a bandwidth; use a unit like '2.0 TB/s'".
+wrong unit reads "hbm_bandwidth: '3.35 TB' is not a bandwidth; use a unit like '2.0 TB/s'". Numbers must be
+finite (NaN and infinities satisfy no JSON-schema bound, so they are refused by type), and the keyword
+`positive: true` asks a quantity to be > 0. The bounds themselves live in the schemas (docs/limits.md).
+
+YAML is read with the C loader, refusing duplicate keys, files over MAX_SPEC_BYTES and documents whose
+aliases expand past MAX_SPEC_VALUES values (an alias bomb is small on disk and exponential in memory).
 """
 from __future__ import annotations
 
 import functools
+import math
+import numbers
+import re
+import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +27,50 @@ from rapidllm.spec.errors import SpecError
 from rapidllm.spec.paths import schema_dir
 
 QUANTITY_FORMATS = ("bytes", "bandwidth", "time", "frequency", "flops")
+MAX_SPEC_BYTES = 4 * 2**20        # spec files are hand-written: the largest in the project is 7 kB
+MAX_SPEC_VALUES = 2**18           # values after alias expansion (the largest spec, sweep-1000, has 583)
+MAX_DEPTH = 64                    # nesting of mappings and lists (a case is 4 deep)
+
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict, _REPR.maxlevel = 60, 60, 6, 6, 2
+
+
+def short(value: Any) -> str:
+    """A value's repr cut for one error line (a bad value may be a whole file)."""
+    text = _REPR.repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def json_safe(value: Any) -> Any:
+    """`value` ready for strict JSON: numpy scalars as Python ones, NaN and infinities as None (null), in
+    nested dicts and lists too. Every JSON rapidllm writes goes through this (JSON has no NaN)."""
+    if hasattr(value, "item") and not isinstance(value, (dict, list, tuple)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def _finite_number(checker: Any, instance: Any) -> bool:
+    """JSON-schema `number`, finite: NaN and infinities pass every bound, so they are not numbers here."""
+    return isinstance(instance, numbers.Real) and not isinstance(instance, bool) and math.isfinite(instance)
+
+
+def _positive(validator: Any, value: bool, instance: Any, schema: dict) -> Any:
+    """`positive: true` on a quantity: its SI value must be > 0 (the format already checked the unit)."""
+    kind = schema.get("format")
+    if not value or kind not in QUANTITY_FORMATS:
+        return
+    try:
+        si = units.parse_quantity(instance, kind)
+    except units.UnitError:
+        return
+    if si <= 0:
+        yield jsonschema.ValidationError(f"{short(instance)} is out of range; allowed: a {units.NOUN[kind]} > 0")
 
 
 def _format_checker() -> jsonschema.FormatChecker:
@@ -37,7 +90,9 @@ def _validator(kind: str) -> jsonschema.protocols.Validator:
         resources.append((path.name, Resource.from_contents(yaml.safe_load(path.read_text()))))
     registry = Registry().with_resources(resources)
     schema = yaml.safe_load((schema_dir() / f"{kind}.schema.yaml").read_text())
-    cls = jsonschema.validators.validator_for(schema)
+    base = jsonschema.validators.validator_for(schema)
+    types = base.TYPE_CHECKER.redefine("number", _finite_number)
+    cls = jsonschema.validators.extend(base, validators={"positive": _positive}, type_checker=types)
     return cls(schema, registry=registry, format_checker=_format_checker())
 
 
@@ -47,6 +102,8 @@ def _key(error: jsonschema.ValidationError) -> str:
 
 def _describe(error: jsonschema.ValidationError) -> str:
     v = error.validator
+    if v in ("oneOf", "anyOf", "not") and "errorMessage" in error.schema:
+        return error.schema["errorMessage"]       # a schema's own words for a combination rule
     if v == "required":
         missing = error.message.split("'")[1]
         return f"missing key '{missing}'"
@@ -55,17 +112,44 @@ def _describe(error: jsonschema.ValidationError) -> str:
         extra = sorted(set(error.instance) - set(allowed))
         return f"unknown key(s) {', '.join(map(repr, extra))}; allowed: {', '.join(allowed)}"
     if v == "enum":
-        return f"{error.instance!r} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
+        return f"{short(error.instance)} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
     if v == "const":
-        return f"{error.instance!r} is not allowed; allowed: {error.validator_value!r}"
+        return f"{short(error.instance)} is not allowed; allowed: {error.validator_value!r}"
     if v == "format":
         cause = error.cause
         return str(cause) if cause else error.message
     if v == "type":
-        return f"{error.instance!r} is not of type {error.validator_value}"
+        kinds = error.validator_value
+        finite = " (finite)" if "number" in kinds or "integer" in kinds else ""
+        return f"{short(error.instance)} is not of type {kinds}{finite}"
+    if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        return f"{short(error.instance)} is out of range; allowed: {_range(error.schema)}"
+    if v in ("minItems", "maxItems", "minProperties"):
+        return f"{len(error.instance)} entries; allowed: {_length(error.schema)}"
+    if v == "pattern":
+        return f"{short(error.instance)} is not allowed; allowed: text matching {error.validator_value}"
     if v in ("oneOf", "anyOf") and error.context:
         return _describe(_branch_error(error))
     return error.message
+
+
+def _range(schema: dict) -> str:
+    """'integer 1 to 1048576', 'number > 0 and <= 1': the bounds a numeric key's schema states."""
+    lo = (f">= {schema['minimum']}" if "minimum" in schema else
+          f"> {schema['exclusiveMinimum']}" if "exclusiveMinimum" in schema else "")
+    hi = (f"<= {schema['maximum']}" if "maximum" in schema else
+          f"< {schema['exclusiveMaximum']}" if "exclusiveMaximum" in schema else "")
+    if "minimum" in schema and "maximum" in schema:
+        return f"{schema.get('type', 'number')} {schema['minimum']} to {schema['maximum']}"
+    return f"{schema.get('type', 'number')} {' and '.join(b for b in (lo, hi) if b)}"
+
+
+def _length(schema: dict) -> str:
+    lo = schema.get("minItems", schema.get("minProperties"))
+    hi = schema.get("maxItems")
+    if lo is not None and hi is not None:
+        return f"{lo} to {hi} entries"
+    return f"at least {lo} entries" if lo is not None else f"at most {hi} entries"
 
 
 def _branch_error(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
@@ -76,16 +160,22 @@ def _branch_error(error: jsonschema.ValidationError) -> jsonschema.ValidationErr
     for e in error.context:
         branches.setdefault(e.relative_schema_path[0] if e.relative_schema_path else None, []).append(e)
     live = [errs for errs in branches.values() if not any(e.validator == "const" for e in errs)]
+    if len(live) > 1:                   # a branch of the value's own type (an integer, not a list of them)
+        typed = [errs for errs in live if not any(e.validator == "type" and not e.relative_path for e in errs)]
+        live = typed or live
     return jsonschema.exceptions.best_match(live[0] if len(live) == 1 else error.context)
 
 
 def validate(mapping: Any, kind: str, source: str) -> None:
     """Raise SpecError listing every schema violation of `mapping` against workflow/schemas/{kind}."""
+    if mapping is None:
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise SpecError(f"{source}: (top level): empty; {article} {kind} spec is a mapping of keys")
     errors = sorted(_validator(kind).iter_errors(mapping), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if errors:
         lines = []
         for error in errors:
-            if error.validator in ("oneOf", "anyOf") and error.context:
+            if error.validator in ("oneOf", "anyOf") and error.context and "errorMessage" not in error.schema:
                 deepest = _branch_error(error)
                 lines.append(f"{source}: {_key(deepest) or '(top level)'}: {_describe(deepest)}")
             else:
@@ -93,17 +183,125 @@ def validate(mapping: Any, kind: str, source: str) -> None:
         raise SpecError(list(dict.fromkeys(lines)))
 
 
-def load_yaml(path: Path) -> Any:
-    """Read a YAML file; a syntax error becomes one SpecError line naming the file."""
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The C safe loader, refusing a key given twice in one mapping (YAML would keep the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[tuple[str, str]] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = (key_node.tag, key_node.value)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {short(key_node.value)}", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_size(value: Any, memo: dict[int, int], depth: int = 0) -> int:
+    """Values in `value` once every alias is expanded, counted without expanding (memoised by identity,
+    which the loader shares between an anchor and its aliases)."""
+    if depth > MAX_DEPTH:
+        raise SpecError(f"nested more than {MAX_DEPTH} levels deep")
+    if not isinstance(value, (dict, list)):
+        return 1
+    hit = memo.get(id(value))
+    if hit is None:
+        items = list(value.items()) if isinstance(value, dict) else [(None, v) for v in value]
+        hit = 1 + sum(_expanded_size(v, memo, depth + 1) for _, v in items)
+        memo[id(value)] = hit
+    return hit
+
+
+def read_text(path: Path, what: str = "file", limit: int = MAX_SPEC_BYTES) -> str:
+    """A text file's contents, or one SpecError line naming the file and what is wrong with it."""
     from rapidllm.spec.paths import display
 
+    where = display(path)
     try:
-        text = Path(path).read_text()
+        size = Path(path).stat().st_size
+        if Path(path).is_dir():
+            raise SpecError(f"{where}: is a directory; a {what} must be a file")
+        if not Path(path).is_file():          # a FIFO or device would block or never end
+            raise SpecError(f"{where}: is not a regular file; a {what} must be a file")
+        if size > limit:
+            raise SpecError(f"{where}: is {size} bytes; a {what} is at most {limit} bytes")
+        data = Path(path).read_bytes()
     except FileNotFoundError:
-        raise SpecError.at(display(path), "", "file not found") from None
+        raise SpecError(f"{where}: file not found") from None
+    except OSError as exc:
+        raise SpecError(f"{where}: cannot read: {exc.strerror or exc}") from None
     try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+
+
+def load_yaml(path: Path) -> Any:
+    """Read a YAML file; a syntax error, a duplicate key, an unreadable or oversized file, or an alias bomb
+    becomes one SpecError line naming the file."""
+    from rapidllm.spec.paths import display
+
+    text = read_text(path, "spec file")
+    try:
+        data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(parse)"
         raise SpecError.at(display(path), where, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    except RecursionError:
+        raise SpecError(f"{display(path)}: nested more than {MAX_DEPTH} levels deep") from None
+    try:
+        size = _expanded_size(data, {})
+    except SpecError as err:
+        raise SpecError(f"{display(path)}: {err}") from None
+    if size > MAX_SPEC_VALUES:
+        raise SpecError(f"{display(path)}: expands to {size} values (YAML aliases included); a spec file "
+                        f"holds at most {MAX_SPEC_VALUES}")
+    return data
+
+
+@functools.cache
+def _raw_schema(name: str) -> dict:
+    return yaml.safe_load((schema_dir() / name).read_text())
+
+
+def knows_key(kind: str, dotted: str, named: tuple[str, ...] = ("model", "hardware", "network")) -> bool:
+    """Whether a dotted key ("parallelism.tp") can name something in workflow/schemas/{kind}: a typo that
+    matches nothing would make every sweep row invalid, so it is a file-level error instead. The top-level
+    keys in `named` (a name or an inline spec) are followed into their own schemas."""
+    keys = dotted.split(".")
+    if kind == "case" and keys[0] in named and len(keys) > 1:
+        return _knows(_raw_schema(f"{keys[0]}.schema.yaml"), keys[1:], f"{keys[0]}.schema.yaml")
+    return _knows(_raw_schema(f"{kind}.schema.yaml"), keys, f"{kind}.schema.yaml")
+
+
+def _knows(node: Any, keys: list[str], file: str) -> bool:
+    if not keys:
+        return True
+    if not isinstance(node, dict) or any(k in node for k in ("enum", "const", "format")):
+        return False                    # a leaf value has no keys below it
+    types = node.get("type", [])
+    if types and not {"object", "array"} & set([types] if isinstance(types, str) else types):
+        return False
+    if "$ref" in node:
+        ref_file, _, pointer = node["$ref"].partition("#")
+        file = ref_file or file
+        target: Any = _raw_schema(file)
+        for part in pointer.strip("/").split("/") if pointer.strip("/") else []:
+            target = target[part]
+        return _knows(target, keys, file)
+    if any(_knows(b, keys, file) for b in node.get("oneOf", []) + node.get("anyOf", [])):
+        return True
+    props = node.get("properties", {})
+    if keys[0] in props:
+        return _knows(props[keys[0]], keys[1:], file)
+    for pattern, sub in node.get("patternProperties", {}).items():
+        if re.search(pattern, keys[0]):
+            return _knows(sub, keys[1:], file)
+    extra = node.get("additionalProperties", True if not props else False)
+    if isinstance(extra, dict):
+        return _knows(extra, keys[1:], file)
+    if "items" in node and keys[0].isdigit():
+        return _knows(node["items"], keys[1:], file)
+    return extra is True and not props and "oneOf" not in node

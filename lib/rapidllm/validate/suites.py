@@ -24,6 +24,7 @@ not a difference between FLOP-counting conventions.
 from __future__ import annotations
 
 import ast
+import io
 import math
 import operator
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ import pandas as pd
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.experiment import Experiment, set_dotted
 from rapidllm.spec.paths import display, project_root
-from rapidllm.spec.schema import load_yaml, validate
+from rapidllm.spec.schema import load_yaml, read_text, short, validate
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.FloorDiv: operator.floordiv}
@@ -152,13 +153,64 @@ def measurement(m: MetricSpec, row: dict[str, Any], where: str) -> float:
     return value * m.scale
 
 
+def read_reference(path: Path, source: str, name: str) -> pd.DataFrame:
+    """The suite's reference CSV, or one SpecError line saying why it cannot be read."""
+    root = project_root().resolve()
+    if root not in path.resolve().parents:
+        raise SpecError.at(source, "reference", f"{name!r} is outside the project; give a path under {root.name}/")
+    text = read_text(path, "reference table", limit=64 * 2**20)
+    try:
+        table = pd.read_csv(io.StringIO(text))
+    except (ValueError, pd.errors.ParserError) as err:   # EmptyDataError, ParserError
+        raise SpecError.at(source, "reference", f"{name} is not a CSV table ({str(err).splitlines()[0]})") from None
+    if table.empty:
+        raise SpecError.at(source, "reference", f"{name} has no rows")
+    return table
+
+
+def _names(expr: str, where: str) -> set[str]:
+    """Column names an expression reads (a plain column name is itself)."""
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError:
+        raise SpecError(f"{where}: {short(expr)} does not parse; allowed: column names, col(\"name\"), numbers "
+                        "and + - * / //") from None
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id != "col"}
+    names |= {n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call) and n.args
+              and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str)}
+    return names
+
+
+def check_columns(spec: dict, table: pd.DataFrame, source: str) -> None:
+    """Every column the suite reads exists in its reference table, and every expression parses: otherwise
+    each row would fail on its own and the suite would score nothing."""
+    have = set(table.columns)
+    used: list[tuple[str, set[str]]] = [(f"columns.{c}", {c}) for c in spec.get("columns", {})]
+    used += [(f"derived.{k}", _names(e, f"{source}: derived.{k}")) for k, e in spec.get("derived", {}).items()]
+    metrics = spec.get("metrics", [{"measured": spec.get("measured", "")}] if "measured" in spec else [])
+    for i, m in enumerate(metrics):
+        key = f"metrics.{i}.measured" if "metrics" in spec else "measured"
+        used.append((key, {m["measured"]} if m["measured"] in have else _names(m["measured"], f"{source}: {key}")))
+        if "inverse_of" in m:
+            inv = m["inverse_of"]["measured"]
+            used.append((f"{key[:-9]}.inverse_of.measured",
+                         {inv} if inv in have else _names(inv, f"{source}: {key}")))
+    used += [(k, set(spec.get(k, []))) for k in ("label_columns", "stratify_by")]
+    for key, names in used:
+        missing = sorted(names - have)
+        if missing:
+            raise SpecError.at(source, key, f"column {missing[0]!r} is not in {spec['reference']}; columns: "
+                               f"{', '.join(map(str, table.columns))}")
+
+
 def load_suite(path: str | Path) -> Suite:
     source = display(path)
     spec = load_yaml(Path(path))
     validate(spec, "suite", source)
     metrics = metric_specs(spec)
     reference = project_root() / spec["reference"]
-    table = pd.read_csv(reference, encoding="utf-8-sig")
+    table = read_reference(reference, source, spec["reference"])
+    check_columns(spec, table, source)
     calibration = set(spec.get("calibration_rows", []))
     if calibration - set(range(len(table))):
         raise SpecError(f"{source}: calibration_rows {sorted(calibration - set(range(len(table))))} are not rows of {spec['reference']}")

@@ -1,15 +1,19 @@
-"""`rapidllm gemm`: price one GEMM on a named device and say what bounds it (wired into cli.py by the lead)."""
+"""`rapidllm gemm`: price one GEMM on a named device and say what bounds it.
+
+The flags are checked by workflow/schemas/gemm.schema.yaml (the bounds of docs/limits.md) before any work.
+"""
 from __future__ import annotations
 
 import argparse
-import json
 
-from rapidllm.ops.gemm import price_gemms
+from rapidllm.cli.common import check_flags, print_json
+from rapidllm.spec.errors import SpecError
 from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec
 from rapidllm.spec.named import resolve_named
+from rapidllm.units import parse_quantity
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("gemm", help="price one GEMM with the tile model",
                               description="C[m,n] = A[m,k] @ B[k,n] (batch copies) on one device.")
     p.add_argument("--hardware", required=True, help="name in config/hardware (e.g. h100-sxm5-80gb)")
@@ -18,7 +22,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, required=True)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPE_BYTES))
-    p.add_argument("--clock", type=float, default=None, help="locked SM clock in GHz (default: spec clock)")
+    p.add_argument("--clock", default=None,
+                   help="locked SM clock: a frequency ('1.2 GHz') or a bare number of GHz (default: spec clock)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
     return p
@@ -26,6 +31,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def price_one(hw: HardwareSpec, m: int, n: int, k: int, dtype: str, batch: int = 1) -> dict:
     """The CLI's result as a dict with stable snake_case keys in SI units."""
+    from rapidllm.ops.gemm import price_gemms       # numba: loaded when a GEMM is priced, not for --help
+
     pr = price_gemms(hw, [batch], [m], [n], [k], dtype)
     t, flops = float(pr.time_s[0]), float(pr.flops[0])
     return {"hardware": hw.name, "batch": batch, "m": m, "n": n, "k": k, "dtype": dtype,
@@ -36,17 +43,31 @@ def price_one(hw: HardwareSpec, m: int, n: int, k: int, dtype: str, batch: int =
             "hbm_s": float(pr.hbm_s[0])}
 
 
+def _clock(text: str | None) -> str | None:
+    """--clock as a frequency string: a bare number is GHz (the unit the datasheets quote)."""
+    if text is None:
+        return None
+    try:
+        float(text)
+    except ValueError:
+        return text
+    return f"{text} GHz"
+
+
 def run(args: argparse.Namespace) -> int:
-    for name in ("m", "n", "k", "batch"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"rapidllm gemm: --{name} must be >= 1")
+    clock = _clock(args.clock)
+    check_flags("gemm", {"hardware": args.hardware, "m": args.m, "n": args.n, "k": args.k, "batch": args.batch,
+                         "dtype": args.dtype, "clock": clock}, "gemm")
     mapping, where = resolve_named("hardware", args.hardware, "rapidllm gemm", "--hardware")
     hw = HardwareSpec.from_mapping(mapping, where)
-    if args.clock:
-        hw = hw.at_clock(args.clock * 1e9)
+    if args.dtype == "fp8" and "fp8" not in hw.tensor_flops:
+        raise SpecError(f"rapidllm gemm: --dtype: {hw.name} has no fp8 tensor units; allowed: "
+                        f"{', '.join(sorted(hw.tensor_flops))}")
+    if clock is not None:
+        hw = hw.at_clock(parse_quantity(clock, "frequency"))
     r = price_one(hw, args.m, args.n, args.k, args.dtype, args.batch)
     if args.json:
-        print(json.dumps(r, sort_keys=True))
+        print_json(r, sort_keys=True)
         return 0
     tl = r["tile"]
     print(f"{r['hardware']}  {args.batch}x[{args.m}x{args.k}] @ [{args.k}x{args.n}]  {args.dtype}")

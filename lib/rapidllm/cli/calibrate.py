@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rapidllm.cli.common import output_path, write_output
+from rapidllm.spec.errors import SpecError
 
-def add_parser(subparsers) -> None:
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("calibrate", help="fit compute/HBM/network utilization per device on the "
                               "suites' calibration rows and write them into config/hardware")
     p.add_argument("suites", nargs="*", help="suite YAMLs (default: the `suites` list of config/config.yaml)")
@@ -33,7 +36,10 @@ def run(args: argparse.Namespace) -> int:
     from rapidllm.validate.calibrate import calibrate
 
     paths = [Path(p) for p in args.suites] or default_suites()
+    if args.grid < 1 or args.iters < 0:
+        raise SpecError("rapidllm calibrate: --grid must be >= 1 and --iters >= 0")
+    out = output_path(args.out, "calibration table") if args.out else None
     results = calibrate(paths, grid=args.grid, iters=args.iters, write=not args.dry_run)
-    if args.out:
-        write_table(pd.DataFrame(results), Path(args.out))
+    if out is not None:
+        write_output(lambda p: write_table(pd.DataFrame(results), p), out, "calibration table")
     return 0

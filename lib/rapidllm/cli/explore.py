@@ -1,4 +1,4 @@
-"""`rapidllm explore`: serve the explorer page (explore/app.py) with Streamlit on 127.0.0.1.
+"""`rapidllm explore`: serve the explorer page (rapidllm/explore/app.py) with Streamlit on 127.0.0.1.
 
 Only the loopback address: the page runs predictions for whoever reaches it, so it is not offered to the
 network. Streamlit is the page's framework (docs/explorer.md says why); this process becomes its server
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rapidllm.spec.errors import SpecError
 
-APP = Path(__file__).with_name("app.py")
+APP = Path(__file__).parent.parent / "explore" / "app.py"
 
 
 def server_command(port: int, case: str | None = None) -> list[str]:
@@ -24,7 +24,7 @@ def server_command(port: int, case: str | None = None) -> list[str]:
     return cmd + (["--", "--case", str(Path(case).resolve())] if case else [])
 
 
-def cmd_explore(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.case:
         from rapidllm.spec.case import load_case
         load_case(args.case)                        # bad input: one line, exit 2, before any server starts
@@ -41,4 +41,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("explore", help="interactive explorer in the browser (local web server on 127.0.0.1)")
     p.add_argument("--port", type=int, default=8501, help="port on 127.0.0.1 (default 8501)")
     p.add_argument("--case", help="case YAML to start from (default: the examples)")
-    p.set_defaults(func=cmd_explore)
+    p.set_defaults(func=run)

@@ -1,21 +1,27 @@
 """`rapidllm collective`: time one collective on a network (a name, a network file, or a case file's network)
-with the link-queue simulator."""
+with the link-queue simulator.
+
+The flags are checked by workflow/schemas/collective.schema.yaml (the bounds of docs/limits.md), and the
+work (transfers to schedule) is bounded before the topology is built.
+"""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-from rapidllm.network.api import DEFAULT_CHUNKS, simulate_collective
-from rapidllm.network.collectives import SUPPORTED
+from rapidllm.cli.common import check_flags, print_json
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import FaultSpec, NetworkSpec
 from rapidllm.spec.paths import display
 from rapidllm.spec.schema import load_yaml
-from rapidllm.units import UnitError, parse_quantity
+from rapidllm.units import parse_quantity
+
+# the collectives of network/collectives.py (SUPPORTED; tests/test_network_cli.py checks they agree), listed
+# here so `rapidllm --help` and flag errors do not load the numba simulator
+OPS = ("all_gather", "all_reduce", "all_to_all", "broadcast", "reduce_scatter", "send_recv")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -24,13 +30,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--network", required=True,
                    help="network name (config/networks/NAME.yaml), a network YAML file, or a case YAML file "
                         "(its network, named or inline, and its faults)")
-    p.add_argument("--op", default="all_reduce", choices=sorted(SUPPORTED))
+    p.add_argument("--op", default="all_reduce", choices=OPS)
     p.add_argument("--bytes", required=True, help="message size with a unit, e.g. 1GiB or '64 MB'")
     p.add_argument("--ranks", default=None,
                    help="rank count N (ranks 0..N-1) or a comma list of rank ids (send_recv: SRC,DST)")
     p.add_argument("--algorithm", default="auto",
                    help="auto, ring, direct, halving_doubling, tree, hierarchical, in_switch (all_reduce)")
-    p.add_argument("--chunks", type=int, default=DEFAULT_CHUNKS,
+    p.add_argument("--chunks", type=int, default=None,
                    help="pipelined chunks per transfer (default: from the network's chunk_size, 4 MiB)")
     p.add_argument("--utilization", type=float, default=None, help="link bandwidth factor (default: network's)")
     p.add_argument("--fault", action="append", default=[], metavar="A,B,FACTOR|A,B,dead",
@@ -44,15 +50,16 @@ def parse_fault(text: str) -> FaultSpec:
     parts = [x.strip() for x in text.split(",")]
     try:
         a, b, what = int(parts[0]), int(parts[1]), parts[2]
-        if len(parts) != 3:
+        if len(parts) != 3 or a < 0 or b < 0:
             raise ValueError
         if what.lower() in ("dead", "failed"):
             return FaultSpec(link=(a, b), failed=True)
         factor = float(what)
     except (ValueError, IndexError):
-        raise SpecError(f"--fault: {text!r} is not A,B,FACTOR or A,B,dead (A, B global node ids)") from None
+        raise SpecError(f"rapidllm collective: --fault: {text!r} is not A,B,FACTOR or A,B,dead "
+                        "(A, B global node ids >= 0)") from None
     if not 0 < factor <= 1:
-        raise SpecError(f"--fault: bandwidth factor {factor} must be in (0, 1]")
+        raise SpecError(f"rapidllm collective: --fault: bandwidth factor {what} must be in (0, 1]")
     return FaultSpec(link=(a, b), bandwidth_factor=factor)
 
 
@@ -62,7 +69,8 @@ def _ranks(text: str | None) -> int | list[int] | None:
     try:
         vals = [int(x) for x in text.split(",")]
     except ValueError:
-        raise SpecError(f"--ranks: {text!r} is not a count or a comma list of rank ids") from None
+        raise SpecError(f"rapidllm collective: --ranks: {text[:60]!r} is not a count or a comma list of rank "
+                        "ids") from None
     return vals[0] if len(vals) == 1 else vals
 
 
@@ -90,29 +98,36 @@ def network_arg(text: str) -> tuple[NetworkSpec, tuple[FaultSpec, ...]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        net, case_faults = network_arg(args.network)
-        where = args.network
-        ranks = _ranks(args.ranks)
-        world = ranks if isinstance(ranks, int) else (max(ranks) + 1 if ranks else 1)
-        net = net.sized_for(world, where) if net.dimensions[-1].size == 0 else net
-        net = replace(net, faults=net.faults + case_faults + tuple(parse_fault(f) for f in args.fault))
+    from rapidllm.network.api import check_work, simulate_collective   # numba: loaded only to simulate
+
+    ranks = _ranks(args.ranks)
+    check_flags("collective", {"network": args.network, "op": args.op, "bytes": args.bytes, "ranks": ranks,
+                               "algorithm": args.algorithm, "chunks": args.chunks,
+                               "utilization": args.utilization}, "collective")
+    nbytes = parse_quantity(args.bytes, "bytes")
+    faults = tuple(parse_fault(f) for f in args.fault)
+    net, case_faults = network_arg(args.network)
+    where = args.network
+    if ranks is not None:
         try:
-            nbytes = parse_quantity(args.bytes, "bytes")
-        except UnitError as e:
-            raise SpecError(f"--bytes: {e}") from None
+            check_work(args.op, ranks if isinstance(ranks, int) else len(ranks), args.chunks or 1)
+        except SpecError as err:
+            raise SpecError(f"rapidllm collective: --ranks: {err}") from None
+    world = ranks if isinstance(ranks, int) else (max(ranks) + 1 if ranks else 1)
+    net = net.sized_for(world, where) if net.dimensions[-1].size == 0 else net
+    net = replace(net, faults=net.faults + case_faults + faults)
+    try:
         res = simulate_collective(net, args.op, nbytes, ranks, algorithm=args.algorithm, chunks=args.chunks,
                                   utilization=args.utilization)
-    except SpecError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except SpecError as err:
+        raise SpecError([f"rapidllm collective: {line}" for line in err.lines]) from None
     out = {"network": net.name, "op": args.op, "bytes": nbytes, "ranks": ranks if ranks is not None else net.total_size,
            "algorithm": res.algorithm, "chunks": res.chunks, "time_s": res.time_s,
            "algbw_bytes_per_s": res.algbw, "busbw_bytes_per_s": res.busbw, "busiest_link": res.busiest_link,
            "busiest_link_busy_s": float(res.link_busy.max()) if len(res.link_busy) else 0.0,
            "link_events": int(res.events)}
     if args.json:
-        print(json.dumps(out, indent=2))
+        print_json(out, indent=2)
     else:
         print(f"{args.op} of {nbytes:.6g} B on {net.name} ({out['ranks']} ranks, {res.algorithm}, {res.chunks} chunks)")
         print(f"  time_s             {res.time_s:.6g}")
@@ -123,11 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rapidllm")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    """The `collective` command alone (tests and scripts); the same as `rapidllm collective ...`."""
+    from rapidllm.cli import main as cli_main
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return cli_main(argv)

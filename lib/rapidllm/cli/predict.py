@@ -1,0 +1,115 @@
+"""`rapidllm predict`: one case, as a readable breakdown or as stable JSON.
+
+The table shows where the step (or request) time goes, compute / exposed communication / pipeline bubble
+as shares of it, and the worst stage's memory by component against the device's capacity. `--json` prints
+the README's keys in a fixed order; a key that does not apply to the case (TTFT of a training step, MFU of
+an inference run, any timing of a case that does not fit) is null, never 0.0.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rapidllm.cli.common import print_json
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.paths import display
+
+JSON_KEYS = ("case_id", "status", "reason", "step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
+             "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "peak_memory_bytes",
+             "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
+             "framework_bytes", "capacity_bytes", "feasible")
+
+MEMORY_ROWS = (("weights", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer state"),
+               ("activations", "activations"), ("kv_cache", "KV cache"), ("framework", "framework reserve"))
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("predict", help="predict one case")
+    p.add_argument("case", help="case YAML")
+    p.add_argument("--json", action="store_true", help="stable JSON output")
+    p.add_argument("--engine", choices=("event", "baseline"), default="event",
+                   help="event: graph replay on the network simulator; baseline: alpha-beta ablation")
+    p.add_argument("--measured", metavar="FILE", help="CSV name,time_s[,section,phase] of measured operator times")
+    p.add_argument("--what-if", action="append", metavar="NAME=xF|/F|TIME",
+                   help="scale (x0.5), speed up (/2) or set (1 ms) one operator's time; repeatable")
+    p.add_argument("--timeline", metavar="FILE", help="also write the simulated step as Chrome trace-event JSON")
+    p.add_argument("--chakra", metavar="DIR", help="also write the training step as Chakra traces for ASTRA-sim")
+    p.add_argument("--chakra-per-class", action="store_true",
+                   help="with --chakra: one trace per pipeline stage instead of one per rank")
+    p.add_argument("--cost", action="store_true",
+                   help="add $/GPU-hour, $/step, $/M tokens, tokens per $ and per watt (docs/cost.md)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rapidllm.engine.measured import adjuster
+    from rapidllm.prediction import predict
+    from rapidllm.spec.case import load_case
+
+    case = load_case(args.case)
+    adjust = adjuster(args.measured, args.what_if or ())
+    try:
+        pred = predict(case, args.engine, adjust, trace=bool(args.timeline))
+    except SpecError as err:            # a limit met while predicting (e.g. a collective too large to simulate)
+        raise SpecError([f"{display(args.case)}: {line}" for line in err.lines]) from None
+    record = pred.to_dict()
+    if args.timeline:
+        from rapidllm.explore.timeline import TimelineError, write_timeline
+        try:
+            write_timeline(pred, args.timeline)
+        except TimelineError as err:
+            raise SpecError(f"{display(args.case)}: --timeline: {err}") from None
+    if args.chakra:
+        from rapidllm.prediction import export_chakra
+        paths = export_chakra(case, args.chakra, args.chakra_per_class)
+        print(f"{len(paths)} Chakra traces -> {args.chakra}", file=sys.stderr)
+    out = {k: record[k] for k in JSON_KEYS}
+    costs = {}
+    if args.cost and pred.status == "ok":
+        from rapidllm.cost import price_prediction
+        costs = price_prediction(case, pred)
+    if args.json:
+        print_json({**out, **costs}, indent=2)
+        return 0
+    print("\n".join(table(case, pred) + [f"  {k:28s} {v:.6g}" for k, v in costs.items()]))
+    return 0
+
+
+def _seconds(t: float) -> str:
+    """A duration in s, ms or us, whichever keeps the number >= 1 (0 as '0 s')."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if t >= scale or unit == "us":
+            return f"{t / scale:10.4g} {unit:2s}" if t else f"{0:10.4g} s "
+    return ""
+
+
+def table(case, pred) -> list[str]:
+    """The human-readable breakdown of one Prediction, one line per row."""
+    head = (f"case {pred.case_id}: {case.model.name} on {case.parallelism.world} x {case.hardware.name} "
+            f"({case.network.name}), {pred.mode}")
+    lines = [head]
+    if pred.status != "ok":
+        lines.append(f"  infeasible: {pred.reason}")
+    else:
+        total = pred.step_time_s
+        name = "step time" if pred.mode == "training" else "request (end to end)"
+        lines += [f"  {'time':28s} {'':>13s} {'share':>7s}", f"  {name:28s} {_seconds(total)} {100.0:6.1f}%"]
+        for label, value in (("compute", pred.compute_time_s), ("exposed communication", pred.exposed_comm_s),
+                             ("pipeline bubble", pred.bubble_s)):
+            share = 100.0 * value / total if total else 0.0
+            lines.append(f"    {label:26s} {_seconds(value)} {share:6.1f}%")
+        if pred.mode == "inference":
+            lines += [f"  {'time to first token':28s} {_seconds(pred.ttft_s)}",
+                      f"  {'inter-token latency':28s} {_seconds(pred.itl_s)}"]
+        lines.append(f"  {'throughput':28s} {pred.tokens_per_s:10.4g} tokens/s")
+        if pred.mfu is not None:
+            lines.append(f"  {'MFU / HFU':28s} {100 * pred.mfu:9.1f}% / {100 * pred.hfu:.1f}%")
+    mem = pred.memory
+    lines.append(f"  {'memory per GPU (worst stage)':28s} {'GiB':>13s} {'of capacity':>12s}")
+    for key, label in MEMORY_ROWS:
+        value = getattr(mem, key)
+        if value:
+            lines.append(f"    {label:26s} {value / 2**30:13.2f} {100 * value / mem.capacity:11.1f}%")
+    lines.append(f"    {'peak':26s} {mem.peak / 2**30:13.2f} {100 * mem.peak / mem.capacity:11.1f}%")
+    lines.append(f"    {'capacity':26s} {mem.capacity / 2**30:13.2f}")
+    return lines

@@ -1,0 +1,369 @@
+"""The bad-input corpus: inputs a hostile or careless user gives the CLI, each of which must be refused with
+exit 2, a short message on stderr naming what is wrong, nothing on stdout and no traceback.
+
+One `Bad` per input, grouped by command in CORPUS. A case names the files it needs (`files`: name ->
+YAML-dumped mapping, text, bytes, ("fifo",) for a named pipe, or ("edit-suite", ...) for an edited copy of
+a validation suite; written into a fresh temporary folder) and the argv, where `{tmp}` is that folder. `expect` is a fragment the message must contain. To cover a new command (e.g.
+`rapidllm search`), add a list of `Bad` under its name in CORPUS; tests/test_bad_inputs.py runs them all.
+
+Classes (issue 20): quantity (absurd values accepted), crash (tracebacks), work (unbounded work or memory),
+message (unclear or unsafe messages), file (I/O and YAML).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+HW: dict[str, Any] = dict(
+    name="toy-gpu", sm_count=100, clock="1 GHz", tensor_flops={"bf16": "100 TFLOP/s"}, vector_flops="10 TFLOP/s",
+    hbm_capacity="80 GiB", hbm_bandwidth="2 TB/s", l2_size="40 MiB", kernel_launch_overhead="4 us",
+    framework_memory="1 GiB",
+    sm_limits=dict(max_threads=2048, max_registers=65536, max_shared_memory="164 KiB", max_blocks=32))
+NET: dict[str, Any] = dict(dimensions=[dict(topology="switch", size=8, link_bandwidth="100 GB/s", latency="1 us"),
+                                       dict(topology="fat_tree", size="auto", link_bandwidth="25 GB/s", latency="2 us")])
+CASE: dict[str, Any] = dict(model="llama2-7b", hardware=HW, network=NET, precision="bf16",
+                            workload=dict(mode="training", seq_len=2048, global_batch=8, micro_batch=1),
+                            parallelism=dict(tp=1, pp=1, dp=1))
+INFERENCE = dict(mode="inference", prompt_tokens=128, output_tokens=128, batch=1)
+EXPERIMENT: dict[str, Any] = dict(name="bad", base={**CASE, "hardware": "a100-sxm4-80gb", "network": "dgx-a100"},
+                                  cross={"parallelism.tp": [1, 2]})
+
+
+@dataclass(frozen=True)
+class Bad:
+    id: str
+    argv: tuple[str, ...]
+    expect: str
+    kind: str                                       # quantity | crash | work | message | file
+    files: dict[str, Any] = field(default_factory=dict)
+
+
+def with_key(base: dict, dotted: str, value: Any) -> dict:
+    """A deep copy of `base` with one dotted key set (list items by index)."""
+    out = copy.deepcopy(base)
+    *parents, leaf = dotted.split(".")
+    node: Any = out
+    for p in parents:
+        node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
+    if isinstance(node, list):
+        node[int(leaf)] = value
+    else:
+        node[leaf] = value
+    return out
+
+
+def case_bad(id: str, dotted: str, value: Any, expect: str, kind: str = "quantity", base: dict = CASE) -> Bad:
+    return Bad(id, ("predict", "{tmp}/case.yaml", "--json"), expect, kind, {"case.yaml": with_key(base, dotted, value)})
+
+
+def raw_case(id: str, text: str | bytes, expect: str, kind: str = "file") -> Bad:
+    return Bad(id, ("predict", "{tmp}/case.yaml"), expect, kind, {"case.yaml": text})
+
+
+NAN, INF = float("nan"), float("inf")
+BOMB = "".join(f"{c}: &{c} [" + ",".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefg", "bcdefgh"))
+BOMB = 'a: &a ["x","x","x","x","x","x","x","x","x"]\n' + BOMB
+VALID_CASE_TEXT = yaml.safe_dump(CASE)
+
+PREDICT = [
+    # quantities in the hardware spec
+    case_bad("hbm-capacity-negative", "hardware.hbm_capacity", "-5 GB", "hbm_capacity: '-5 GB' is out of range"),
+    case_bad("hbm-capacity-nan", "hardware.hbm_capacity", NAN, "hbm_capacity: nan is not a finite"),
+    case_bad("hbm-capacity-zero", "hardware.hbm_capacity", "0 GB", "hbm_capacity: '0 GB' is out of range"),
+    case_bad("hbm-bandwidth-overflow", "hardware.hbm_bandwidth", "1e400 GB/s", "not a finite bandwidth"),
+    case_bad("hbm-bandwidth-zero", "hardware.hbm_bandwidth", "0 TB/s", "hbm_bandwidth: '0 TB/s' is out of range"),
+    case_bad("hbm-bandwidth-negative", "hardware.hbm_bandwidth", "-2 TB/s", "out of range"),
+    case_bad("hbm-bandwidth-inf", "hardware.hbm_bandwidth", INF, "not a finite bandwidth"),
+    case_bad("clock-negative", "hardware.clock", "-1.4 GHz", "clock: '-1.4 GHz' is out of range"),
+    case_bad("clock-zero", "hardware.clock", "0 GHz", "a frequency > 0"),
+    case_bad("clock-bare-nan", "hardware.clock", NAN, "not a finite frequency"),
+    case_bad("tensor-flops-zero", "hardware.tensor_flops.bf16", "0 TFLOP/s", "a FLOP rate > 0"),
+    case_bad("tensor-flops-negative", "hardware.tensor_flops.bf16", "-1 TFLOP/s", "out of range"),
+    case_bad("vector-flops-nan", "hardware.vector_flops", NAN, "vector_flops"),
+    case_bad("l2-zero", "hardware.l2_size", "0 MiB", "l2_size: '0 MiB' is out of range"),
+    case_bad("launch-overhead-negative", "hardware.kernel_launch_overhead", "-4 us", "a time >= 0"),
+    case_bad("framework-memory-negative", "hardware.framework_memory", "-1 GiB", "a byte count >= 0"),
+    case_bad("memory-latency-inf", "hardware.memory_latency", "1e999 ns", "not a finite time"),
+    case_bad("smem-zero", "hardware.sm_limits.max_shared_memory", "0 KiB", "max_shared_memory"),
+    case_bad("utilization-zero", "hardware.utilization", {"compute": 0, "hbm": 1, "network": 1}, "compute: 0 is out of range"),
+    case_bad("utilization-above-one", "hardware.utilization", {"compute": 1.5, "hbm": 1, "network": 1}, "number > 0 and <= 1"),
+    case_bad("utilization-nan", "hardware.utilization", {"compute": NAN, "hbm": 1, "network": 1}, "(finite)"),
+    case_bad("sm-count-zero", "hardware.sm_count", 0, "sm_count: 0 is out of range"),
+    case_bad("sm-count-huge", "hardware.sm_count", 10**9, "allowed: integer 1 to 65536"),
+    case_bad("sm-count-fraction", "hardware.sm_count", 1.5, "is not of type integer"),
+    case_bad("sm-count-bool", "hardware.sm_count", True, "is not of type integer"),
+    case_bad("hbm-capacity-wrong-unit", "hardware.hbm_capacity", "80 GB/s", "is not a bytes"),
+    # quantities in the network spec
+    case_bad("link-bandwidth-negative", "network.dimensions.0.link_bandwidth", "-300 GB/s", "link_bandwidth: '-300 GB/s'"),
+    case_bad("link-bandwidth-zero", "network.dimensions.1.link_bandwidth", "0 Gb/s", "a bandwidth > 0"),
+    case_bad("latency-negative", "network.dimensions.0.latency", "-1 ms", "latency: '-1 ms' is out of range"),
+    case_bad("latency-nan", "network.dimensions.0.latency", NAN, "not a finite time"),
+    case_bad("dimension-size-zero", "network.dimensions.0.size", 0, "size"),
+    case_bad("dimension-size-huge", "network.dimensions.0.size", 2**30, "size"),
+    case_bad("fabric-too-large", "network.dimensions",
+             [dict(topology="switch", size=1024, link_bandwidth="1 GB/s", latency="1 us")] * 3,
+             "dimensions: the sizes multiply to 1073741824 ranks", "work"),
+    case_bad("chunk-size-zero", "network.chunk_size", "0 B", "chunk_size: '0 B' is out of range"),
+    case_bad("network-utilization-zero", "network.utilization", 0, "utilization: 0 is out of range"),
+    case_bad("collective-latency-negative", "network.dimensions.0.collective_latency", "-1 us", "collective_latency"),
+    case_bad("fault-factor-zero", "faults", [{"link": [0, 8], "bandwidth_factor": 0}], "bandwidth_factor"),
+    case_bad("too-many-dimensions", "network.dimensions", [NET["dimensions"][0]] * 65, "65 entries; allowed: 1 to 64 entries"),
+    # quantities and integers of the case itself
+    case_bad("case-clock-negative", "clock", "-1.4 GHz", "clock: '-1.4 GHz' is out of range"),
+    case_bad("case-clock-zero", "clock", "0 Hz", "a frequency > 0"),
+    case_bad("global-batch-1e30", "workload.global_batch", 1e30, "global_batch: 1e+30 is out of range"),
+    case_bad("global-batch-1e9", "workload.global_batch", 10**9, "allowed: integer 1 to 1048576", "work"),
+    case_bad("global-batch-text", "workload.global_batch", "1e30", "is not of type integer"),
+    case_bad("global-batch-nan", "workload.global_batch", NAN, "is not of type integer"),
+    case_bad("seq-len-zero", "workload.seq_len", 0, "seq_len: 0 is out of range"),
+    case_bad("seq-len-negative", "workload.seq_len", -2048, "seq_len"),
+    case_bad("micro-batch-huge", "workload.micro_batch", 2**20, "micro_batch", "work"),
+    case_bad("microbatch-tokens", "workload", dict(mode="training", seq_len=2**22, global_batch=16, micro_batch=16),
+             "micro_batch x seq_len", "work"),
+    case_bad("too-many-microbatches", "workload", dict(mode="training", seq_len=128, global_batch=2**20),
+             "micro-batches per step", "work"),
+    case_bad("tp-zero", "parallelism.tp", 0, "tp: 0 is out of range"),
+    case_bad("tp-fraction", "parallelism.tp", 2.5, "not of type integer"),
+    case_bad("world-too-large", "parallelism", dict(dp=65536, tp=4), "at most 131072", "work"),
+    case_bad("pp-huge", "parallelism.pp", 10**6, "pp"),
+    case_bad("hot-expert-nan", "moe_routing", {"hot_expert_factor": NAN}, "hot_expert_factor"),
+    case_bad("fp8-without-fp8-units", "precision", "fp8", "precision: toy-gpu has no fp8 tensor units", "message"),
+    case_bad("inference-concurrency-huge", "workload", {**INFERENCE, "concurrency": 100000}, "concurrency", "work"),
+    case_bad("serving-simulated-unbounded", "workload",
+             {**INFERENCE, "concurrency": 4096, "output_tokens": 8192, "serving": "simulated"},
+             "simulated serving of concurrency x output_tokens", "work"),
+    case_bad("tokens-in-flight", "workload", {**INFERENCE, "concurrency": 65536, "prompt_tokens": 4096},
+             "tokens in flight", "work"),
+    case_bad("output-tokens-zero", "workload", {**INFERENCE, "output_tokens": 0}, "output_tokens"),
+    case_bad("inline-model-huge-hidden", "model", dict(name="m", hidden=2**20, layers=2, heads=16, ffn=4096, vocab=32000),
+             "hidden: 1048576 is out of range", "work"),
+    case_bad("inline-model-huge-vocab", "model", dict(name="m", hidden=1024, layers=2, heads=16, ffn=4096, vocab=10**9),
+             "vocab", "work"),
+    case_bad("inline-model-zero-layers", "model", dict(name="m", hidden=1024, layers=0, heads=16, ffn=4096, vocab=32000),
+             "layers: 0 is out of range"),
+    # names are names
+    case_bad("model-path-traversal", "model", "../../workflow/schemas/case.schema", "is not a model name", "message"),
+    case_bad("model-absolute-path", "model", "/etc/passwd", "is not a model name", "message"),
+    case_bad("hardware-slash", "hardware", "a100-sxm4-80gb/../h100", "is not a hardware name", "message"),
+    case_bad("network-empty-name", "network", "", "is not a network name", "message"),
+    case_bad("model-unknown", "model", "gpt-9000", "unknown model 'gpt-9000'; known:", "message"),
+    case_bad("network-number", "network", 5, "network", "message"),
+    case_bad("model-list", "model", [1, 2, 3], "model", "message"),
+    case_bad("model-long-name", "model", "x" * 5000, "is not a model name", "message"),
+    # files and YAML
+    Bad("file-missing", ("predict", "{tmp}/nope.yaml"), "nope.yaml: file not found", "file"),
+    Bad("file-is-directory", ("predict", "{tmp}"), "is a directory", "file"),
+    Bad("file-is-a-device", ("predict", "/dev/zero"), "/dev/zero: is not a regular file", "work"),
+    Bad("file-is-a-fifo", ("predict", "{tmp}/fifo"), "is not a regular file", "work", {"fifo": ("fifo",)}),
+    raw_case("not-utf8", b"model: \xff\xfe\n", "not UTF-8 text"),
+    raw_case("binary-junk", bytes(range(256)) * 4, "case.yaml"),
+    raw_case("empty-file", "", "empty; a case spec is a mapping"),
+    raw_case("top-level-list", "[1, 2, 3]\n", "is not of type object"),
+    raw_case("top-level-scalar", "42\n", "42 is not of type object"),
+    raw_case("yaml-syntax", "model: [unclosed\n", "not valid YAML"),
+    raw_case("yaml-tab-indent", "workload:\n\tmode: training\n", "not valid YAML"),
+    raw_case("duplicate-key", VALID_CASE_TEXT + "model: gpt-175b\n", "duplicate key 'model'"),
+    raw_case("duplicate-nested-key", "workload: {mode: training, mode: inference}\n", "duplicate key 'mode'"),
+    raw_case("alias-bomb-name-field", BOMB + "model: *h\n", "expands to", "work"),
+    raw_case("alias-bomb-unknown-key", BOMB + "bogus: *h\n", "expands to", "work"),
+    raw_case("deep-nesting", "model: " + "[" * 200 + "]" * 200 + "\n", "case.yaml", "work"),
+    raw_case("huge-list", "[" + ",".join(["1"] * 2_500_000) + "]\n", "bytes; a spec file is at most", "work"),
+    raw_case("python-object-tag", "model: !!python/object/apply:os.system ['true']\n", "not valid YAML", "message"),
+    raw_case("unknown-key", VALID_CASE_TEXT + "bogus: 1\n", "unknown key(s) 'bogus'", "message"),
+    # predict's own flags
+    Bad("measured-missing", ("predict", "{tmp}/case.yaml", "--measured", "{tmp}/nope.csv"), "cannot read measured",
+        "file", {"case.yaml": CASE}),
+    Bad("measured-directory", ("predict", "{tmp}/case.yaml", "--measured", "{tmp}"), "cannot read measured", "file",
+        {"case.yaml": CASE}),
+    Bad("measured-device", ("predict", "{tmp}/case.yaml", "--measured", "/dev/zero"), "is not a regular file", "work",
+        {"case.yaml": CASE}),
+    Bad("measured-negative", ("predict", "{tmp}/case.yaml", "--measured", "{tmp}/m.csv"), "is not a finite time",
+        "quantity", {"case.yaml": CASE, "m.csv": "name,time_s\nmlp_up,-1\n"}),
+    Bad("measured-nan", ("predict", "{tmp}/case.yaml", "--measured", "{tmp}/m.csv"), "is not a finite time",
+        "quantity", {"case.yaml": CASE, "m.csv": "name,time_s\nmlp_up,nan\n"}),
+    Bad("measured-no-columns", ("predict", "{tmp}/case.yaml", "--measured", "{tmp}/m.csv"), "need columns",
+        "file", {"case.yaml": CASE, "m.csv": "a,b\n1,2\n"}),
+    Bad("measured-empty", ("predict", "{tmp}/case.yaml", "--measured", "{tmp}/m.csv"), "cannot read measured",
+        "file", {"case.yaml": CASE, "m.csv": ""}),
+    Bad("what-if-negative-time", ("predict", "{tmp}/case.yaml", "--what-if", "attn=-5 ms"), "a time >= 0",
+        "quantity", {"case.yaml": CASE}),
+    Bad("what-if-not-duration", ("predict", "{tmp}/case.yaml", "--what-if", "attn=5 GB"), "is not a time",
+        "crash", {"case.yaml": CASE}),
+    Bad("what-if-nan-factor", ("predict", "{tmp}/case.yaml", "--what-if", "attn=xnan"), "is not a factor",
+        "quantity", {"case.yaml": CASE}),
+    Bad("what-if-zero-divisor", ("predict", "{tmp}/case.yaml", "--what-if", "attn=/0"), "is not a factor",
+        "crash", {"case.yaml": CASE}),
+    Bad("what-if-negative-factor", ("predict", "{tmp}/case.yaml", "--what-if", "attn=x-1"), "is not a factor",
+        "quantity", {"case.yaml": CASE}),
+    Bad("what-if-no-equals", ("predict", "{tmp}/case.yaml", "--what-if", "attn"), "use NAME=xFACTOR", "message",
+        {"case.yaml": CASE}),
+    Bad("engine-unknown", ("predict", "{tmp}/case.yaml", "--engine", "magic"), "invalid choice", "message",
+        {"case.yaml": CASE}),
+]
+
+SWEEP = [
+    Bad("cross-key-typo", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"),
+        "paralelism.tp: matches no key of a case", "message",
+        {"exp.yaml": {**EXPERIMENT, "cross": {"paralelism.tp": [1, 2]}}}),
+    Bad("cross-key-leaf-typo", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"),
+        "workload.sequence_len: matches no key", "message",
+        {"exp.yaml": {**EXPERIMENT, "cross": {"workload.sequence_len": [1024]}}}),
+    Bad("cross-key-below-leaf", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"),
+        "parallelism.tp.size: matches no key", "message",
+        {"exp.yaml": {**EXPERIMENT, "cross": {"parallelism.tp.size": [1]}}}),
+    Bad("cross-key-model-typo", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"),
+        "model.hiddn: matches no key", "message", {"exp.yaml": {**EXPERIMENT, "cross": {"model.hiddn": [1]}}}),
+    Bad("cases-key-typo", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"),
+        "cases.0.precison: matches no key", "message", {"exp.yaml": {**EXPERIMENT, "cases": [{"precison": "fp16"}]}}),
+    Bad("cross-empty-list", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"), "cross.parallelism.tp",
+        "message", {"exp.yaml": {**EXPERIMENT, "cross": {"parallelism.tp": []}}}),
+    Bad("cases-empty-list", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"), "cases", "crash",
+        {"exp.yaml": {**EXPERIMENT, "cases": []}}),
+    Bad("factorize-no-layout", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"),
+        "no parallel layout of 8 GPUs", "crash",
+        {"exp.yaml": {**EXPERIMENT, "cross": {}, "factorize": {"gpus": 8, "bounds": {"tp": [3, 3]}}}}),
+    Bad("factorize-gpus-1e9", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"),
+        "factorize.gpus: 1000000000 is out of range", "work",
+        {"exp.yaml": {**EXPERIMENT, "cross": {}, "factorize": {"gpus": 10**9}}}),
+    Bad("factorize-gpus-zero", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"), "factorize.gpus",
+        "quantity", {"exp.yaml": {**EXPERIMENT, "cross": {}, "factorize": {"gpus": 0}}}),
+    Bad("factorize-axis-unknown", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"), "factorize.axes",
+        "message", {"exp.yaml": {**EXPERIMENT, "cross": {}, "factorize": {"gpus": 8, "axes": ["xp"]}}}),
+    Bad("too-many-combinations", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"),
+        "combinations; allowed: at most 1048576", "work",
+        {"exp.yaml": {**EXPERIMENT, "cross": {"workload.seq_len": list(range(1, 1200)),
+                                              "workload.global_batch": list(range(1, 1200))}}}),
+    Bad("shard-size-zero", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"), "shard_size", "quantity",
+        {"exp.yaml": {**EXPERIMENT, "shard_size": 0}}),
+    Bad("experiment-name-path", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"), "name", "message",
+        {"exp.yaml": {**EXPERIMENT, "name": "../../etc"}}),
+    Bad("base-not-mapping", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"), "base", "message",
+        {"exp.yaml": {**EXPERIMENT, "base": [1, 2]}}),
+    Bad("out-is-directory", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}", "--quiet"), "is a directory", "file",
+        {"exp.yaml": EXPERIMENT}),
+    Bad("out-under-a-file", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/exp.yaml/o.csv", "--quiet"),
+        "is not a directory", "file", {"exp.yaml": EXPERIMENT}),
+    Bad("experiment-missing", ("sweep", "{tmp}/nope.yaml"), "file not found", "file"),
+    Bad("experiment-not-utf8", ("sweep", "{tmp}/exp.yaml"), "not UTF-8", "file", {"exp.yaml": b"name: \xc3\x28\n"}),
+    Bad("experiment-duplicate-key", ("sweep", "{tmp}/exp.yaml"), "duplicate key 'name'", "file",
+        {"exp.yaml": yaml.safe_dump(EXPERIMENT) + "name: again\n"}),
+    Bad("experiment-alias-bomb", ("sweep", "{tmp}/exp.yaml"), "expands to", "work",
+        {"exp.yaml": BOMB + "name: x\nbase: *h\n"}),
+    Bad("experiment-empty", ("sweep", "{tmp}/exp.yaml"), "empty", "crash", {"exp.yaml": "# nothing\n"}),
+]
+
+SUITE_TEXT_SOURCE = "validation/suites/llama2_latency_a100.yaml"   # a valid suite the cases below edit
+
+
+def suite_bad(id: str, edit: dict[str, Any], expect: str, kind: str = "message", drop: tuple[str, ...] = ()) -> Bad:
+    """A copy of SUITE_TEXT_SOURCE with keys replaced (`edit`) or removed (`drop`); written by the runner. A
+    `metrics` edit drops the suite's single `metric` / `measured` (one form or the other, not both)."""
+    if "metrics" in edit:
+        drop = (*drop, "metric", "measured")
+    return Bad(id, ("validate", "--out", "{tmp}/out", "{tmp}/suite.yaml"), expect, kind,
+               {"suite.yaml": ("edit-suite", SUITE_TEXT_SOURCE, edit, drop)})
+
+
+VALIDATE = [
+    Bad("suite-empty", ("validate", "--out", "{tmp}/out", "{tmp}/suite.yaml"), "empty; a suite spec is a mapping",
+        "message", {"suite.yaml": ""}),
+    suite_bad("metric-and-metrics", {"metric": "e2e_latency_s", "measured": "actual",
+                                     "metrics": [{"metric": "ttft_s", "measured": "actual"}]},
+              "give either metric and measured (one metric), or metrics"),
+    suite_bad("reference-missing", {"reference": "validation/references/nope.csv"}, "nope.csv: file not found", "file"),
+    suite_bad("reference-directory", {"reference": "validation/references"}, "is a directory", "file"),
+    suite_bad("reference-outside-project", {"reference": "../../../../etc/hostname"}, "outside the project", "message"),
+    suite_bad("reference-not-csv", {"reference": "validation/ns3/json.h"}, "reference", "crash"),
+    suite_bad("measured-does-not-parse", {"metrics": [{"metric": "e2e_latency_s", "measured": "latency_s +"}]},
+              "does not parse", "crash"),
+    suite_bad("measured-column-absent", {"metrics": [{"metric": "e2e_latency_s", "measured": "no_such_column"}]},
+              "column 'no_such_column' is not in", "crash"),
+    suite_bad("measured-expression-column-absent",
+              {"metrics": [{"metric": "e2e_latency_s", "measured": "nope_a * 2"}]}, "column 'nope_a' is not in", "crash"),
+    suite_bad("mapped-column-absent", {"columns": {"no_such_column": {"to": "workload.batch"}}},
+              "columns.no_such_column: column 'no_such_column' is not in", "crash"),
+    suite_bad("label-column-absent", {"label_columns": ["nope"]}, "label_columns: column 'nope'", "crash"),
+    suite_bad("derived-does-not-parse", {"derived": {"workload.batch": "batch //"}}, "does not parse", "crash"),
+    suite_bad("metrics-empty", {"metrics": []}, "metrics: 0 entries; allowed: at least 1 entries", "message"),
+    suite_bad("scale-zero", {"metrics": [{"metric": "e2e_latency_s", "measured": "actual", "scale": 0}]},
+              "metrics.0.scale: 0 is out of range", "quantity"),
+    suite_bad("scale-nan", {"metrics": [{"metric": "e2e_latency_s", "measured": "actual", "scale": NAN}]},
+              "metrics.0.scale: nan is not of type number (finite)", "quantity"),
+    suite_bad("measured-scale-negative", {"measured_scale": -1.0}, "measured_scale: -1.0 is out of range", "quantity"),
+    suite_bad("calibration-row-absent", {"calibration_rows": [10_000]}, "calibration_rows", "message"),
+    suite_bad("unknown-metric", {"metrics": [{"metric": "speed", "measured": "actual"}]},
+              "metrics.0.metric: 'speed' is not allowed", "message"),
+    Bad("out-is-a-file", ("validate", "--out", "{tmp}/f.txt", "{tmp}/suite.yaml"), "is a file; give a folder", "file",
+        {"f.txt": "x", "suite.yaml": ("edit-suite", SUITE_TEXT_SOURCE, {}, ())}),
+    Bad("suite-missing", ("validate", "--out", "{tmp}/out", "{tmp}/nope.yaml"), "file not found", "file"),
+    Bad("suite-duplicate-key", ("validate", "--out", "{tmp}/out", "{tmp}/suite.yaml"), "duplicate key", "file",
+        {"suite.yaml": "name: a\nname: b\n"}),
+]
+
+GEMM_OK = ("gemm", "--hardware", "a100-sxm4-80gb", "--n", "64", "--k", "64")
+GEMM = [
+    Bad("m-zero", (*GEMM_OK, "--m", "0"), "--m: 0 is out of range", "quantity"),
+    Bad("m-negative", (*GEMM_OK, "--m=-5"), "--m: -5 is out of range", "quantity"),
+    Bad("m-1e12-text", (*GEMM_OK, "--m", "1e12"), "invalid int value", "quantity"),
+    Bad("m-1e12", (*GEMM_OK, "--m", str(10**12)), "allowed: integer 1 to 16777216", "work"),
+    Bad("m-text", (*GEMM_OK, "--m", "many"), "invalid int value", "message"),
+    Bad("batch-zero", (*GEMM_OK, "--m", "64", "--batch", "0"), "--batch", "quantity"),
+    Bad("batch-huge", (*GEMM_OK, "--m", "64", "--batch", str(2**20)), "--batch", "work"),
+    Bad("clock-zero", (*GEMM_OK, "--m", "64", "--clock", "0"), "--clock: '0 GHz' is out of range", "quantity"),
+    Bad("clock-nan", (*GEMM_OK, "--m", "64", "--clock", "nan"), "--clock", "quantity"),
+    Bad("clock-inf", (*GEMM_OK, "--m", "64", "--clock", "inf"), "--clock", "quantity"),
+    Bad("clock-negative", (*GEMM_OK, "--m", "64", "--clock=-1.4"), "--clock", "quantity"),
+    Bad("clock-overflow", (*GEMM_OK, "--m", "64", "--clock", "1e400"), "not a finite frequency", "quantity"),
+    Bad("clock-wrong-unit", (*GEMM_OK, "--m", "64", "--clock", "5 GB"), "is not a frequency", "quantity"),
+    Bad("fp8-on-a100", (*GEMM_OK, "--m", "64", "--dtype", "fp8"), "a100-sxm4-80gb has no fp8 tensor units", "message"),
+    Bad("dtype-unknown", (*GEMM_OK, "--m", "64", "--dtype", "int3"), "invalid choice", "message"),
+    Bad("hardware-traversal", ("gemm", "--hardware", "../../etc/passwd", "--m", "1", "--n", "1", "--k", "1"),
+        "is not a hardware name", "message"),
+    Bad("hardware-unknown", ("gemm", "--hardware", "tpu-v9", "--m", "1", "--n", "1", "--k", "1"), "unknown hardware",
+        "message"),
+]
+
+COLL = ("collective", "--network", "dgx-a100", "--bytes", "1 GiB")
+COLLECTIVE = [
+    Bad("ranks-zero", (*COLL, "--ranks", "0"), "--ranks: 0 is out of range", "quantity"),
+    Bad("ranks-negative", (*COLL, "--ranks=-4"), "--ranks: -4 is out of range", "quantity"),
+    Bad("ranks-1e8-text", (*COLL, "--ranks", "1e8"), "is not a count", "work"),
+    Bad("ranks-1e8", (*COLL, "--ranks", str(10**8)), "allowed: integer 1 to 131072", "work"),
+    Bad("ranks-list-negative", (*COLL, "--ranks", "0,1,-1"), "--ranks.2: -1 is out of range", "quantity"),
+    Bad("ranks-list-duplicate", (*COLL, "--ranks", "0,0"), "must be distinct", "message"),
+    Bad("ranks-list-outside", (*COLL, "--ranks", "0,99"), "must be distinct ids in 0..7", "message"),
+    Bad("ranks-ring-too-much-work", ("collective", "--network", "superpod-ndr", "--bytes", "1 GB", "--ranks", "16384",
+                                     "--algorithm", "ring"), "the simulator takes at most", "work"),
+    Bad("ranks-all-to-all-too-much-work", ("collective", "--network", "superpod-ndr", "--bytes", "1 GB", "--op",
+                                           "all_to_all", "--ranks", "8192"), "the simulator takes at most", "work"),
+    Bad("bytes-negative", ("collective", "--network", "dgx-a100", "--bytes=-1 GB"), "--bytes: '-1 GB' is out of range",
+        "quantity"),
+    Bad("bytes-overflow", ("collective", "--network", "dgx-a100", "--bytes", "1e400 B"), "not a finite byte count", "crash"),
+    Bad("bytes-nan", ("collective", "--network", "dgx-a100", "--bytes", "nan B"), "--bytes", "quantity"),
+    Bad("bytes-wrong-unit", ("collective", "--network", "dgx-a100", "--bytes", "1 GB/s"), "is not a bytes", "quantity"),
+    Bad("chunks-zero", (*COLL, "--chunks", "0"), "--chunks: 0 is out of range", "quantity"),
+    Bad("chunks-1e8", (*COLL, "--chunks", str(10**8)), "allowed: integer 1 to 4096", "work"),
+    Bad("utilization-negative", (*COLL, "--utilization=-0.5"), "--utilization: -0.5 is out of range", "quantity"),
+    Bad("utilization-five", (*COLL, "--utilization", "5"), "--utilization: 5.0 is out of range", "quantity"),
+    Bad("utilization-nan", (*COLL, "--utilization", "nan"), "(finite)", "quantity"),
+    Bad("fault-short", (*COLL, "--fault", "0,1"), "is not A,B,FACTOR", "message"),
+    Bad("fault-factor-nan", (*COLL, "--fault", "0,8,nan"), "must be in (0, 1]", "quantity"),
+    Bad("fault-factor-zero", (*COLL, "--fault", "0,8,0"), "must be in (0, 1]", "quantity"),
+    Bad("fault-negative-node", (*COLL, "--fault=-1,8,0.5"), "is not A,B,FACTOR", "quantity"),
+    Bad("network-traversal", ("collective", "--network", "../networks/dgx-a100", "--bytes", "1 GB"),
+        "is not a network name", "message"),
+    Bad("network-unknown", ("collective", "--network", "infiniband", "--bytes", "1 GB"), "unknown network", "message"),
+    Bad("algorithm-unknown", (*COLL, "--algorithm", "telepathy"), "--algorithm: 'telepathy' is not allowed", "message"),
+    Bad("algorithm-wrong-op", (*COLL, "--op", "all_to_all", "--algorithm", "ring"), "has no algorithm 'ring'", "message"),
+]
+
+CALIBRATE = [
+    Bad("grid-zero", ("calibrate", "--grid", "0", "--dry-run"), "--grid must be >= 1", "quantity"),
+    Bad("out-is-directory", ("calibrate", "--dry-run", "--out", "{tmp}"), "is a directory", "file"),
+]
+
+CORPUS: dict[str, list[Bad]] = {"predict": PREDICT, "sweep": SWEEP, "validate": VALIDATE, "gemm": GEMM,
+                                "collective": COLLECTIVE, "calibrate": CALIBRATE}

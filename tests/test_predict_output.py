@@ -1,0 +1,78 @@
+"""`rapidllm predict` output: the breakdown table, null (not 0.0) for keys that do not apply, and MFU / HFU
+counted the same way (HFU = MFU without recomputation, HFU >= MFU with it, ~4/3 under full recompute)."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from rapidllm.cli import JSON_KEYS, main
+from rapidllm.prediction import predict
+
+EXAMPLE = ROOT / "examples" / "gpt175b-tp8-pp8.yaml"
+
+
+def _json(capsys, argv: list[str]) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+
+
+def test_training_json_nulls_and_table(capsys) -> None:
+    out = _json(capsys, ["predict", str(EXAMPLE), "--json"])
+    assert list(out) == list(JSON_KEYS)
+    assert out["ttft_s"] is None and out["itl_s"] is None and out["e2e_latency_s"] is None
+    assert out["step_time_s"] == pytest.approx(out["compute_time_s"] + out["exposed_comm_s"] + out["bubble_s"])
+    parts = sum(out[f"{k}_bytes"] for k in ("weights", "gradients", "optimizer", "activations", "kv_cache", "framework"))
+    assert parts <= out["peak_memory_bytes"] * (1 + 1e-9) and out["peak_memory_bytes"] <= out["capacity_bytes"]
+    assert main(["predict", str(EXAMPLE)]) == 0
+    text = capsys.readouterr().out
+    shares = [float(s) for s in re.findall(r"^    (?:compute|exposed communication|pipeline bubble)\s+\S+ \S+\s+"
+                                           r"([\d.]+)%$", text, re.M)]
+    assert len(shares) == 3 and sum(shares) == pytest.approx(100.0, abs=0.15)
+    gib = {m[0]: float(m[1]) for m in re.findall(r"^    (optimizer state|peak|capacity)\s+([\d.]+)", text, re.M)}
+    assert gib["capacity"] == pytest.approx(out["capacity_bytes"] / 2**30, abs=0.01)
+    assert gib["peak"] == pytest.approx(out["peak_memory_bytes"] / 2**30, abs=0.01)
+    assert "MFU / HFU" in text and "time to first token" not in text
+
+
+def test_inference_json_nulls(tmp_path, capsys) -> None:
+    case = {"model": "llama2-7b", "hardware": "a100-sxm4-80gb", "network": "dgx-a100",
+            "workload": {"mode": "inference", "prompt_tokens": 200, "output_tokens": 20}}
+    path = tmp_path / "inf.yaml"
+    path.write_text(yaml.safe_dump(case))
+    out = _json(capsys, ["predict", str(path), "--json"])
+    assert out["mfu"] is None and out["hfu"] is None and out["ttft_s"] > 0 and out["kv_cache_bytes"] > 0
+    assert main(["predict", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "time to first token" in text and "KV cache" in text and "MFU" not in text
+
+
+def test_infeasible_case_has_null_timings(tmp_path, capsys) -> None:
+    case = yaml.safe_load(EXAMPLE.read_text())
+    case["parallelism"] = {"tp": 1, "pp": 1, "dp": 1}                # 175B on one GPU does not fit
+    case["network"] = "dgx-a100"
+    case["workload"]["global_batch"] = 8
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(case))
+    out = _json(capsys, ["predict", str(path), "--json"])
+    assert out["status"] == "infeasible" and out["feasible"] is False
+    assert all(out[k] is None for k in ("step_time_s", "mfu", "hfu", "tokens_per_s", "ttft_s"))
+    assert out["peak_memory_bytes"] > out["capacity_bytes"]
+
+
+@pytest.mark.parametrize("engine", ["event", "baseline"])
+def test_hfu_counts_model_flops_plus_recompute(engine: str) -> None:
+    case = yaml.safe_load(EXAMPLE.read_text())
+    ratios = {}
+    for recompute in ("none", "selective", "full"):
+        case["parallelism"]["recompute"] = recompute
+        p = predict(case, engine)
+        ratios[recompute] = p.hfu / p.mfu
+    assert ratios["none"] == pytest.approx(1.0, rel=1e-12)
+    assert 1.0 < ratios["selective"] < 1.05              # core attention only: a small share of the FLOPs
+    # full recompute re-runs the forward (1/3 of forward + backward, Korthikanti et al. 2022): 4/3, a little
+    # less because the optimizer, loss and FlashAttention's 2.5x backward are not recomputed
+    assert 1.25 < ratios["full"] <= 4 / 3
