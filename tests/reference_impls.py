@@ -11,8 +11,8 @@ import json
 
 import numpy as np
 
-from rapidllm.engine.collectives import CommCost
-from rapidllm.graph.pipeline import GRAD, OPT, P2P, PARAM, TASK, PipelineGraph
+from rapidllm.engine.comm_cost import CommCost
+from rapidllm.graph.pipeline_dag import GRAD, OPT, P2P, PARAM, TASK, PipelineGraph
 from rapidllm.memory.liveness import LayerLiveness
 from rapidllm.memory.model import schedule_actions, walk_inputs
 from rapidllm.spec.case import Case, TrainingWorkload

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from rapidllm.engine.collectives import CommCost
+from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import compute_durations, replay_all
 from rapidllm.engine.engine import attribute, predict, predict_training
 from rapidllm.engine.measured import adjuster, parse_what_if
 from rapidllm.engine.replay import longest_path
-from rapidllm.graph.pipeline import PipelineInputs, build_pipeline
+from rapidllm.graph.pipeline_dag import PipelineInputs, build_pipeline
 from rapidllm.graph.templates import COMM, case_templates
 from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import price_case

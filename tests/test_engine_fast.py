@@ -18,7 +18,7 @@ from rapidllm.engine.engine import (
 )
 from rapidllm.engine.replay import longest_path
 from reference_impls import attribute_reference, groups_reference
-from rapidllm.graph.pipeline import (
+from rapidllm.graph.pipeline_dag import (
     PipelineInputs,
     build_pipeline,
     build_pipeline_reference,
@@ -91,7 +91,7 @@ def test_merged_steps_match_reference_and_never_slow_down(schedule, p, v, m) -> 
     ("FFFFBBBB", [0, 1, 2, 3, 0, 1, 2, 3], [-1, -1, -1, 4, 3, -1, -1, -1]),
 ])
 def test_merged_partners(directions, units, expected) -> None:
-    from rapidllm.graph.pipeline import merged_partners
+    from rapidllm.graph.pipeline_dag import merged_partners
     fwd = np.array([d == "F" for d in directions])
     got = merged_partners(fwd, np.zeros(len(units), np.int64), np.array(units, np.int64))
     assert got.tolist() == expected
@@ -149,7 +149,7 @@ def test_prediction_equals_previous_path(gpt_case, monkeypatch, k) -> None:
                                  {"tp": 1, "pp": 16, "dp": 4}])
 @pytest.mark.parametrize("order", [None, ["pp", "dp", "cp", "tp", "ep"], ["dp", "tp", "pp", "cp", "ep"]])
 def test_groups_equal_rank_by_rank_definition(gpt_case, par, order) -> None:
-    from rapidllm.engine.collectives import CommCost
+    from rapidllm.engine.comm_cost import CommCost
     net = dict(gpt_case["network"], **({"axis_order": order} if order else {}))
     world = par["tp"] * par["pp"] * par["dp"] * par.get("cp", 1)
     case = resolve_case({**gpt_case, "network": net, "parallelism": {**gpt_case["parallelism"], **par},

@@ -1,8 +1,8 @@
 """Reruns are never stale: every rule that runs a script declares, as its `code` input, the transitive closure
 of the rapidllm modules the script imports (workflow/rules/common.smk: `script_code`), so an edit anywhere the
 script's code reaches makes `snakemake` schedule the rule again. (Before, the `trace` rule declared four
-packages by hand while its imports reached engine/ and network/: editing engine/collectives.py reran
-`simulate` but not `trace`.)
+packages by hand while its imports reached engine/ and network/: editing engine/collectives.py (now
+engine/comm_cost.py) reran `simulate` but not `trace`.)
 
 Checked three ways: the rule names its own script; the modules really loaded when the script's imports run
 are all in the computed closure; and, in one temp copy of the project with every output up to date, touching

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from rapidllm.engine.collectives import CommCost
+from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.replay import TemplateResult, replay_template
 from rapidllm.graph.comm_nodes import dp_reduced_parameters
-from rapidllm.graph.pipeline import PipelineInputs
+from rapidllm.graph.pipeline_dag import PipelineInputs
 from rapidllm.graph.schedules import interleaving
 from rapidllm.graph.templates import (
     COMM,

@@ -17,13 +17,13 @@ import pandas as pd
 from numba import njit
 
 from rapidllm.engine import baseline
-from rapidllm.engine.collectives import CommCost
+from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import training_plan
 from rapidllm.engine.inference import Adjust, predict_inference
 from rapidllm.engine.metrics import model_flops_per_step, utilization
 from rapidllm.engine.replay import longest_path
 from rapidllm.graph.comm_nodes import communication_nodes
-from rapidllm.graph.pipeline import (
+from rapidllm.graph.pipeline_dag import (
     GRAD,
     OPT,
     P2P,
@@ -42,12 +42,12 @@ ENGINES = ("event", "baseline")
 def clear_caches() -> None:
     """Drop the in-process result caches (collective simulations, topologies, GEMM prices, validated
     inline specs) so a sweep starts cold."""
-    from rapidllm.engine import collectives
+    from rapidllm.engine import comm_cost
     from rapidllm.ops import price
     from rapidllm.spec import named
-    collectives._RESULTS.clear()
-    collectives._GROUPS.clear()
-    collectives._TOPOLOGIES.clear()
+    comm_cost._RESULTS.clear()
+    comm_cost._GROUPS.clear()
+    comm_cost._TOPOLOGIES.clear()
     price._GEMM_TIMES.clear()
     price._PRICED.clear()
     named._VALIDATED.clear()

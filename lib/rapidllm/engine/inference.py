@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from rapidllm.engine.collectives import CommCost
+from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import layer_counts, replay_all
 from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, simulate
 from rapidllm.graph.templates import extra_templates, layer_templates

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import comb
 
-from rapidllm.engine.collectives import CommCost
+from rapidllm.engine.comm_cost import CommCost
 from rapidllm.memory.closed_form import state_bytes_per_param
 from rapidllm.ops.price import local_expert_parameters, local_parameters
 from rapidllm.ops.workload import moe_tokens

@@ -55,7 +55,7 @@ def interleaving(schedule: str, pp: int, virtual_stages: int, m: int) -> int:
     return 1
 
 
-# ---- array form for the numba pipeline builder (graph/pipeline.py) --------------------------------------
+# ---- array form for the numba pipeline builder (graph/pipeline_dag.py) --------------------------------------
 # Schedule codes: which branch of `stage_actions` applies. Actions come back as three int64 arrays
 # (direction 0 = F / 1 = B, chunk, micro-batch), in the same order as `stage_actions`.
 ONE_STAGE, GPIPE, ONE_F_ONE_B, INTERLEAVED = 0, 1, 2, 3

@@ -7,7 +7,7 @@ import pandas as pd
 
 from rapidllm.engine.engine import predict
 from rapidllm.prediction import MEMORY_FIELDS, memory_record
-from rapidllm.graph.export import read_graphs, write_graphs
+from rapidllm.pipeline.graph_store import read_graphs, write_graphs
 from rapidllm.graph.schedules import interleaving
 from rapidllm.graph.templates import case_templates, operator_frame
 from rapidllm.memory.model import memory_for_case
@@ -37,7 +37,7 @@ def run_memory(cases: str | Path, shard: int, out: str | Path) -> None:
 
 
 def pipeline_descriptor(case) -> dict:
-    """Schedule parameters the pipeline DAG is rebuilt from (graph/export.py)."""
+    """Schedule parameters the pipeline DAG is rebuilt from (pipeline/graph_store.py)."""
     p, w = case.parallelism, case.workload
     m = max(w.microbatches(p.dp), 1) if case.training else 1
     return {"schedule": p.schedule, "pp": p.pp, "v": interleaving(p.schedule, p.pp, p.virtual_stages, m), "m": m}

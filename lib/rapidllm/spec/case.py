@@ -146,7 +146,7 @@ class Case:
     attention_impl: str = "flash"
     moe_hot_expert_factor: float = 1.0   # 1.0 = balanced routing
     framework: str = "megatron"          # software stack: memory conventions (memory/state.py), collectives
-                                         # (engine/collectives.py: tensorrt-llm's NVLink custom all-reduce)
+                                         # (engine/comm_cost.py: tensorrt-llm's NVLink custom all-reduce)
     name: str = ""
 
     @property
