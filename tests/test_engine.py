@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from rapidllm.engine.comm_cost import CommCost
-from rapidllm.engine.composer import compute_durations, replay_all
+from rapidllm.engine.composer import replay_all
+from rapidllm.graph.templates import compute_durations
 from rapidllm.engine.engine import attribute, predict, predict_training
 from rapidllm.engine.measured import adjuster, parse_what_if
 from rapidllm.engine.replay import longest_path

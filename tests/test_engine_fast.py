@@ -164,7 +164,7 @@ def test_groups_equal_rank_by_rank_definition(gpt_case, par, order) -> None:
 
 
 def test_ops_view_matches_pandas_selections(gpt_case) -> None:
-    from rapidllm.engine.composer import compute_durations
+    from rapidllm.graph.templates import compute_durations
     from rapidllm.graph.templates import OpsView, _ops_of, case_templates
     for recompute in ("selective", "full"):
         case = resolve_case({**gpt_case, "parallelism": {**gpt_case["parallelism"], "recompute": recompute}}, "x")

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from rapidllm.engine.composer import layer_counts
 from rapidllm.engine.groups import group_link
 from rapidllm.engine.metrics import model_flops_per_step, utilization
 from rapidllm.graph.comm_nodes import CommNode
+from rapidllm.graph.templates import layer_counts
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.network.alpha_beta import collective_time
 from rapidllm.ops.workload import recomputed

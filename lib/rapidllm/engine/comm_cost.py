@@ -89,20 +89,14 @@ class CommCost:
         stages = range(p.pp) if stage < 0 else [stage]
         stride = m.stride("pp")
         out: list[tuple[int, ...]] = []
-        everyone = None
         for s in stages:
-            if m.order[-1] == "pp":
-                ranks = np.arange(s * stride, (s + 1) * stride, dtype=np.int64)
-            else:
-                if everyone is None:
-                    everyone = np.arange(m.world, dtype=np.int64)
-                ranks = everyone[(everyone // stride) % m.size("pp") == s]
+            if axis == "ep":
+                out += m.expert_groups(s, p.ep)
+                continue
+            ranks = m.stage_ranks(s)
             if axis == "pp":
                 if s + 1 < p.pp:
                     out += [(r, r + stride) for r in ranks.tolist()]
-            elif axis == "ep":
-                ranks = np.sort(ranks).tolist()
-                out += [tuple(ranks[i:i + p.ep]) for i in range(0, len(ranks), p.ep)]
             else:
                 a_stride, a_size = m.stride(axis), m.size(axis)
                 bases = np.unique(ranks - ((ranks // a_stride) % a_size) * a_stride)

@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 
 from rapidllm.engine.comm_cost import CommCost
-from rapidllm.engine.composer import layer_counts, replay_all
+from rapidllm.engine.composer import replay_all
 from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, simulate
-from rapidllm.graph.templates import extra_templates, layer_templates
+from rapidllm.graph.templates import extra_templates, layer_counts, layer_templates
 from rapidllm.ops.price import price_case
 from rapidllm.spec.case import Case, InferenceWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES

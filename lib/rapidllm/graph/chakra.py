@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from rapidllm.engine.composer import compute_durations, layer_counts
 from rapidllm.graph.schedules import interleaving, stage_actions
-from rapidllm.graph.templates import COMPUTE, case_templates
+from rapidllm.graph.templates import COMPUTE, case_templates, compute_durations, layer_counts
 from rapidllm.network.mapping import RankMapping
 from rapidllm.spec.case import Case
 from rapidllm.spec.hardware import DTYPE_BYTES
