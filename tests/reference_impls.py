@@ -1,6 +1,6 @@
 """Plain-Python references of fast (numba, cached or vectorized) library paths: their specifications.
 
-DESIGN §7: every kernel has a plain-Python reference in the tests; the tests compare the library's fast
+Every numba kernel has a plain-Python reference in the tests; the tests compare the library's fast
 paths against these bit for bit. (The pipeline-graph builder's Python form stays in the library: it is
 also the fallback for schedules the numba builder does not take.)
 """

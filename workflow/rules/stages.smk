@@ -1,4 +1,4 @@
-# Per-study stages of DESIGN §2: expand -> (price, memory) -> trace -> simulate -> collect.
+# Per-study stages (docs/architecture.md, data flow): expand -> (price, memory) -> trace -> simulate -> collect.
 
 rule expand:
     input:

@@ -129,7 +129,7 @@ def predict_inference(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> P
 
 
 def predict(case: Case, ops: pd.DataFrame, memory: MemoryResult, nodes: list[CommNode]) -> dict:
-    """Prediction plus memory as one flat record with the stable snake_case keys of DESIGN §6."""
+    """Prediction plus memory as one flat record with the stable snake_case keys of the README."""
     pred = predict_training(case, ops, nodes) if case.training else predict_inference(case, ops, nodes)
     record = dict(pred.__dict__)
     record.update(peak_memory_bytes=memory.peak, feasible=memory.feasible, infeasible_reason=memory.reason)

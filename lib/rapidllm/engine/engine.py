@@ -125,7 +125,7 @@ def predict_training(case: Case, ops: pd.DataFrame, overlap: bool = True, templa
 
 def predict(case: Case, ops: pd.DataFrame, memory: MemoryResult, engine: str = "event", overlap: bool = True,
             adjust: Adjust | None = None, templates: list[Template] | None = None) -> dict:
-    """Prediction plus memory as one flat record with the stable snake_case keys of DESIGN §6.
+    """Prediction plus memory as one flat record with the stable snake_case keys of the README.
 
     `adjust` rewrites operator times (measured-timing replay, what-if) before the replay.
     """

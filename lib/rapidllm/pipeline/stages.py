@@ -1,4 +1,4 @@
-"""The pipeline stages of DESIGN §2 as functions of paths: expand, price, memory, trace, simulate, collect."""
+"""The pipeline stages (docs/architecture.md, data flow) as functions of paths: expand, price, memory, trace, simulate, collect."""
 from __future__ import annotations
 
 from pathlib import Path
