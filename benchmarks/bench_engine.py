@@ -3,7 +3,7 @@
 `NUMBA_CACHE_DIR=.cache/numba .venv/bin/python benchmarks/bench_engine.py [--repeat N]` prints, per case:
 seconds for operators, memory and the engine (graph + simulation, after JIT), pipeline-graph nodes, link
 events simulated vs a flattened per-rank trace, and the reduction factor. Every timing is the median of N
-runs, each started with cold result caches (`clear_caches`: collective simulations are re-run), so a
+runs, each started with cold result caches (a fresh `Caches` each: collective simulations are re-run), so a
 case's number is what it costs alone, not inside a sweep that already simulated its collectives.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ import resource
 import statistics
 import time
 
-from rapidllm.engine.engine import clear_caches, predict
+from rapidllm.caches import Caches
+from rapidllm.engine.engine import predict
 from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import price_case
 from rapidllm.spec.case import resolve_case
@@ -37,14 +38,14 @@ def main() -> None:
     for row, c in zip(rows, cases):
         runs = []
         for _ in range(args.repeat):
-            clear_caches()
-            t0 = time.perf_counter()
-            ops = price_case(c)
-            t1 = time.perf_counter()
-            mem = memory_for_case(c)
-            t2 = time.perf_counter()
-            rec = predict(c, ops, mem)
-            t3 = time.perf_counter()
+            with Caches().active():
+                t0 = time.perf_counter()
+                ops = price_case(c)
+                t1 = time.perf_counter()
+                mem = memory_for_case(c)
+                t2 = time.perf_counter()
+                rec = predict(c, ops, mem)
+                t3 = time.perf_counter()
             runs.append((t1 - t0, t2 - t1, t3 - t2, t3 - t0))
         o, m, e, t = (statistics.median(x) for x in zip(*runs))
         suite_total += t

@@ -10,10 +10,10 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
+from rapidllm.caches import Caches
 from rapidllm.engine import engine as engine_mod
 from rapidllm.engine.engine import (
     attribute,
-    clear_caches,
     predict_training,
 )
 from rapidllm.engine.replay import longest_path
@@ -129,10 +129,9 @@ def _variants(gpt_case) -> list[dict]:
 def test_prediction_equals_previous_path(gpt_case, monkeypatch, k) -> None:
     case = resolve_case(_variants(gpt_case)[k], "x")
     ops = price_case(case)
-    clear_caches()
-    fast = predict_training(case, ops)
-    clear_caches()
-    with monkeypatch.context() as mp:
+    with Caches().active():
+        fast = predict_training(case, ops)
+    with Caches().active(), monkeypatch.context() as mp:
         mp.setattr(engine_mod, "build_pipeline", build_pipeline_reference)
         mp.setattr(engine_mod, "attribute", attribute_reference)
         ref = predict_training(case, ops)
@@ -155,12 +154,12 @@ def test_groups_equal_rank_by_rank_definition(gpt_case, par, order) -> None:
     case = resolve_case({**gpt_case, "network": net, "parallelism": {**gpt_case["parallelism"], **par},
                          "workload": {**gpt_case["workload"], "global_batch": 8 * par["dp"]}}, "x")
     assert case.parallelism.world == world
-    clear_caches()
-    cost = CommCost(case)
-    for axis in ("tp", "cp", "dp", "pp"):
-        for stage in (-1, 0, par["pp"] - 1):
-            assert cost.groups(axis, stage) == groups_reference(cost, axis, stage), (axis, stage)
-            assert cost.groups(axis, stage) == groups_reference(cost, axis, stage)      # cached path
+    with Caches().active():
+        cost = CommCost(case)
+        for axis in ("tp", "cp", "dp", "pp"):
+            for stage in (-1, 0, par["pp"] - 1):
+                assert cost.groups(axis, stage) == groups_reference(cost, axis, stage), (axis, stage)
+                assert cost.groups(axis, stage) == groups_reference(cost, axis, stage)      # cached path
 
 
 def test_ops_view_matches_pandas_selections(gpt_case) -> None:
@@ -204,15 +203,14 @@ def test_cached_pricing_equals_the_reference_over_sweep_cases():
     definition exactly (values, dtypes, order), optimizer row included."""
     import json
 
-    from rapidllm.engine.engine import clear_caches
     from rapidllm.ops.price import price_case, price_case_reference
     from rapidllm.spec.case import resolve_case
     from rapidllm.spec.experiment import expand, load_experiment
     from rapidllm.spec.paths import project_root
 
-    clear_caches()
     rows = [r for r in expand(load_experiment(project_root() / "config" / "experiments" / "sweep-1000.yaml"))
             if r["status"] == "ok"][::7]
-    for r in rows:
-        case = resolve_case(json.loads(r["case_json"]), r["label"])
-        pd.testing.assert_frame_equal(price_case(case), price_case_reference(case))
+    with Caches().active():
+        for r in rows:
+            case = resolve_case(json.loads(r["case_json"]), r["label"])
+            pd.testing.assert_frame_equal(price_case(case), price_case_reference(case))

@@ -14,7 +14,7 @@ from rapidllm.spec.paths import project_root
 LIB = project_root() / "lib"
 
 TIERS = (
-    ("units", "spec"),
+    ("units", "spec", "caches"),
     ("ops", "memory", "network"),
     ("graph",),
     ("engine",),
@@ -25,6 +25,7 @@ TIERS = (
 TIER = {pkg: level for level, names in enumerate(TIERS) for pkg in names}
 SIDEWAYS = {
     ("spec", "units"),          # specs parse unit strings
+    ("spec", "caches"),         # named specs are built once per owner's memo tables
     ("memory", "ops"),          # the memory walk runs over the operator model's own lists
     ("figures", "validate"),    # validation figures draw the error metrics
     ("pipeline", "validate"),   # the validation stages of the workflow

@@ -39,20 +39,6 @@ from rapidllm.spec.case import Case, TrainingWorkload
 ENGINES = ("event", "baseline")
 
 
-def clear_caches() -> None:
-    """Drop the in-process result caches (collective simulations, topologies, GEMM prices, validated
-    inline specs) so a sweep starts cold."""
-    from rapidllm.engine import comm_cost
-    from rapidllm.ops import price
-    from rapidllm.spec import named
-    comm_cost._RESULTS.clear()
-    comm_cost._GROUPS.clear()
-    comm_cost._TOPOLOGIES.clear()
-    price._GEMM_TIMES.clear()
-    price._PRICED.clear()
-    named._VALIDATED.clear()
-
-
 @njit(cache=True)
 def _stage_ends(stage: np.ndarray, finish: np.ndarray, n_stages: int) -> np.ndarray:
     """Last finish per stage (NaN-propagating like np.maximum.at)."""

@@ -68,10 +68,10 @@ def with_utilization(case: Case, u: np.ndarray) -> Case:
 
 def predict_entries(entries: list[Entry], u: np.ndarray) -> np.ndarray:
     """Each entry's prediction with the device's utilizations set to u (one evaluation per distinct case)."""
-    cache: dict[int, dict] = {}
+    cache: dict[str, dict] = {}
     out = np.full(len(entries), np.nan)
     for i, e in enumerate(entries):
-        key = id(e.case)
+        key = e.case.case_id
         if key not in cache:
             cache[key] = evaluate(with_utilization(e.case, u))
         rec = cache[key]
