@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from rapidllm.network.validation import MIN_BYTES, TABLES, nccl_rows
+from rapidllm.validate.nccl import MIN_BYTES, TABLES, nccl_rows
 from rapidllm.prediction import evaluate
 from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.experiment import expand
@@ -29,7 +29,7 @@ from rapidllm.spec.paths import project_root
 from rapidllm.validate.suites import Suite, load_suite
 
 CONSTANTS = ("compute", "hbm", "network")
-# Devices with a measured collective table (nccl-tests, network/validation.py: TABLES) have their network
+# Devices with a measured collective table (nccl-tests, validate/nccl.py: TABLES) have their network
 # constant fitted on it instead of the end-to-end rows: that table isolates the network, where end-to-end
 # rows mix it with everything else (the H100's end-to-end objective is flat in it).
 BOUNDS = (0.3, 1.0)        # a utilization is a fraction of a datasheet peak

@@ -55,7 +55,7 @@ class Row:
 
 def network_utilization(device: str) -> float:
     """The frozen network constant of config/hardware/<device>.yaml."""
-    mapping, where = resolve_named("hardware", device, "network.validation", "hardware")
+    mapping, where = resolve_named("hardware", device, "validate.nccl", "hardware")
     return HardwareSpec.from_mapping(mapping, where).utilization.network
 
 
