@@ -15,7 +15,7 @@ import statistics
 import time
 
 from rapidllm.caches import Caches
-from rapidllm.engine.engine import predict
+from rapidllm.engine.engine import simulate
 from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import price_case
 from rapidllm.spec.case import resolve_case
@@ -31,7 +31,7 @@ def main() -> None:
     rows = [r for r in expand(suite.experiment) if r["status"] == "ok"]
     cases = [resolve_case(json.loads(r["case_json"]), r["label"]) for r in rows]
     c0 = cases[0]
-    predict(c0, price_case(c0), memory_for_case(c0))          # JIT warm-up
+    simulate(c0, price_case(c0), memory_for_case(c0))          # JIT warm-up
     print(f"{'case':40s} {'ops s':>6s} {'mem s':>6s} {'eng s':>6s} {'total':>6s} {'nodes':>7s} {'ev sim':>9s} "
           f"{'ev flat':>11s} {'x':>8s}")
     suite_total = 0.0
@@ -44,7 +44,7 @@ def main() -> None:
                 t1 = time.perf_counter()
                 mem = memory_for_case(c)
                 t2 = time.perf_counter()
-                rec = predict(c, ops, mem)
+                rec = simulate(c, ops, mem)
                 t3 = time.perf_counter()
             runs.append((t1 - t0, t2 - t1, t3 - t2, t3 - t0))
         o, m, e, t = (statistics.median(x) for x in zip(*runs))

@@ -14,7 +14,7 @@ from rapidllm.caches import Caches
 from rapidllm.engine import engine as engine_mod
 from rapidllm.engine.engine import (
     attribute,
-    predict_training,
+    replay_training,
 )
 from rapidllm.engine.replay import longest_path
 from reference_impls import attribute_reference, groups_reference
@@ -130,11 +130,11 @@ def test_prediction_equals_previous_path(gpt_case, monkeypatch, k) -> None:
     case = resolve_case(_variants(gpt_case)[k], "x")
     ops = price_case(case)
     with Caches().active():
-        fast = predict_training(case, ops)
+        fast = replay_training(case, ops)
     with Caches().active(), monkeypatch.context() as mp:
         mp.setattr(engine_mod, "build_pipeline", build_pipeline_reference)
         mp.setattr(engine_mod, "attribute", attribute_reference)
-        ref = predict_training(case, ops)
+        ref = replay_training(case, ops)
     assert fast.keys() == ref.keys()
     for key, value in ref.items():
         if isinstance(value, float) and value != 0:

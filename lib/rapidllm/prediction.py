@@ -21,7 +21,7 @@ import pandas as pd
 
 from rapidllm.caches import Caches
 from rapidllm.engine.engine import ENGINES
-from rapidllm.engine.engine import predict as simulate
+from rapidllm.engine.engine import simulate
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import price_case

@@ -84,7 +84,7 @@ def recompute_passes(case: Case, axis: str) -> int:
     return 3 if again and recomputed(again, p.recompute, p.recompute_modules) else 2
 
 
-def predict_training(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> Prediction:
+def compose_training(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> Prediction:
     w, p = case.workload, case.parallelism
     assert isinstance(w, TrainingWorkload)
     micro = w.microbatches(p.dp)
@@ -110,7 +110,7 @@ def predict_training(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> Pr
         tokens_per_s=w.global_batch * w.seq_len / step)
 
 
-def predict_inference(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> Prediction:
+def compose_inference(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> Prediction:
     w, p = case.workload, case.parallelism
     assert isinstance(w, InferenceWorkload)
 
@@ -128,9 +128,9 @@ def predict_inference(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> P
                       tokens_per_s=w.batch * w.output_tokens / e2e)
 
 
-def predict(case: Case, ops: pd.DataFrame, memory: MemoryResult, nodes: list[CommNode]) -> dict:
+def compose(case: Case, ops: pd.DataFrame, memory: MemoryResult, nodes: list[CommNode]) -> dict:
     """Prediction plus memory as one flat record with the stable snake_case keys of the README."""
-    pred = predict_training(case, ops, nodes) if case.training else predict_inference(case, ops, nodes)
+    pred = compose_training(case, ops, nodes) if case.training else compose_inference(case, ops, nodes)
     record = dict(pred.__dict__)
     record.update(peak_memory_bytes=memory.peak, feasible=memory.feasible, infeasible_reason=memory.reason)
     return record

@@ -19,7 +19,7 @@ from numba import njit
 from rapidllm.engine import baseline
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import training_plan
-from rapidllm.engine.inference import Adjust, predict_inference
+from rapidllm.engine.inference import Adjust, replay_inference
 from rapidllm.engine.metrics import model_flops_per_step, utilization
 from rapidllm.engine.replay import longest_path
 from rapidllm.graph.comm_nodes import communication_nodes
@@ -92,7 +92,7 @@ def attribute(g: PipelineGraph, start: np.ndarray, finish: np.ndarray, crit: np.
             "critical_stage": s}
 
 
-def predict_training(case: Case, ops: pd.DataFrame, overlap: bool = True, templates: list[Template] | None = None) -> dict:
+def replay_training(case: Case, ops: pd.DataFrame, overlap: bool = True, templates: list[Template] | None = None) -> dict:
     cost = CommCost(case)
     plan = training_plan(case, ops, cost, overlap, templates)
     g = build_pipeline(plan.inputs)
@@ -109,7 +109,7 @@ def predict_training(case: Case, ops: pd.DataFrame, overlap: bool = True, templa
     return rec
 
 
-def predict(case: Case, ops: pd.DataFrame, memory: MemoryResult, engine: str = "event", overlap: bool = True,
+def simulate(case: Case, ops: pd.DataFrame, memory: MemoryResult, engine: str = "event", overlap: bool = True,
             adjust: Adjust | None = None, templates: list[Template] | None = None) -> dict:
     """Prediction plus memory as one flat record with the stable snake_case keys of the README.
 
@@ -117,9 +117,9 @@ def predict(case: Case, ops: pd.DataFrame, memory: MemoryResult, engine: str = "
     """
     ops = adjust(ops) if adjust else ops
     if engine == "baseline":
-        return baseline.predict(case, ops, memory, communication_nodes(case))
+        return baseline.compose(case, ops, memory, communication_nodes(case))
     if engine != "event":
         raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(ENGINES)}")
-    rec = predict_training(case, ops, overlap, templates) if case.training else predict_inference(case, ops, overlap, adjust)
+    rec = replay_training(case, ops, overlap, templates) if case.training else replay_inference(case, ops, overlap, adjust)
     rec.update(peak_memory_bytes=memory.peak, feasible=memory.feasible, infeasible_reason=memory.reason)
     return rec

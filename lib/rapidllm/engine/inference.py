@@ -53,13 +53,13 @@ def forward_pass(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, ove
     return span, compute
 
 
-def predict_inference(case: Case, ops: pd.DataFrame, overlap: bool = True, adjust: Adjust | None = None) -> dict:
+def replay_inference(case: Case, ops: pd.DataFrame, overlap: bool = True, adjust: Adjust | None = None) -> dict:
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     if w.concurrency > w.batch and w.serving == "simulated":
-        return _predict_serving(case, ops, overlap, adjust)
+        return _replay_serving(case, ops, overlap, adjust)
     if w.concurrency > w.batch:
-        return _predict_steady_state(case, ops, overlap, adjust)
+        return _replay_steady_state(case, ops, overlap, adjust)
     cost = CommCost(case)
     prefill, first, last = (np.array(forward_pass(case, ops, s, cost, overlap)) for s in SECTIONS)
     ttft, itl = prefill, 0.5 * (first + last)
@@ -67,7 +67,7 @@ def predict_inference(case: Case, ops: pd.DataFrame, overlap: bool = True, adjus
     return _record(ttft, itl, e2e, w.batch * w.output_tokens / e2e[SPAN], cost.simulated)
 
 
-def _predict_steady_state(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> dict:
+def _replay_steady_state(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> dict:
     """Mean in-flight batching over desynchronized clients: decode at batch C plus its share of prefills."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
@@ -83,7 +83,7 @@ def _predict_steady_state(case: Case, ops: pd.DataFrame, overlap: bool, adjust: 
     return _record(ttft, itl, e2e, w.concurrency / itl[SPAN], cost.simulated + dcost.simulated)
 
 
-def _predict_serving(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> dict:
+def _replay_serving(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> dict:
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     table, events = _iteration_cost(case, ops, overlap, adjust)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rapidllm.engine.engine import predict
+from rapidllm.engine.engine import simulate
 from rapidllm.prediction import MEMORY_FIELDS, memory_record
 from rapidllm.pipeline.graph_store import read_graphs, write_graphs
 from rapidllm.graph.schedules import interleaving
@@ -66,7 +66,7 @@ def run_simulate(cases: str | Path, ops: str | Path, memory: str | Path, graphs:
                          "peak_memory_bytes": mem.loc[cid, "peak_memory_bytes"], "feasible": False})
             continue
         ops_c = op_table[op_table.case_id == cid].drop(columns="case_id").reset_index(drop=True)
-        record = predict(case, ops_c, memory_for_case(case), engine=engine, templates=traces[cid][0] or None)
+        record = simulate(case, ops_c, memory_for_case(case), engine=engine, templates=traces[cid][0] or None)
         record.pop("infeasible_reason")
         rows.append({"case_id": cid, "status": "ok", "reason": "", **record})
     write_table(pd.DataFrame(rows), out)
