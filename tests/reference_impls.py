@@ -14,7 +14,7 @@ import numpy as np
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.graph.pipeline_dag import GRAD, OPT, P2P, PARAM, TASK, PipelineGraph
 from rapidllm.memory.liveness import LayerLiveness
-from rapidllm.memory.model import schedule_actions, walk_inputs
+from rapidllm.memory.model import walk_inputs
 from rapidllm.spec.case import Case, TrainingWorkload
 
 
@@ -44,6 +44,61 @@ def attribute_reference(g: PipelineGraph, start: np.ndarray, finish: np.ndarray,
             "critical_stage": s}
 
 
+def schedule_actions_reference(schedule: str, pp: int, stage: int, m: int, v: int = 1) -> list[tuple[str, int]]:
+    """The stage's ordered ('F'|'B', index) actions, as the memory walk counts them (`spec.schedule.action_order`
+    for v = 1 under GPipe, which is the only GPipe the memory walk sees)."""
+    if pp == 1 or schedule == "gpipe":
+        if pp == 1:
+            return [a for i in range(m) for a in (("F", i), ("B", i))]
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    total = m * v
+    warm = min((pp - stage - 1) * 2 + (v - 1) * pp if v > 1 else pp - stage - 1, total)
+    acts = [("F", i) for i in range(warm)]
+    f, b = warm, 0
+    while b < total:
+        if f < total:
+            acts.append(("F", f))
+            f += 1
+        acts.append(("B", b))
+        b += 1
+    return acts
+
+
+def _virtual_reference(k: int, pp: int, v: int, forward: bool) -> tuple[int, int]:
+    """(chunk, micro-batch) of the k-th virtual micro-batch of a stage under interleaving."""
+    group, within = divmod(k, pp * v)
+    chunk = within // pp
+    if not forward:
+        chunk = v - 1 - chunk
+    return chunk, group * pp + within % pp
+
+
+def stage_actions_reference(schedule: str, pp: int, stage: int, m: int, v: int = 1) -> list[tuple[str, int, int]]:
+    """Ordered (kind, chunk, micro-batch) actions of `stage` (`graph.schedules.stage_actions`)."""
+    if pp == 1:
+        return [a for i in range(m) for a in (("F", 0, i), ("B", 0, i))]
+    if schedule == "gpipe":
+        return [("F", c, i) for c in range(v) for i in range(m)] + \
+               [("B", c, i) for c in reversed(range(v)) for i in range(m)]
+    if v == 1:
+        warm = min(pp - stage - 1, m)
+        out: list[tuple[str, int, int]] = [("F", 0, i) for i in range(warm)]
+        for i in range(m - warm):
+            out += [("F", 0, warm + i), ("B", 0, i)]
+        out += [("B", 0, i) for i in range(m - warm, m)]
+        return out
+    total = m * v
+    warm = min((pp - stage - 1) * 2 + (v - 1) * pp, total)
+    out = [("F", *_virtual_reference(k, pp, v, True)) for k in range(warm)]
+    f = warm
+    for b in range(total):
+        if f < total:
+            out.append(("F", *_virtual_reference(f, pp, v, True)))
+            f += 1
+        out.append(("B", *_virtual_reference(b, pp, v, False)))
+    return out
+
+
 def activation_peak_reference(case: Case, stage: int, layer: LayerLiveness, head: LayerLiveness,
                     layers: int) -> float:
     """The Python walk `activation_peak` reproduces bit for bit (kept for tests/test_sweep_speed_equivalence.py)."""
@@ -52,7 +107,7 @@ def activation_peak_reference(case: Case, stage: int, layer: LayerLiveness, head
     x = walk_inputs(case, stage, layer, head, layers)
     v = x.chunks
     held = peak = 0.0
-    for kind, i in schedule_actions(p.schedule, p.pp, stage, max(w.microbatches(p.dp), 1), v):
+    for kind, i in schedule_actions_reference(p.schedule, p.pp, stage, max(w.microbatches(p.dp), 1), v):
         extra = x.head_stored if (x.last and (i % v == v - 1)) else 0.0
         if kind == "F":
             peak = max(peak, held + x.fwd_extra)

@@ -17,7 +17,8 @@ from rapidllm.engine.engine import (
     replay_training,
 )
 from rapidllm.engine.replay import longest_path
-from reference_impls import attribute_reference, groups_reference
+from reference_impls import (attribute_reference, groups_reference, schedule_actions_reference,
+                             stage_actions_reference)
 from rapidllm.graph.pipeline_dag import (
     PipelineInputs,
     build_pipeline,
@@ -43,7 +44,20 @@ def test_stage_actions_array_matches_stage_actions(schedule, p, v, m) -> None:
     for s in range(p):
         d, c, i = stage_actions_array(code, p, s, m, v)
         got = [("F" if a == 0 else "B", int(x), int(y)) for a, x, y in zip(d, c, i)]
-        assert got == stage_actions(schedule, p, s, m, v)
+        assert got == stage_actions(schedule, p, s, m, v) == stage_actions_reference(schedule, p, s, m, v)
+
+
+@pytest.mark.parametrize("schedule,p,v,m", [("gpipe", 4, 1, 6), ("1f1b", 4, 1, 6), ("1f1b", 8, 1, 3),
+                                            ("1f1b", 1, 1, 4), ("interleaved", 4, 2, 8), ("interleaved", 4, 3, 10),
+                                            ("interleaved", 2, 4, 2), ("interleaved", 8, 2, 3)])
+def test_one_order_serves_the_memory_walk(schedule, p, v, m) -> None:
+    """The memory walk's order (which forward or backward comes next) is the graph's: both read
+    spec.schedule.action_order."""
+    from rapidllm.spec.schedule import action_order
+    for s in range(p):
+        d, i = action_order(schedule_code(schedule, p, v), p, s, m, v)
+        got = [("F" if a == 0 else "B", int(k)) for a, k in zip(d, i)]
+        assert got == schedule_actions_reference(schedule, p, s, m, v)
 
 
 CASES = [(sch, p, v, m, buckets, gather, ppd, dpd)
