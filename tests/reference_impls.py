@@ -143,3 +143,41 @@ def groups_reference(cost: CommCost, axis: str, stage: int = -1) -> list[tuple[i
         else:
             out += sorted({tuple(m.group_ranks(axis, r)) for r in ranks})
     return out
+
+
+def longest_path_reference(dur: np.ndarray, dep_ptr: np.ndarray, dep_idx: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`engine.replay.longest_path`: nodes in Kahn order (first-in first-out); a node starts when its last
+    dependency finishes, and its binding dependency is the first to reach that time. A cycle leaves NaN."""
+    n = len(dur)
+    deps = [[int(d) for d in dep_idx[dep_ptr[i]:dep_ptr[i + 1]]] for i in range(n)]
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            succ[d].append(i)
+    waiting = [len(ds) for ds in deps]
+    ready = [i for i in range(n) if waiting[i] == 0]
+    start, finish, crit = [0.0] * n, [0.0] * n, [-1] * n
+    done = 0
+    while done < len(ready):
+        i = ready[done]
+        done += 1
+        finish[i] = start[i] + float(dur[i])
+        for j in succ[i]:
+            if crit[j] < 0 and finish[i] >= start[j] or finish[i] > start[j]:
+                start[j], crit[j] = finish[i], i
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                ready.append(j)
+    out = np.array(finish) if done == n else np.full(n, np.nan)
+    return np.array(start), out, np.array(crit, dtype=np.int64)
+
+
+def dense_route_ids_reference(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """`network.routing._dense_route_ids`: route ids number the distinct (src, dst) pairs in ascending
+    src * n + dst order."""
+    keys = [int(s) * n + int(d) for s, d in zip(src, dst)]
+    uniq = sorted(set(keys))
+    rank = {k: r for r, k in enumerate(uniq)}
+    return np.array([rank[k] for k in keys], dtype=np.int32), np.array(uniq, dtype=np.int64)
+
