@@ -32,6 +32,7 @@ from rapidllm.network.topology import Topology, build_topology
 from rapidllm.spec.case import Case
 from rapidllm.spec.network import NetworkSpec
 
+
 def topology_of(network: NetworkSpec) -> tuple[Topology, Router]:
     """The fabric and its router, built once per network spec (`Caches.topologies`)."""
     table = current().topologies
