@@ -1,4 +1,4 @@
-# rapidllm pipeline (DESIGN §2): `snakemake --cores all` reproduces every table and figure.
+# rapidllm pipeline (docs/architecture.md): `snakemake --cores all` reproduces every table and figure.
 # Stages are pure functions of their inputs; library modules each stage imports are declared inputs.
 import re
 

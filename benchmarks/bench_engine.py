@@ -3,7 +3,7 @@
 `NUMBA_CACHE_DIR=.cache/numba .venv/bin/python benchmarks/bench_engine.py [--repeat N]` prints, per case:
 seconds for operators, memory and the engine (graph + simulation, after JIT), pipeline-graph nodes, link
 events simulated vs a flattened per-rank trace, and the reduction factor. Every timing is the median of N
-runs, each started with cold result caches (`clear_caches`: collective simulations are re-run), so a
+runs, each started with cold result caches (a fresh `Caches` each: collective simulations are re-run), so a
 case's number is what it costs alone, not inside a sweep that already simulated its collectives.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ import resource
 import statistics
 import time
 
-from rapidllm.engine.engine import clear_caches, predict
+from rapidllm.caches import Caches
+from rapidllm.engine.engine import simulate
 from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import price_case
 from rapidllm.spec.case import resolve_case
@@ -30,21 +31,21 @@ def main() -> None:
     rows = [r for r in expand(suite.experiment) if r["status"] == "ok"]
     cases = [resolve_case(json.loads(r["case_json"]), r["label"]) for r in rows]
     c0 = cases[0]
-    predict(c0, price_case(c0), memory_for_case(c0))          # JIT warm-up
+    simulate(c0, price_case(c0), memory_for_case(c0))          # JIT warm-up
     print(f"{'case':40s} {'ops s':>6s} {'mem s':>6s} {'eng s':>6s} {'total':>6s} {'nodes':>7s} {'ev sim':>9s} "
           f"{'ev flat':>11s} {'x':>8s}")
     suite_total = 0.0
     for row, c in zip(rows, cases):
         runs = []
         for _ in range(args.repeat):
-            clear_caches()
-            t0 = time.perf_counter()
-            ops = price_case(c)
-            t1 = time.perf_counter()
-            mem = memory_for_case(c)
-            t2 = time.perf_counter()
-            rec = predict(c, ops, mem)
-            t3 = time.perf_counter()
+            with Caches().active():
+                t0 = time.perf_counter()
+                ops = price_case(c)
+                t1 = time.perf_counter()
+                mem = memory_for_case(c)
+                t2 = time.perf_counter()
+                rec = simulate(c, ops, mem)
+                t3 = time.perf_counter()
             runs.append((t1 - t0, t2 - t1, t3 - t2, t3 - t0))
         o, m, e, t = (statistics.median(x) for x in zip(*runs))
         suite_total += t

@@ -19,7 +19,6 @@ import statistics
 import time
 from pathlib import Path
 
-from rapidllm.engine.engine import clear_caches
 from rapidllm.prediction import evaluate, sweep
 from rapidllm.spec.case import resolve_case
 from rapidllm.spec.experiment import expand, load_experiment
@@ -38,10 +37,8 @@ def main() -> None:
     t_expand = time.perf_counter() - t0
     first = next(r for r in rows if r["status"] == "ok")
     evaluate(resolve_case(json.loads(first["case_json"]), first["label"]))      # JIT warm-up
-    clear_caches()
     walls = []
-    for _ in range(args.repeat):
-        clear_caches()
+    for _ in range(args.repeat):            # each sweep runs with fresh memo tables of its own
         t0 = time.perf_counter()
         df = sweep(exp, progress=False)
         walls.append(time.perf_counter() - t0)

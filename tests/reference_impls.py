@@ -1,6 +1,6 @@
 """Plain-Python references of fast (numba, cached or vectorized) library paths: their specifications.
 
-DESIGN §7: every kernel has a plain-Python reference in the tests; the tests compare the library's fast
+Every numba kernel has a plain-Python reference in the tests; the tests compare the library's fast
 paths against these bit for bit. (The pipeline-graph builder's Python form stays in the library: it is
 also the fallback for schedules the numba builder does not take.)
 """
@@ -11,10 +11,10 @@ import json
 
 import numpy as np
 
-from rapidllm.engine.collectives import CommCost
-from rapidllm.graph.pipeline import GRAD, OPT, P2P, PARAM, TASK, PipelineGraph
+from rapidllm.engine.comm_cost import CommCost
+from rapidllm.graph.pipeline_dag import GRAD, OPT, P2P, PARAM, TASK, PipelineGraph
 from rapidllm.memory.liveness import LayerLiveness
-from rapidllm.memory.model import schedule_actions, walk_inputs
+from rapidllm.memory.model import walk_inputs
 from rapidllm.spec.case import Case, TrainingWorkload
 
 
@@ -44,6 +44,61 @@ def attribute_reference(g: PipelineGraph, start: np.ndarray, finish: np.ndarray,
             "critical_stage": s}
 
 
+def schedule_actions_reference(schedule: str, pp: int, stage: int, m: int, v: int = 1) -> list[tuple[str, int]]:
+    """The stage's ordered ('F'|'B', index) actions, as the memory walk counts them (`spec.schedule.action_order`
+    for v = 1 under GPipe, which is the only GPipe the memory walk sees)."""
+    if pp == 1 or schedule == "gpipe":
+        if pp == 1:
+            return [a for i in range(m) for a in (("F", i), ("B", i))]
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    total = m * v
+    warm = min((pp - stage - 1) * 2 + (v - 1) * pp if v > 1 else pp - stage - 1, total)
+    acts = [("F", i) for i in range(warm)]
+    f, b = warm, 0
+    while b < total:
+        if f < total:
+            acts.append(("F", f))
+            f += 1
+        acts.append(("B", b))
+        b += 1
+    return acts
+
+
+def _virtual_reference(k: int, pp: int, v: int, forward: bool) -> tuple[int, int]:
+    """(chunk, micro-batch) of the k-th virtual micro-batch of a stage under interleaving."""
+    group, within = divmod(k, pp * v)
+    chunk = within // pp
+    if not forward:
+        chunk = v - 1 - chunk
+    return chunk, group * pp + within % pp
+
+
+def stage_actions_reference(schedule: str, pp: int, stage: int, m: int, v: int = 1) -> list[tuple[str, int, int]]:
+    """Ordered (kind, chunk, micro-batch) actions of `stage` (`graph.schedules.stage_actions`)."""
+    if pp == 1:
+        return [a for i in range(m) for a in (("F", 0, i), ("B", 0, i))]
+    if schedule == "gpipe":
+        return [("F", c, i) for c in range(v) for i in range(m)] + \
+               [("B", c, i) for c in reversed(range(v)) for i in range(m)]
+    if v == 1:
+        warm = min(pp - stage - 1, m)
+        out: list[tuple[str, int, int]] = [("F", 0, i) for i in range(warm)]
+        for i in range(m - warm):
+            out += [("F", 0, warm + i), ("B", 0, i)]
+        out += [("B", 0, i) for i in range(m - warm, m)]
+        return out
+    total = m * v
+    warm = min((pp - stage - 1) * 2 + (v - 1) * pp, total)
+    out = [("F", *_virtual_reference(k, pp, v, True)) for k in range(warm)]
+    f = warm
+    for b in range(total):
+        if f < total:
+            out.append(("F", *_virtual_reference(f, pp, v, True)))
+            f += 1
+        out.append(("B", *_virtual_reference(b, pp, v, False)))
+    return out
+
+
 def activation_peak_reference(case: Case, stage: int, layer: LayerLiveness, head: LayerLiveness,
                     layers: int) -> float:
     """The Python walk `activation_peak` reproduces bit for bit (kept for tests/test_sweep_speed_equivalence.py)."""
@@ -52,7 +107,7 @@ def activation_peak_reference(case: Case, stage: int, layer: LayerLiveness, head
     x = walk_inputs(case, stage, layer, head, layers)
     v = x.chunks
     held = peak = 0.0
-    for kind, i in schedule_actions(p.schedule, p.pp, stage, max(w.microbatches(p.dp), 1), v):
+    for kind, i in schedule_actions_reference(p.schedule, p.pp, stage, max(w.microbatches(p.dp), 1), v):
         extra = x.head_stored if (x.last and (i % v == v - 1)) else 0.0
         if kind == "F":
             peak = max(peak, held + x.fwd_extra)
@@ -88,3 +143,41 @@ def groups_reference(cost: CommCost, axis: str, stage: int = -1) -> list[tuple[i
         else:
             out += sorted({tuple(m.group_ranks(axis, r)) for r in ranks})
     return out
+
+
+def longest_path_reference(dur: np.ndarray, dep_ptr: np.ndarray, dep_idx: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`engine.replay.longest_path`: nodes in Kahn order (first-in first-out); a node starts when its last
+    dependency finishes, and its binding dependency is the first to reach that time. A cycle leaves NaN."""
+    n = len(dur)
+    deps = [[int(d) for d in dep_idx[dep_ptr[i]:dep_ptr[i + 1]]] for i in range(n)]
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            succ[d].append(i)
+    waiting = [len(ds) for ds in deps]
+    ready = [i for i in range(n) if waiting[i] == 0]
+    start, finish, crit = [0.0] * n, [0.0] * n, [-1] * n
+    done = 0
+    while done < len(ready):
+        i = ready[done]
+        done += 1
+        finish[i] = start[i] + float(dur[i])
+        for j in succ[i]:
+            if crit[j] < 0 and finish[i] >= start[j] or finish[i] > start[j]:
+                start[j], crit[j] = finish[i], i
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                ready.append(j)
+    out = np.array(finish) if done == n else np.full(n, np.nan)
+    return np.array(start), out, np.array(crit, dtype=np.int64)
+
+
+def dense_route_ids_reference(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """`network.routing._dense_route_ids`: route ids number the distinct (src, dst) pairs in ascending
+    src * n + dst order."""
+    keys = [int(s) * n + int(d) for s, d in zip(src, dst)]
+    uniq = sorted(set(keys))
+    rank = {k: r for r, k in enumerate(uniq)}
+    return np.array([rank[k] for k in keys], dtype=np.int32), np.array(uniq, dtype=np.int64)
+

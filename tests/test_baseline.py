@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from rapidllm.engine.baseline import predict_training
+from rapidllm.engine.baseline import compose_training
 from rapidllm.graph.comm_nodes import communication_nodes
 from rapidllm.memory.closed_form import closed_form_memory, korthikanti_layer_activations
 from rapidllm.ops.operators import Operator
@@ -30,7 +30,7 @@ def test_roofline_pointwise_is_bandwidth_bound(gpt_case) -> None:
 
 def test_pipeline_bubble_is_pp_minus_one_stage_times(gpt_case) -> None:
     case = resolve_case(gpt_case, "x")
-    pred = predict_training(case, price_case(case), communication_nodes(case))
+    pred = compose_training(case, price_case(case), communication_nodes(case))
     micro = case.workload.microbatches(case.parallelism.dp)
     optimizer = price_case(case).query("section == 'optimizer'").time_s.sum()
     stage = (pred.step_time_s - pred.bubble_s - optimizer) / micro
@@ -68,7 +68,7 @@ def test_more_bandwidth_never_slows_a_step(gpt_case, factor: float) -> None:
         net["dimensions"] = [{**d, "link_bandwidth": f"{25 * bw_scale} GB/s"} for d in net["dimensions"]]
         case = resolve_case({**gpt_case, "network": net, "parallelism": {**gpt_case["parallelism"], "dp": 2},
                              "workload": {**gpt_case["workload"], "global_batch": 128}}, "x")
-        return predict_training(case, price_case(case), communication_nodes(case)).step_time_s
+        return compose_training(case, price_case(case), communication_nodes(case)).step_time_s
     assert step(factor) <= step(1.0) + 1e-12
 
 
@@ -76,6 +76,6 @@ def test_hardware_utilization_scales_compute(gpt_case) -> None:
     case = resolve_case(gpt_case, "x")
     slow = dataclasses.replace(case, hardware=dataclasses.replace(
         case.hardware, utilization=dataclasses.replace(case.hardware.utilization, compute=0.5)))
-    fast_t = predict_training(case, price_case(case), communication_nodes(case)).compute_time_s
-    slow_t = predict_training(slow, price_case(slow), communication_nodes(slow)).compute_time_s
+    fast_t = compose_training(case, price_case(case), communication_nodes(case)).compute_time_s
+    slow_t = compose_training(slow, price_case(slow), communication_nodes(slow)).compute_time_s
     assert slow_t > 1.5 * fast_t

@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rapidllm.network.validation import TABLES
+from rapidllm.validate.nccl import TABLES
 from rapidllm.spec.hardware import HardwareSpec
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.paths import project_root

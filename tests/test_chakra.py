@@ -14,9 +14,9 @@ from collections import Counter
 import pytest
 
 from rapidllm.engine.chakra import _producer, export_ranks, group_ids, rank_trace, read_chakra, stage_compute_s
-from rapidllm.engine.collectives import CommCost
+from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import training_plan
-from rapidllm.graph.pipeline import consumer_of
+from rapidllm.graph.pipeline_dag import consumer_of
 from rapidllm.graph.templates import case_templates
 from rapidllm.ops.price import price_case
 from rapidllm.prediction import evaluate, export_chakra

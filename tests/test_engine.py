@@ -3,12 +3,13 @@
 import numpy as np
 import pytest
 
-from rapidllm.engine.collectives import CommCost
-from rapidllm.engine.composer import compute_durations, replay_all
-from rapidllm.engine.engine import attribute, predict, predict_training
+from rapidllm.engine.comm_cost import CommCost
+from rapidllm.engine.composer import replay_all
+from rapidllm.graph.templates import compute_durations
+from rapidllm.engine.engine import attribute, replay_training, simulate
 from rapidllm.engine.measured import adjuster, parse_what_if
 from rapidllm.engine.replay import longest_path
-from rapidllm.graph.pipeline import PipelineInputs, build_pipeline
+from rapidllm.graph.pipeline_dag import PipelineInputs, build_pipeline
 from rapidllm.graph.templates import COMM, case_templates
 from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import price_case
@@ -25,14 +26,14 @@ def test_one_stage_one_microbatch_is_operators_plus_exposed_comm(gpt_case) -> No
     ops = price_case(case)
     weight = np.where(ops.section.str.startswith("layer"), case.model.layers, 1)
     total_ops = float((ops.time_s * ops["count"] * weight).sum())
-    serial = predict_training(case, ops, overlap=False)
+    serial = replay_training(case, ops, overlap=False)
     cost = CommCost(case)
     comm = 0.0
     for t in case_templates(case, ops):
         n = case.model.layers if "layer" in t.section else 1
         comm += n * sum(cost.time(x.axis, x.op, x.nbytes) for x in t.nodes if x.kind == COMM)
     assert serial["step_time_s"] == pytest.approx(total_ops + comm, rel=1e-9)
-    overlapped = predict_training(case, ops)
+    overlapped = replay_training(case, ops)
     assert overlapped["step_time_s"] <= serial["step_time_s"] + 1e-12
     assert overlapped["step_time_s"] >= total_ops - 1e-12
     rec = overlapped
@@ -57,7 +58,7 @@ def test_overlap_never_slows_a_step(gpt_case) -> None:
         case = resolve_case({**gpt_case, "parallelism": {**gpt_case["parallelism"], **par},
                              "workload": {**gpt_case["workload"], "global_batch": 32}}, "x")
         ops = price_case(case)
-        assert predict_training(case, ops)["step_time_s"] <= predict_training(case, ops, overlap=False)["step_time_s"] + 1e-12
+        assert replay_training(case, ops)["step_time_s"] <= replay_training(case, ops, overlap=False)["step_time_s"] + 1e-12
 
 
 def test_homogeneous_reuse_equals_flattened_per_stage(gpt_case) -> None:
@@ -65,7 +66,7 @@ def test_homogeneous_reuse_equals_flattened_per_stage(gpt_case) -> None:
     case = resolve_case({**gpt_case, "parallelism": {"tp": 8, "pp": 4, "dp": 2, "sp": True},
                          "workload": {**gpt_case["workload"], "global_batch": 16}}, "x")
     ops = price_case(case)
-    predict_training(case, ops)
+    replay_training(case, ops)
     cost = CommCost(case)
     cost.symmetric = False                   # per-stage templates and per-boundary collectives
     templates = case_templates(case, ops)
@@ -78,21 +79,21 @@ def test_homogeneous_reuse_equals_flattened_per_stage(gpt_case) -> None:
 
 def test_event_reduction_is_large(gpt_case) -> None:
     case = _case(gpt_case)
-    rec = predict_training(case, price_case(case))
+    rec = replay_training(case, price_case(case))
     assert rec["network_events_flattened"] > 10 * rec["network_events_simulated"] > 0
 
 
 def test_more_microbatches_amortize_the_bubble(gpt_case) -> None:
     small = resolve_case({**gpt_case, "workload": {**gpt_case["workload"], "global_batch": 8}}, "x")
     big = resolve_case({**gpt_case, "workload": {**gpt_case["workload"], "global_batch": 64}}, "x")
-    fs = predict_training(small, price_case(small))
-    fb = predict_training(big, price_case(big))
+    fs = replay_training(small, price_case(small))
+    fb = replay_training(big, price_case(big))
     assert fb["bubble_s"] / fb["step_time_s"] < fs["bubble_s"] / fs["step_time_s"]
 
 
 def test_baseline_engine_still_selectable(gpt_case) -> None:
     case = _case(gpt_case)
-    rec = predict(case, price_case(case), memory_for_case(case), engine="baseline")
+    rec = simulate(case, price_case(case), memory_for_case(case), engine="baseline")
     assert rec["step_time_s"] > 0
 
 
@@ -100,13 +101,13 @@ def test_what_if_and_measured(gpt_case, tmp_path) -> None:
     case = _case(gpt_case)
     ops = price_case(case)
     mem = memory_for_case(case)
-    base = predict(case, ops, mem)["step_time_s"]
-    faster = predict(case, ops, mem, adjust=adjuster(None, ["mlp_up=/2"]))["step_time_s"]
+    base = simulate(case, ops, mem)["step_time_s"]
+    faster = simulate(case, ops, mem, adjust=adjuster(None, ["mlp_up=/2"]))["step_time_s"]
     assert faster < base
     csv = tmp_path / "m.csv"
     t = float(ops[ops.name == "mlp_up"].time_s.iloc[0])
     csv.write_text(f"name,time_s\nmlp_up,{t / 2}\n")
-    assert predict(case, ops, mem, adjust=adjuster(csv))["step_time_s"] == pytest.approx(faster)
+    assert simulate(case, ops, mem, adjust=adjuster(csv))["step_time_s"] == pytest.approx(faster)
     assert parse_what_if("qkv=x2") == ("qkv", "scale", 2.0)
     assert parse_what_if("qkv=1 ms")[2] == pytest.approx(1e-3)
 
@@ -124,8 +125,8 @@ def test_inference_serving_concurrency(gpt_case, serving) -> None:
            "workload": {"mode": "inference", "batch": 1, "prompt_tokens": 128, "output_tokens": 64}}
     one = resolve_case(inf, "x")
     many = resolve_case({**inf, "workload": {**inf["workload"], "concurrency": 16, "serving": serving}}, "x")
-    r1 = predict(one, price_case(one), memory_for_case(one))
-    r16 = predict(many, price_case(many), memory_for_case(many))
+    r1 = simulate(one, price_case(one), memory_for_case(one))
+    r16 = simulate(many, price_case(many), memory_for_case(many))
     assert r1["e2e_latency_s"] == pytest.approx(r1["ttft_s"] + 63 * r1["itl_s"])
     assert r16["itl_s"] > r1["itl_s"] and r16["tokens_per_s"] > r1["tokens_per_s"]
     if serving == "steady_state":     # a new request waits half a step, then runs its own prefill

@@ -10,15 +10,16 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
+from rapidllm.caches import Caches
 from rapidllm.engine import engine as engine_mod
 from rapidllm.engine.engine import (
     attribute,
-    clear_caches,
-    predict_training,
+    replay_training,
 )
 from rapidllm.engine.replay import longest_path
-from reference_impls import attribute_reference, groups_reference
-from rapidllm.graph.pipeline import (
+from reference_impls import (attribute_reference, groups_reference, schedule_actions_reference,
+                             stage_actions_reference)
+from rapidllm.graph.pipeline_dag import (
     PipelineInputs,
     build_pipeline,
     build_pipeline_reference,
@@ -43,7 +44,20 @@ def test_stage_actions_array_matches_stage_actions(schedule, p, v, m) -> None:
     for s in range(p):
         d, c, i = stage_actions_array(code, p, s, m, v)
         got = [("F" if a == 0 else "B", int(x), int(y)) for a, x, y in zip(d, c, i)]
-        assert got == stage_actions(schedule, p, s, m, v)
+        assert got == stage_actions(schedule, p, s, m, v) == stage_actions_reference(schedule, p, s, m, v)
+
+
+@pytest.mark.parametrize("schedule,p,v,m", [("gpipe", 4, 1, 6), ("1f1b", 4, 1, 6), ("1f1b", 8, 1, 3),
+                                            ("1f1b", 1, 1, 4), ("interleaved", 4, 2, 8), ("interleaved", 4, 3, 10),
+                                            ("interleaved", 2, 4, 2), ("interleaved", 8, 2, 3)])
+def test_one_order_serves_the_memory_walk(schedule, p, v, m) -> None:
+    """The memory walk's order (which forward or backward comes next) is the graph's: both read
+    spec.schedule.action_order."""
+    from rapidllm.spec.schedule import action_order
+    for s in range(p):
+        d, i = action_order(schedule_code(schedule, p, v), p, s, m, v)
+        got = [("F" if a == 0 else "B", int(k)) for a, k in zip(d, i)]
+        assert got == schedule_actions_reference(schedule, p, s, m, v)
 
 
 CASES = [(sch, p, v, m, buckets, gather, ppd, dpd)
@@ -91,7 +105,7 @@ def test_merged_steps_match_reference_and_never_slow_down(schedule, p, v, m) -> 
     ("FFFFBBBB", [0, 1, 2, 3, 0, 1, 2, 3], [-1, -1, -1, 4, 3, -1, -1, -1]),
 ])
 def test_merged_partners(directions, units, expected) -> None:
-    from rapidllm.graph.pipeline import merged_partners
+    from rapidllm.graph.pipeline_dag import merged_partners
     fwd = np.array([d == "F" for d in directions])
     got = merged_partners(fwd, np.zeros(len(units), np.int64), np.array(units, np.int64))
     assert got.tolist() == expected
@@ -129,13 +143,12 @@ def _variants(gpt_case) -> list[dict]:
 def test_prediction_equals_previous_path(gpt_case, monkeypatch, k) -> None:
     case = resolve_case(_variants(gpt_case)[k], "x")
     ops = price_case(case)
-    clear_caches()
-    fast = predict_training(case, ops)
-    clear_caches()
-    with monkeypatch.context() as mp:
+    with Caches().active():
+        fast = replay_training(case, ops)
+    with Caches().active(), monkeypatch.context() as mp:
         mp.setattr(engine_mod, "build_pipeline", build_pipeline_reference)
         mp.setattr(engine_mod, "attribute", attribute_reference)
-        ref = predict_training(case, ops)
+        ref = replay_training(case, ops)
     assert fast.keys() == ref.keys()
     for key, value in ref.items():
         if isinstance(value, float) and value != 0:
@@ -149,22 +162,22 @@ def test_prediction_equals_previous_path(gpt_case, monkeypatch, k) -> None:
                                  {"tp": 1, "pp": 16, "dp": 4}])
 @pytest.mark.parametrize("order", [None, ["pp", "dp", "cp", "tp", "ep"], ["dp", "tp", "pp", "cp", "ep"]])
 def test_groups_equal_rank_by_rank_definition(gpt_case, par, order) -> None:
-    from rapidllm.engine.collectives import CommCost
+    from rapidllm.engine.comm_cost import CommCost
     net = dict(gpt_case["network"], **({"axis_order": order} if order else {}))
     world = par["tp"] * par["pp"] * par["dp"] * par.get("cp", 1)
     case = resolve_case({**gpt_case, "network": net, "parallelism": {**gpt_case["parallelism"], **par},
                          "workload": {**gpt_case["workload"], "global_batch": 8 * par["dp"]}}, "x")
     assert case.parallelism.world == world
-    clear_caches()
-    cost = CommCost(case)
-    for axis in ("tp", "cp", "dp", "pp"):
-        for stage in (-1, 0, par["pp"] - 1):
-            assert cost.groups(axis, stage) == groups_reference(cost, axis, stage), (axis, stage)
-            assert cost.groups(axis, stage) == groups_reference(cost, axis, stage)      # cached path
+    with Caches().active():
+        cost = CommCost(case)
+        for axis in ("tp", "cp", "dp", "pp"):
+            for stage in (-1, 0, par["pp"] - 1):
+                assert cost.groups(axis, stage) == groups_reference(cost, axis, stage), (axis, stage)
+                assert cost.groups(axis, stage) == groups_reference(cost, axis, stage)      # cached path
 
 
 def test_ops_view_matches_pandas_selections(gpt_case) -> None:
-    from rapidllm.engine.composer import compute_durations
+    from rapidllm.graph.templates import compute_durations
     from rapidllm.graph.templates import OpsView, _ops_of, case_templates
     for recompute in ("selective", "full"):
         case = resolve_case({**gpt_case, "parallelism": {**gpt_case["parallelism"], "recompute": recompute}}, "x")
@@ -204,15 +217,14 @@ def test_cached_pricing_equals_the_reference_over_sweep_cases():
     definition exactly (values, dtypes, order), optimizer row included."""
     import json
 
-    from rapidllm.engine.engine import clear_caches
     from rapidllm.ops.price import price_case, price_case_reference
     from rapidllm.spec.case import resolve_case
     from rapidllm.spec.experiment import expand, load_experiment
     from rapidllm.spec.paths import project_root
 
-    clear_caches()
     rows = [r for r in expand(load_experiment(project_root() / "config" / "experiments" / "sweep-1000.yaml"))
             if r["status"] == "ok"][::7]
-    for r in rows:
-        case = resolve_case(json.loads(r["case_json"]), r["label"])
-        pd.testing.assert_frame_equal(price_case(case), price_case_reference(case))
+    with Caches().active():
+        for r in rows:
+            case = resolve_case(json.loads(r["case_json"]), r["label"])
+            pd.testing.assert_frame_equal(price_case(case), price_case_reference(case))

@@ -1,7 +1,7 @@
-"""Framework-specific collectives: TensorRT-LLM's NVLink custom all-reduce vs NCCL rings (engine/collectives.py)."""
+"""Framework-specific collectives: TensorRT-LLM's NVLink custom all-reduce vs NCCL rings (engine/comm_cost.py)."""
 import pytest
 
-from rapidllm.engine.collectives import CommCost
+from rapidllm.engine.comm_cost import CommCost
 from rapidllm.spec.case import resolve_case
 
 BASE = {"hardware": "a100-sxm4-80gb", "network": "dgx-a100", "model": "llama2-7b", "precision": "fp16",

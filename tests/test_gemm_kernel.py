@@ -1,4 +1,4 @@
-"""The numba GEMM kernel against a plain-Python restatement of the tile model (DESIGN §7)."""
+"""The numba GEMM kernel against a plain-Python restatement of the tile model."""
 from __future__ import annotations
 
 import math

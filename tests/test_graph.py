@@ -1,7 +1,7 @@
 """Graph builder: schedules, templates, the compact format and the Chakra export round trip."""
 import pytest
 
-from rapidllm.graph.export import graphs_to_arrays, read_graphs, write_graphs
+from rapidllm.pipeline.graph_store import graphs_to_arrays, read_graphs, write_graphs
 from rapidllm.graph.schedules import stage_actions
 from rapidllm.graph.templates import COMM, case_templates, operator_frame
 from rapidllm.ops.price import price_case

@@ -10,7 +10,7 @@ from rapidllm.spec.paths import known_names
 
 MODELS = known_names("model")
 
-# Names the rest of the project (issue 2, DESIGN §1) relies on; the library may grow beyond them.
+# Names the rest of the project (issue 2) relies on; the library may grow beyond them.
 REQUIRED = {
     "llama2-7b", "llama2-13b", "llama2-70b", "llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "llama3.3-70b",
     "gpt-22b", "gpt-175b", "gpt-310b", "gpt-530b", "gpt-1t",

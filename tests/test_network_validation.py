@@ -1,7 +1,7 @@
 """Network simulator vs nccl-tests all-reduce on 8x A100 and 8x H100 NVSwitch nodes (validation/references)."""
 import pytest
 
-from rapidllm.network.validation import TABLES, mape, nccl_rows, network_utilization
+from rapidllm.validate.nccl import TABLES, mape, nccl_rows, network_utilization
 from rapidllm.validate.calibrate import collective_calibration_rows, fit_network_on_collectives
 
 A100, H100 = "a100-sxm4-80gb", "h100-sxm5-80gb"

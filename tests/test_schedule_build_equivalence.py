@@ -76,20 +76,20 @@ def schedule_snapshot() -> dict[str, dict]:
 
 
 def suite_snapshot() -> dict[str, dict]:
-    from rapidllm.engine.engine import clear_caches
+    from rapidllm.caches import Caches
     from rapidllm.prediction import evaluate
     from rapidllm.spec.experiment import expand_with_cases
     from rapidllm.spec.paths import project_root
     from rapidllm.validate.suites import load_suite
-    clear_caches()
     suite = load_suite(project_root() / "validation" / "suites" / "megatron_gpt_a100.yaml")
     out = {}
-    for row, case in expand_with_cases(suite.experiment):
-        if case is None:
-            out[row["label"]] = {"status": repr(row["status"])}
-            continue
-        rec = evaluate(case)
-        out[row["label"]] = {k: repr(v) for k, v in rec.items()}
+    with Caches().active():
+        for row, case in expand_with_cases(suite.experiment):
+            if case is None:
+                out[row["label"]] = {"status": repr(row["status"])}
+                continue
+            rec = evaluate(case)
+            out[row["label"]] = {k: repr(v) for k, v in rec.items()}
     return out
 
 

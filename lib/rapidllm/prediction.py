@@ -3,6 +3,12 @@
 The CLI, the pipeline, validation, calibration, search and the explorer all call `evaluate` (a flat record
 with the stable snake_case keys of the README) or the typed `predict` built on it, so a number printed by
 `rapidllm predict` is the number a sweep, a validation suite or a search would record for the same case.
+
+Caches (rapidllm/caches.py): the memo tables that let a sweep price a shape or simulate a collective once
+are owned here. `sweep` and `predict_many` run in a fresh `Caches` of their own unless given one (pass the
+same one to share work across calls); `evaluate` and `predict` use the caller's active scope, else
+`caches.PROCESS_DEFAULT`, which lives as long as the process. Keys are values, never identities, so which
+tables a prediction runs with changes its run time only, never its numbers.
 """
 from __future__ import annotations
 
@@ -13,8 +19,8 @@ from typing import Any
 
 import pandas as pd
 
-from rapidllm.engine.engine import ENGINES
-from rapidllm.engine.engine import predict as simulate
+from rapidllm.caches import Caches
+from rapidllm.engine.engine import ENGINES, simulate
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import price_case
@@ -171,24 +177,29 @@ def export_chakra(case: Case | str | Path | Mapping[str, Any], directory: str | 
     return paths
 
 
-def predict_many(cases: Iterable[Case | str | Path | Mapping[str, Any]], engine: str = "event") -> pd.DataFrame:
-    """One row per case (`Prediction.to_dict`), in input order."""
-    return pd.DataFrame([predict(c, engine).to_dict() for c in cases])
+def predict_many(cases: Iterable[Case | str | Path | Mapping[str, Any]], engine: str = "event",
+                 caches: Caches | None = None) -> pd.DataFrame:
+    """One row per case (`Prediction.to_dict`), in input order; memo tables: `caches`, else a fresh set."""
+    with (caches or Caches()).active():
+        return pd.DataFrame([predict(c, engine).to_dict() for c in cases])
 
 
-def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: str = "event") -> pd.DataFrame:
+def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: str = "event",
+          caches: Caches | None = None) -> pd.DataFrame:
     """Every combination of an experiment, evaluated in-process: one row per combination, invalid and
-    infeasible ones kept with their reason (what `rapidllm sweep` writes)."""
+    infeasible ones kept with their reason (what `rapidllm sweep` writes). Memo tables: `caches`, else a
+    fresh set for this sweep."""
     from tqdm import tqdm
 
-    exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
-    out = []
-    for row, case in tqdm(expand_with_cases(exp), desc=exp.name, unit="case", disable=not progress):
-        if row["status"] != "ok" or case is None:
-            out.append(row)
-            continue
-        try:
-            out.append({**row, **evaluate(case, engine)})
-        except SpecError as err:            # a limit met while predicting: the row says so, the sweep goes on
-            out.append({**row, "case_id": "", "status": "invalid", "reason": str(err)})
+    with (caches or Caches()).active():
+        exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
+        out = []
+        for row, case in tqdm(expand_with_cases(exp), desc=exp.name, unit="case", disable=not progress):
+            if row["status"] != "ok" or case is None:
+                out.append(row)
+                continue
+            try:
+                out.append({**row, **evaluate(case, engine)})
+            except SpecError as err:            # a limit met while predicting: the row says so, the sweep goes on
+                out.append({**row, "case_id": "", "status": "invalid", "reason": str(err)})
     return pd.DataFrame(out).drop(columns=["case_json"])

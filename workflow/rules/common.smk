@@ -1,11 +1,12 @@
 # Shared helpers for the rules: which studies exist, how many shards each has, and which library
-# modules each stage imports (declared as inputs, since Snakemake does not track imported code).
+# modules each rule's script imports (declared as inputs, since Snakemake does not track imported code).
 import math
 import os
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
+from rapidllm.pipeline.code_inputs import code_inputs
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.experiment import count_cases, load_experiment, referenced_spec_files
 from rapidllm.spec.schema import load_yaml, validate
@@ -54,10 +55,13 @@ def shards(exp):
     return range(max(1, math.ceil(count_cases(STUDIES[exp][1]) / STUDIES[exp][1].shard_size)))
 
 
-def code(*packages):
-    """Python sources of the named subpackages plus the spec layer every stage uses."""
-    files = sorted(str(p) for pkg in ("spec", *packages) for p in (LIB / pkg).rglob("*.py"))
-    return files + [str(LIB / "units.py")]
+def script_code(script):
+    """Every rapidllm source file workflow/scripts/{script}.py reaches through its imports (transitively),
+    computed from the code (rapidllm/pipeline/code_inputs.py): an edit anywhere there reruns the rule."""
+    path = Path("workflow/scripts") / f"{script}.py"
+    if not path.is_file():
+        raise WorkflowError(f"script_code({script!r}): no such script {path}")
+    return code_inputs(path, LIB.parent, Path.cwd())
 
 
 # Example cases whose simulated step the pipeline draws as a timeline (workflow/rules/explore.smk).

@@ -5,7 +5,7 @@ rule validate_gemm:
     input:
         refs=["validation/references/gemm_ncu_a100.csv", "validation/references/gemm_xla_h100.csv"],
         hardware=["config/hardware/a100-sxm4-80gb.yaml", "config/hardware/h100-sxm5-80gb.yaml"],
-        code=code("ops", "validate", "pipeline"),
+        code=script_code("validate_gemm"),
     output:
         rows="results/validation/gemm_kernels.csv",
         errors=report("results/validation/gemm_errors.csv", caption="../report/gemm.rst", category="4. Components"),
@@ -26,7 +26,7 @@ rule validate_collectives:
               "validation/references/collectives_nccl_h100_node.csv"],
         specs=["config/hardware/a100-sxm4-80gb.yaml", "config/networks/dgx-a100.yaml",
                "config/hardware/h100-sxm5-80gb.yaml", "config/networks/dgx-h100.yaml"],
-        code=code("network", "validate", "pipeline"),
+        code=script_code("validate_collectives"),
     output:
         "results/validation/collectives_nccl.csv",
     log:
@@ -44,7 +44,7 @@ rule validate_memory:
     input:
         refs=["validation/references/training_nanotron_h100_sample.csv", "validation/references/training_mpt_fsdp_h100.csv"],
         specs=["config/hardware/h100-sxm5-80gb.yaml", "config/networks/dgx-h100.yaml"],
-        code=code("memory", "ops", "validate", "pipeline"),
+        code=script_code("validate_memory"),
     output:
         rows="results/validation/memory_nanotron.csv",
         summary=report("results/validation/memory_summary.csv", caption="../report/memory.rst", category="4. Components"),
@@ -62,7 +62,7 @@ rule validate_memory:
 rule figure_component:
     input:
         table="results/validation/{table}.csv",
-        code=code("figures"),
+        code=script_code("figure_component"),
     output:
         png=report("results/figures/{table}.png", caption="../report/component_figure.rst", category="4. Components"),
         pdf="results/figures/{table}.pdf",
@@ -83,7 +83,7 @@ rule validate_deepseek:
     input:
         refs=["validation/references/kernel_flashmla_h800.csv", "validation/references/training_deepseek_v3_h800.csv"],
         specs=["config/hardware/h800.yaml", "config/networks/h800-ib.yaml", "config/models/deepseek-v3.yaml"],
-        code=code("engine", "graph", "memory", "network", "ops", "validate", "pipeline") + [str(LIB / "prediction.py")],
+        code=script_code("validate_deepseek"),
     output:
         "results/validation/deepseek_checks.csv",
     log:

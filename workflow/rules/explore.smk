@@ -2,9 +2,7 @@
 rule timeline:
     input:
         specs=timeline_specs,
-        code=code("explore", "engine", "graph", "memory", "network", "ops", "figures", "pipeline") + [
-            str(LIB / "prediction.py")
-        ],
+        code=script_code("timeline"),
     output:
         json="results/timeline/{case}.json",
         png=report("results/figures/timeline_{case}.png", caption="../report/timeline.rst",

@@ -38,7 +38,7 @@ rule network_ns3:
     """Replay every case in ns-3, simulate it with the link-queue model and alpha-beta: CSV + Fig 11 analog."""
     input:
         binary="build/ns3/replay",
-        code=code("network", "validate", "pipeline"),
+        code=script_code("network_ns3"),
     output:
         csv="results/validation/network_ns3.csv",
         png=report("results/figures/network_ns3.png", category="4. Components"),

@@ -2,7 +2,6 @@
 # summaries (config/experiments/optimus-*.yaml, listed in config/config.yaml) and writes a comparison
 # table under results/optimus/ and a figure for the report.
 
-PREDICTION = [str(LIB / "prediction.py")]   # a module, not a package: code() lists packages
 # figure -> the experiments it reads; `rule all` asks only for those whose experiments the config runs
 # (a config without them, such as the pipeline test's, builds none)
 OPTIMUS_NEEDS = {"flash_gpt2": ["optimus-flash-gpt2"], "flash_batch": ["optimus-flash-batch"],
@@ -19,7 +18,7 @@ rule optimus_flash_gpt2:
     input:
         **STUDY_FILES["optimus-flash-gpt2"],
         reference="validation/references/flash_attention_gpt2_a100.csv",
-        code=code("cost", "engine", "figures", "graph", "memory", "network", "ops", "pipeline", "validate") + PREDICTION,
+        code=script_code("optimus"),
     output:
         table="results/optimus/flash_gpt2.csv",
         png=report("results/figures/optimus_flash_gpt2.png", caption="../report/optimus.rst", category="Optimus studies"),
@@ -39,7 +38,7 @@ rule optimus_flash_gpt2:
 rule optimus_flash_batch:
     input:
         **STUDY_FILES["optimus-flash-batch"],
-        code=code("cost", "engine", "figures", "graph", "memory", "network", "ops", "pipeline", "validate") + PREDICTION,
+        code=script_code("optimus"),
     output:
         table="results/optimus/flash_batch.csv",
         png=report("results/figures/optimus_flash_batch.png", caption="../report/optimus.rst", category="Optimus studies"),
@@ -61,7 +60,7 @@ rule optimus_flash_long:
         **STUDY_FILES["optimus-flash-long"],
         reference="validation/references/flash_attention_kernels_h100.csv",
         hardware="config/hardware/h100-sxm5-80gb.yaml",
-        code=code("cost", "engine", "figures", "graph", "memory", "network", "ops", "pipeline", "validate") + PREDICTION,
+        code=script_code("optimus"),
     output:
         table="results/optimus/flash_long.csv",
         kernels="results/optimus/flash_kernels.csv",
@@ -82,7 +81,7 @@ rule optimus_flash_long:
 rule optimus_moe:
     input:
         **STUDY_FILES["optimus-moe"],
-        code=code("cost", "engine", "figures", "graph", "memory", "network", "ops", "pipeline", "validate") + PREDICTION,
+        code=script_code("optimus"),
     output:
         table="results/optimus/moe.csv",
         png=report("results/figures/optimus_moe.png", caption="../report/optimus.rst", category="Optimus studies"),
@@ -102,7 +101,7 @@ rule optimus_moe:
 rule optimus_topology:
     input:
         **STUDY_FILES["optimus-topology"],
-        code=code("cost", "engine", "figures", "graph", "memory", "network", "ops", "pipeline", "validate") + PREDICTION,
+        code=script_code("optimus"),
     output:
         table="results/optimus/topology.csv",
         png=report("results/figures/optimus_topology.png", caption="../report/optimus.rst", category="Optimus studies"),
@@ -126,7 +125,7 @@ rule optimus_cost:
         infer_summary="results/optimus-cost-inference/summary.parquet",
         infer_cases="results/optimus-cost-inference/cases.parquet",
         process=sorted(str(p) for p in Path("config/process").glob("*.yaml")),
-        code=code("cost", "engine", "figures", "graph", "memory", "network", "ops", "pipeline", "validate") + PREDICTION,
+        code=script_code("optimus"),
     output:
         table="results/optimus/cost.csv",
         tornado="results/optimus/cost_tornado.csv",

@@ -1,9 +1,9 @@
-# Per-study stages of DESIGN §2: expand -> (price, memory) -> trace -> simulate -> collect.
+# Per-study stages (docs/architecture.md, data flow): expand -> (price, memory) -> trace -> simulate -> collect.
 
 rule expand:
     input:
         spec=study_inputs,
-        code=code("validate", "pipeline"),
+        code=script_code("expand"),
     output:
         "results/{exp}/cases.parquet",
     params:
@@ -26,7 +26,7 @@ rule expand:
 rule price:
     input:
         cases="results/{exp}/cases.parquet",
-        code=code("ops", "pipeline"),
+        code=script_code("price"),
     output:
         "results/{exp}/ops/{shard}.parquet",
     log:
@@ -45,7 +45,7 @@ rule price:
 rule memory:
     input:
         cases="results/{exp}/cases.parquet",
-        code=code("memory", "ops", "pipeline"),
+        code=script_code("memory"),
     output:
         "results/{exp}/memory/{shard}.parquet",
     log:
@@ -65,7 +65,7 @@ rule trace:
     input:
         cases="results/{exp}/cases.parquet",
         memory="results/{exp}/memory/{shard}.parquet",
-        code=code("graph", "memory", "ops", "pipeline"),
+        code=script_code("trace"),
     output:
         "results/{exp}/graphs/{shard}.npz",
     log:
@@ -87,7 +87,7 @@ rule simulate:
         ops="results/{exp}/ops/{shard}.parquet",
         memory="results/{exp}/memory/{shard}.parquet",
         graphs="results/{exp}/graphs/{shard}.npz",
-        code=code("engine", "graph", "memory", "network", "ops", "pipeline"),
+        code=script_code("simulate"),
     output:
         "results/{exp}/sim/{shard}.parquet",
     log:
@@ -107,7 +107,7 @@ rule collect:
     input:
         cases="results/{exp}/cases.parquet",
         sims=lambda w: expand("results/{exp}/sim/{shard}.parquet", exp=w.exp, shard=shards(w.exp)),
-        code=code("pipeline"),
+        code=script_code("collect"),
     output:
         parquet="results/{exp}/summary.parquet",
         csv="results/{exp}/summary.csv",

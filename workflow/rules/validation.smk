@@ -4,7 +4,7 @@ rule validate:
     input:
         suite="validation/suites/{suite}.yaml",
         summary="results/{suite}/summary.parquet",
-        code=code("validate", "pipeline"),
+        code=script_code("validate"),
     output:
         "results/validation/{suite}.csv",
     log:
@@ -23,7 +23,7 @@ rule validate:
 rule errors:
     input:
         suites=expand("results/validation/{suite}.csv", suite=config["suites"]),
-        code=code("validate", "pipeline"),
+        code=script_code("errors"),
     output:
         report("results/validation/errors.csv", caption="../report/errors.rst", category="1. Accuracy summary"),
     log:
@@ -43,7 +43,7 @@ rule figure_suite:
     input:
         rows="results/validation/{suite}.csv",
         suite="validation/suites/{suite}.yaml",
-        code=code("figures", "validate"),
+        code=script_code("figure_suite"),
     output:
         png=report("results/figures/{suite}.png", caption="../report/suite_figure.rst", category="3. Validation suites",
                    subcategory="{suite}"),
@@ -64,7 +64,7 @@ rule figure_suite:
 rule figure_accuracy:
     input:
         errors="results/validation/errors.csv",
-        code=code("figures"),
+        code=script_code("figure_accuracy"),
     output:
         png=report("results/figures/accuracy_summary.png", caption="../report/accuracy.rst", category="1. Accuracy summary"),
         pdf="results/figures/accuracy_summary.pdf",

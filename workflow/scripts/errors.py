@@ -2,6 +2,6 @@
 from rapidllm.pipeline.io import log_to
 
 log_to(snakemake.log[0])  # noqa: F821
-from rapidllm.pipeline.validation import run_errors
+from rapidllm.pipeline.suite_stages import run_errors
 
 run_errors(list(snakemake.input.suites), snakemake.output[0])  # noqa: F821

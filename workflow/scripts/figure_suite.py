@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rapidllm.figures.validation import predicted_vs_measured
+from rapidllm.figures.suites import predicted_vs_measured
 from rapidllm.spec.schema import load_yaml
 
 rows = pd.read_csv(snakemake.input.rows, keep_default_na=False, na_values=[""])  # noqa: F821

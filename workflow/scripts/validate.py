@@ -2,6 +2,6 @@
 from rapidllm.pipeline.io import log_to
 
 log_to(snakemake.log[0])  # noqa: F821
-from rapidllm.pipeline.validation import run_validate_suite
+from rapidllm.pipeline.suite_stages import run_validate_suite
 
 run_validate_suite(snakemake.input.suite, snakemake.input.summary, snakemake.output[0])  # noqa: F821

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from rapidllm.engine.composer import layer_counts
 from rapidllm.engine.groups import group_link
 from rapidllm.engine.metrics import hardware_flops_per_step, model_flops_per_step, utilization
 from rapidllm.graph.comm_nodes import CommNode
+from rapidllm.graph.templates import layer_counts
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.network.alpha_beta import collective_time
 from rapidllm.ops.workload import recomputed
@@ -84,7 +84,7 @@ def recompute_passes(case: Case, axis: str) -> int:
     return 3 if again and recomputed(again, p.recompute, p.recompute_modules) else 2
 
 
-def predict_training(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> Prediction:
+def compose_training(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> Prediction:
     w, p = case.workload, case.parallelism
     assert isinstance(w, TrainingWorkload)
     micro = w.microbatches(p.dp)
@@ -113,7 +113,7 @@ def predict_training(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> Pr
         tokens_per_s=w.global_batch * w.seq_len / step)
 
 
-def predict_inference(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> Prediction:
+def compose_inference(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> Prediction:
     w, p = case.workload, case.parallelism
     assert isinstance(w, InferenceWorkload)
 
@@ -131,9 +131,9 @@ def predict_inference(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> P
                       tokens_per_s=w.batch * w.output_tokens / e2e)
 
 
-def predict(case: Case, ops: pd.DataFrame, memory: MemoryResult, nodes: list[CommNode]) -> dict:
-    """Prediction plus memory as one flat record with the stable snake_case keys of DESIGN §6."""
-    pred = predict_training(case, ops, nodes) if case.training else predict_inference(case, ops, nodes)
+def compose(case: Case, ops: pd.DataFrame, memory: MemoryResult, nodes: list[CommNode]) -> dict:
+    """Prediction plus memory as one flat record with the stable snake_case keys of the README."""
+    pred = compose_training(case, ops, nodes) if case.training else compose_inference(case, ops, nodes)
     record = dict(pred.__dict__)
     record.update(peak_memory_bytes=memory.peak, feasible=memory.feasible, infeasible_reason=memory.reason)
     return record

@@ -10,7 +10,7 @@ operators, collectives and overlaps reach ASTRA-sim:
   micro-batch, sending stage); a receive is posted when the rank reaches the action that consumes it;
 - every collective names its communicator group in `pg_name` (a positive integer as a string, the key of the
   group file ASTRA-sim reads with `--comm-group-configuration`); group members come from the same rank
-  mapping our collectives are simulated on (`engine.collectives.CommCost.groups`);
+  mapping our collectives are simulated on (`engine.comm_cost.CommCost.groups`);
 - the first and last stages carry the embedding, LM head and loss; ZeRO-3 / FSDP gathers each layer's
   weights one layer ahead and reduce-scatters its gradients after its backward; the data-parallel gradient
   buckets are launched during the last micro-batch's backward of each chunk; then each stage's own
@@ -29,19 +29,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rapidllm.engine.collectives import CommCost
+from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import (
     TrainingPlan,
     chunk_scale,
-    compute_durations,
-    layer_counts,
     p2p_bytes,
     sharded_layer_bytes,
     training_plan,
 )
-from rapidllm.graph.pipeline import consumer_of
+from rapidllm.graph.pipeline_dag import consumer_of
 from rapidllm.graph.schedules import stage_actions
-from rapidllm.graph.templates import COMPUTE, Template, case_templates, ops_view
+from rapidllm.graph.templates import COMPUTE, Template, case_templates, compute_durations, layer_counts, ops_view
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.errors import SpecError
 

@@ -16,17 +16,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from rapidllm.engine.collectives import CommCost
+from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.replay import TemplateResult, replay_template
 from rapidllm.graph.comm_nodes import dp_reduced_parameters
-from rapidllm.graph.pipeline import PipelineInputs
+from rapidllm.graph.pipeline_dag import PipelineInputs
 from rapidllm.graph.schedules import interleaving
 from rapidllm.graph.templates import (
     COMM,
-    COMPUTE,
     OpsView,
     Template,
     case_templates,
+    compute_durations,
+    layer_counts,
     ops_view,
 )
 from rapidllm.memory.closed_form import state_bytes_per_param
@@ -53,15 +54,6 @@ class Replayed:
         return r.compute if r else 0.0
 
 
-def compute_durations(ops: pd.DataFrame | OpsView, t: Template) -> list[float]:
-    """Durations (time per launch x launches) of a template's compute nodes, in order."""
-    phases = {n.phase for n in t.nodes if n.kind == COMPUTE}
-    if isinstance(ops, OpsView):
-        return ops.durations(t.section, phases)
-    sel = ops[(ops.section == t.section) & ops.phase.isin(phases)]
-    return list(sel.time_s.to_numpy() * sel["count"].to_numpy())
-
-
 def replay_all(case: Case, ops: pd.DataFrame | OpsView, templates: list[Template], cost: CommCost, stage: int,
                overlap: bool = True, silent: tuple[str, ...] = ()) -> Replayed:
     """Replay every template of a stage; collectives of the `silent` axes take no time (to measure how much
@@ -76,14 +68,6 @@ def replay_all(case: Case, ops: pd.DataFrame | OpsView, templates: list[Template
                 key = (t.section, t.part, n.axis, n.op, n.nbytes)
                 out.comm_instances[key] = out.comm_instances.get(key, 0) + 1
     return out
-
-
-def layer_counts(case: Case, prefix: str = "") -> dict[str, float]:
-    """Layers of each kind per pipeline stage (fractional when kinds do not split evenly)."""
-    m, pp = case.model, case.parallelism.pp
-    moe = m.moe_layer_count()
-    out = {f"{prefix}layer_dense": (m.layers - moe) / pp, f"{prefix}layer_moe": moe / pp}
-    return {k: v for k, v in out.items() if v > 0}
 
 
 def chunk_scale(case: Case, v: int) -> np.ndarray:

@@ -19,13 +19,13 @@ import pandas as pd
 from numba import njit
 
 from rapidllm.engine import baseline
-from rapidllm.engine.collectives import CommCost
+from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import TrainingPlan, training_plan
-from rapidllm.engine.inference import Adjust, predict_inference
+from rapidllm.engine.inference import Adjust, inference_record
 from rapidllm.engine.metrics import hardware_flops_per_step, model_flops_per_step, utilization
 from rapidllm.engine.replay import longest_path
 from rapidllm.graph.comm_nodes import communication_nodes
-from rapidllm.graph.pipeline import (
+from rapidllm.graph.pipeline_dag import (
     GRAD,
     OPT,
     P2P,
@@ -39,20 +39,6 @@ from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.spec.case import Case, TrainingWorkload
 
 ENGINES = ("event", "baseline")
-
-
-def clear_caches() -> None:
-    """Drop the in-process result caches (collective simulations, topologies, GEMM prices, validated
-    inline specs) so a sweep starts cold."""
-    from rapidllm.engine import collectives
-    from rapidllm.ops import price
-    from rapidllm.spec import named
-    collectives._RESULTS.clear()
-    collectives._GROUPS.clear()
-    collectives._TOPOLOGIES.clear()
-    price._GEMM_TIMES.clear()
-    price._PRICED.clear()
-    named._VALIDATED.clear()
 
 
 @njit(cache=True)
@@ -138,7 +124,7 @@ def replay_training(case: Case, ops: pd.DataFrame, overlap: bool = True,
     return TrainingReplay(case, cost, plan, g, start, finish, crit)
 
 
-def predict_training(case: Case, ops: pd.DataFrame, overlap: bool = True, templates: list[Template] | None = None,
+def training_record(case: Case, ops: pd.DataFrame, overlap: bool = True, templates: list[Template] | None = None,
                      trace: bool = False) -> dict:
     """The training record; with trace=True also the replay itself under the key "schedule"."""
     r = replay_training(case, ops, overlap, templates)
@@ -158,9 +144,9 @@ def predict_training(case: Case, ops: pd.DataFrame, overlap: bool = True, templa
     return rec
 
 
-def predict(case: Case, ops: pd.DataFrame, memory: MemoryResult, engine: str = "event", overlap: bool = True,
+def simulate(case: Case, ops: pd.DataFrame, memory: MemoryResult, engine: str = "event", overlap: bool = True,
             adjust: Adjust | None = None, templates: list[Template] | None = None, trace: bool = False) -> dict:
-    """Prediction plus memory as one flat record with the stable snake_case keys of DESIGN §6.
+    """Prediction plus memory as one flat record with the stable snake_case keys of the README.
 
     `adjust` rewrites operator times (measured-timing replay, what-if) before the replay. trace=True adds
     the replay under "schedule" (a `TrainingReplay`, or an `InferenceReplay` for static batching; None
@@ -168,11 +154,11 @@ def predict(case: Case, ops: pd.DataFrame, memory: MemoryResult, engine: str = "
     """
     ops = adjust(ops) if adjust else ops
     if engine == "baseline":
-        rec = baseline.predict(case, ops, memory, communication_nodes(case))
+        rec = baseline.compose(case, ops, memory, communication_nodes(case))
         return {**rec, "schedule": None} if trace else rec
     if engine != "event":
         raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(ENGINES)}")
-    rec = predict_training(case, ops, overlap, templates, trace) if case.training else \
-        predict_inference(case, ops, overlap, adjust, trace)
+    rec = training_record(case, ops, overlap, templates, trace) if case.training else \
+        inference_record(case, ops, overlap, adjust, trace)
     rec.update(peak_memory_bytes=memory.peak, feasible=memory.feasible, infeasible_reason=memory.reason)
     return rec

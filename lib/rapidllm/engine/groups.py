@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rapidllm.engine.collectives import CommCost
+from rapidllm.engine.comm_cost import CommCost
 from rapidllm.network.mapping import dims_spanned
 from rapidllm.spec.case import Case
 

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from rapidllm.engine.collectives import CommCost
-from rapidllm.engine.composer import Replayed, layer_counts, replay_all
+from rapidllm.engine.comm_cost import CommCost
+from rapidllm.engine.composer import Replayed, replay_all
 from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, simulate
-from rapidllm.graph.templates import Template, extra_templates, layer_templates
+from rapidllm.graph.templates import Template, extra_templates, layer_counts, layer_templates
 from rapidllm.ops.price import price_case
 from rapidllm.spec.case import Case, InferenceWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -94,14 +94,14 @@ class InferenceReplay:
     decode_last: PassParts
 
 
-def predict_inference(case: Case, ops: pd.DataFrame, overlap: bool = True, adjust: Adjust | None = None,
+def inference_record(case: Case, ops: pd.DataFrame, overlap: bool = True, adjust: Adjust | None = None,
                       trace: bool = False) -> dict:
     """The inference record; with trace=True also the replay under "schedule" (None when serving: a mean
     over desynchronized or simulated clients is not one request's timeline)."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     if w.concurrency > w.batch:
-        serve = _predict_serving if w.serving == "simulated" else _predict_steady_state
+        serve = _replay_serving if w.serving == "simulated" else _replay_steady_state
         rec = serve(case, ops, overlap, adjust)
         return {**rec, "schedule": None} if trace else rec
     cost = CommCost(case)
@@ -115,7 +115,7 @@ def predict_inference(case: Case, ops: pd.DataFrame, overlap: bool = True, adjus
     return rec
 
 
-def _predict_steady_state(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> dict:
+def _replay_steady_state(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> dict:
     """Mean in-flight batching over desynchronized clients: decode at batch C plus its share of prefills."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
@@ -131,7 +131,7 @@ def _predict_steady_state(case: Case, ops: pd.DataFrame, overlap: bool, adjust: 
     return _record(ttft, itl, e2e, w.concurrency / itl[SPAN], cost.simulated + dcost.simulated)
 
 
-def _predict_serving(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> dict:
+def _replay_serving(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> dict:
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     table, events = _iteration_cost(case, ops, overlap, adjust)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rapidllm.graph.pipeline import GRAD, KIND_NAMES, OPT, P2P, PARAM, TASK, PipelineGraph, PipelineInputs
+from rapidllm.graph.pipeline_dag import GRAD, KIND_NAMES, OPT, P2P, PARAM, TASK, PipelineGraph, PipelineInputs
 from rapidllm.graph.schedules import stage_actions
 
 __all__ = ["GRAD", "KIND_NAMES", "OPT", "P2P", "PARAM", "TASK", "NodeLabel", "node_labels"]

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from rapidllm.figures.style import plt, save
+from rapidllm.validate.metrics import mape, mape_of
 
 
 def gemm_ablation(errors: pd.DataFrame, stem: str | Path) -> list[Path]:
@@ -38,9 +39,9 @@ def collective_busbw(rows: pd.DataFrame, stem: str | Path) -> list[Path]:
         ax.plot(d.bytes, d.measured_busbw / 1e9, "o-", label="nccl-tests (measured)")
         ax.plot(d.bytes, d.predicted_busbw / 1e9, "s--", label="rapidllm simulator")
         scored = d[d.scored]
-        mape = float(np.mean(np.abs(scored.error_pct)))
+        scored_mape = mape_of(scored.error_pct)
         ax.set(xscale="log", xlabel="all-reduce size (bytes)", ylabel="bus bandwidth (GB/s)",
-               title=f"8x {device}: MAPE {mape:.1f}% for >= 1 MiB ({len(scored)} rows)")
+               title=f"8x {device}: MAPE {scored_mape:.1f}% for >= 1 MiB ({len(scored)} rows)")
         ax.legend()
     return save(fig, stem)
 
@@ -53,8 +54,7 @@ def memory_scatter(rows: pd.DataFrame, stem: str | Path) -> list[Path]:
         ax.scatter(g.measured_gib, g.predicted_gib, s=12, label=f"{fam:g}B")
     lo, hi = 0.8 * ok.measured_gib.min(), 1.2 * ok.measured_gib.max()
     ax.plot([lo, hi], [lo, hi], "k--", lw=1)
-    err = np.abs(ok.predicted_gib - ok.measured_gib) / ok.measured_gib
     ax.set(xscale="log", yscale="log", xlabel="measured max_memory_allocated (GiB)", ylabel="predicted (GiB)",
-           title=f"nanotron H100 memory: MAPE {100 * err.mean():.1f}% ({len(ok)} rows)")
+           title=f"nanotron H100 memory: MAPE {mape(ok.predicted_gib, ok.measured_gib):.1f}% ({len(ok)} rows)")
     ax.legend(title="model", fontsize=7)
     return save(fig, stem)

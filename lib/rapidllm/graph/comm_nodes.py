@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rapidllm.engine.collectives import CommCost
 from rapidllm.memory.closed_form import state_bytes_per_param
 from rapidllm.ops.moe_routing import expected_units
+from rapidllm.network.mapping import RankMapping
 from rapidllm.ops.price import local_expert_parameters, local_parameters
 from rapidllm.ops.workload import moe_tokens
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
@@ -39,8 +39,9 @@ def expected_distinct(experts: int, top_k: int, groups: int) -> float:
 
 def ep_nodes(case: Case) -> int:
     """Nodes (distinct coordinates beyond the first network dimension) the first EP group spans."""
-    cost = CommCost(case)
-    return len({cost.mapping.dim_coords(r)[1:] for r in cost.groups("ep", 0)[0]})
+    p = case.parallelism
+    mapping = RankMapping(case.network, {"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp})
+    return len({mapping.dim_coords(r)[1:] for r in mapping.expert_groups(0, p.ep)[0]})
 
 
 def dispatch_copies(case: Case) -> float:

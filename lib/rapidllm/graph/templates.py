@@ -183,6 +183,15 @@ def ops_view(ops: pd.DataFrame | OpsView) -> OpsView:
     return ops if isinstance(ops, OpsView) else OpsView(ops)
 
 
+def compute_durations(ops: pd.DataFrame | OpsView, t: Template) -> list[float]:
+    """Durations (time per launch x launches) of a template's compute nodes, in order."""
+    phases = {n.phase for n in t.nodes if n.kind == COMPUTE}
+    if isinstance(ops, OpsView):
+        return ops.durations(t.section, phases)
+    sel = ops[(ops.section == t.section) & ops.phase.isin(phases)]
+    return list(sel.time_s.to_numpy() * sel["count"].to_numpy())
+
+
 def _ops_of(ops: pd.DataFrame | OpsView, section: str, phases: tuple[str, ...]) -> list[tuple[str, str]]:
     if isinstance(ops, OpsView):
         return ops.ops_of(section, phases)
@@ -238,3 +247,11 @@ def case_templates(case: Case, ops: pd.DataFrame | OpsView) -> list[Template]:
     for prefix in ("prefill_", "decode_first_", "decode_last_"):
         out += layer_templates(case, ops, prefix)
     return out + extra_templates(case, ops)
+
+
+def layer_counts(case: Case, prefix: str = "") -> dict[str, float]:
+    """Layers of each kind per pipeline stage (fractional when kinds do not split evenly)."""
+    m, pp = case.model, case.parallelism.pp
+    moe = m.moe_layer_count()
+    out = {f"{prefix}layer_dense": (m.layers - moe) / pp, f"{prefix}layer_moe": moe / pp}
+    return {k: v for k, v in out.items() if v > 0}

@@ -22,6 +22,7 @@ from rapidllm.memory.state import conventions as framework_conventions
 from rapidllm.ops import workload as wl
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
+from rapidllm.spec.schedule import action_order, schedule_code
 
 
 def layer_kinds(case: Case) -> list[tuple[bool, float]]:
@@ -55,25 +56,6 @@ def training_liveness(case: Case, conv: Conventions = ZERO_PAPER) -> tuple[Layer
     return LayerLiveness(stored, fwd, bwd, inp), head
 
 
-def schedule_actions(schedule: str, pp: int, stage: int, m: int, v: int = 1) -> list[tuple[str, int]]:
-    """The stage's ordered ('F'|'B', chunk-microbatch) actions; interleaving counts model chunks."""
-    if pp == 1 or schedule == "gpipe":
-        if pp == 1:
-            return [a for i in range(m) for a in (("F", i), ("B", i))]
-        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
-    total = m * v
-    warm = min((pp - stage - 1) * 2 + (v - 1) * pp if v > 1 else pp - stage - 1, total)
-    acts = [("F", i) for i in range(warm)]
-    f, b = warm, 0
-    while b < total:
-        if f < total:
-            acts.append(("F", f))
-            f += 1
-        acts.append(("B", b))
-        b += 1
-    return acts
-
-
 @dataclass(frozen=True)
 class WalkInputs:
     """What the activation walk of one stage needs: bytes each forward stores per model chunk, the head's
@@ -102,74 +84,39 @@ def activation_peak(case: Case, stage: int, layer: LayerLiveness, head: LayerLiv
                     layers: int) -> float:
     """Walk the stage's schedule: forwards add stored activations, backwards free them.
 
-    The walk runs in numba (`_walk_peak`) over the same action order as `schedule_actions`, with the
-    same floating-point operations in the same order, so the result equals `activation_peak_reference`.
+    The walk runs in numba (`_walk_peak`) over the schedule's action order (`spec.schedule`), with the
+    same floating-point operations in the same order as `activation_peak_reference` (tests/), so the
+    result equals it.
     """
     p, w = case.parallelism, case.workload
     assert isinstance(w, TrainingWorkload)
     x = walk_inputs(case, stage, layer, head, layers)
-    mode = 0 if p.pp == 1 else (1 if p.schedule == "gpipe" else 2)
-    return float(_walk_peak(mode, p.pp, stage, max(w.microbatches(p.dp), 1), x.chunks, x.last, float(x.per_chunk),
+    code = schedule_code(p.schedule, p.pp, x.chunks)
+    return float(_walk_peak(code, p.pp, stage, max(w.microbatches(p.dp), 1), x.chunks, x.last, float(x.per_chunk),
                             float(x.head_stored), float(x.fwd_extra), float(x.bwd_extra)))
 
 
 @njit(cache=True)
-def _walk_peak(mode: int, pp: int, stage: int, m: int, v: int, last: bool, per_chunk: float,
+def _walk_peak(code: int, pp: int, stage: int, m: int, v: int, last: bool, per_chunk: float,
                head_stored: float, fwd_extra: float, bwd_extra: float) -> float:
-    """`activation_peak_reference`'s loop over `schedule_actions` (mode 0: pp == 1, 1: gpipe, 2: 1F1B /
-    interleaved); `max` is spelled as "replace only when strictly greater", as Python's builtin does."""
+    """`activation_peak_reference`'s loop over the stage's schedule (`spec.schedule.action_order`); `max` is
+    spelled as "replace only when strictly greater", as Python's builtin does."""
+    direction, index = action_order(code, pp, stage, m, v)
     held = 0.0
     peak = 0.0
-    if mode == 0 or mode == 1:
-        total = m
-        for j in range(2 * m):
-            if mode == 0:
-                is_f = j % 2 == 0
-                i = j // 2
-            else:
-                is_f = j < m
-                i = j if j < m else j - m
-            extra = head_stored if (last and (i % v == v - 1)) else 0.0
-            if is_f:
-                cand = held + fwd_extra
-                if cand > peak:
-                    peak = cand
-                held += per_chunk + extra
-            else:
-                cand = held + bwd_extra
-                if cand > peak:
-                    peak = cand
-                held -= per_chunk + extra
-    else:
-        total = m * v
-        if v > 1:
-            warm = (pp - stage - 1) * 2 + (v - 1) * pp
-        else:
-            warm = pp - stage - 1
-        if warm > total:
-            warm = total
-        for i in range(warm):
-            extra = head_stored if (last and (i % v == v - 1)) else 0.0
+    for k in range(len(direction)):
+        i = index[k]
+        extra = head_stored if (last and (i % v == v - 1)) else 0.0
+        if direction[k] == 0:
             cand = held + fwd_extra
             if cand > peak:
                 peak = cand
             held += per_chunk + extra
-        f = warm
-        b = 0
-        while b < total:
-            if f < total:
-                extra = head_stored if (last and (f % v == v - 1)) else 0.0
-                cand = held + fwd_extra
-                if cand > peak:
-                    peak = cand
-                held += per_chunk + extra
-                f += 1
-            extra = head_stored if (last and (b % v == v - 1)) else 0.0
+        else:
             cand = held + bwd_extra
             if cand > peak:
                 peak = cand
             held -= per_chunk + extra
-            b += 1
     if held > peak:
         peak = held
     return peak

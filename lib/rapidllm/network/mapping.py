@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.network import NetworkSpec
 
@@ -73,6 +75,20 @@ class RankMapping:
         c = self.parallel_coords(rank)
         base = rank - c[axis] * self.stride(axis)
         return [base + k * self.stride(axis) for k in range(self.size(axis))]
+
+    def stage_ranks(self, stage: int) -> np.ndarray:
+        """Ranks of pipeline stage `stage`, ascending."""
+        stride = self.stride("pp")
+        if self.order[-1] == "pp":
+            return np.arange(stage * stride, (stage + 1) * stride, dtype=np.int64)
+        everyone = np.arange(self.world, dtype=np.int64)
+        return everyone[(everyone // stride) % self.size("pp") == stage]
+
+    def expert_groups(self, stage: int, ep: int) -> list[tuple[int, ...]]:
+        """Expert-parallel groups of a stage: consecutive runs of `ep` of its ranks. EP is carved out of the
+        stage's data-parallel (x TP x CP) ranks, so it is not an axis of the mapping."""
+        ranks = self.stage_ranks(stage).tolist()
+        return [tuple(ranks[i:i + ep]) for i in range(0, len(ranks), ep)]
 
     def group_dimensions(self, axis: str, rank: int = 0) -> tuple[int, ...]:
         """Network dimensions (indices, innermost first) the `axis` group of `rank` spans."""

@@ -1,6 +1,6 @@
 """The GEMM tile-model hot loop: one numba kernel over every (shape, candidate, split-K) triple.
 
-Plain arrays and scalars in, arrays out (DESIGN §7), so it compiles once, caches to NUMBA_CACHE_DIR and
+Plain arrays and scalars in, arrays out, so it compiles once, caches to NUMBA_CACHE_DIR and
 prices >= 100k shapes/s on one core. The equations are documented in docs/operator-model.md; the
 plain-Python reference in tests/test_gemm_kernel.py restates them independently.
 """

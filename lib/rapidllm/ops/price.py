@@ -13,10 +13,11 @@ import numpy as np
 import pandas as pd
 from pandas._libs import lib as pd_lib
 
+from rapidllm.caches import current
 from rapidllm.ops import workload as wl
 from rapidllm.ops.attention import attention_backward, attention_forward
 from rapidllm.ops.gemm import kernel_params, price_gemms
-from rapidllm.ops.tiles import build_catalog
+from rapidllm.ops.tiles import uses_warpgroup_mma
 from rapidllm.ops.operators import ATTENTION, GEMM, Operator
 from rapidllm.ops.params import mtp_params, parameter_counts
 from rapidllm.ops.roofline import roofline_times
@@ -122,25 +123,22 @@ def operator_times(case: Case, ops: list[Operator], method: str = "tiles") -> np
     return times
 
 
-_GEMM_TIMES: dict[tuple[bytes, int], tuple[object, dict]] = {}
 _GEMM_LIMIT = 200_000
 
 
 def _gemm_times(hw, dtype: str, shapes: list) -> np.ndarray:
     """`price_gemms(...).time_s` for (batch, m, n, k) shapes, remembered across cases per device kernel
-    parameters and tile catalog: the kernel prices every shape on its own, so a shape priced for an
-    earlier case of a sweep has the same time now. Only the shapes not seen yet go to the kernel."""
+    parameters and tile catalog (`Caches.gemm_times`, keyed by the kernel's parameter vector and what the
+    catalog is built from): the kernel prices every shape on its own, so a shape priced for an earlier
+    case of a sweep has the same time now. Only the shapes not seen yet go to the kernel."""
     if dtype not in DTYPE_BYTES:                      # let price_gemms raise its error
         arr = np.array(shapes, dtype=np.int64)
         return price_gemms(hw, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], dtype).time_s
-    cat = build_catalog(hw, dtype)
-    key = (kernel_params(hw, dtype).tobytes(), id(cat))
-    entry = _GEMM_TIMES.get(key)
-    if entry is None or entry[0] is not cat:
-        if len(_GEMM_TIMES) >= 64:
-            _GEMM_TIMES.clear()
-        entry = _GEMM_TIMES[key] = (cat, {})
-    known = entry[1]
+    key = (kernel_params(hw, dtype).tobytes(), hw.limits, DTYPE_BYTES[dtype], uses_warpgroup_mma(hw))
+    table = current().gemm_times
+    known = table.get(key)
+    if known is None:
+        known = table.put(key, {})
     missing = list(dict.fromkeys(tuple(s) for s in shapes if tuple(s) not in known))
     if missing:
         if len(known) + len(missing) > _GEMM_LIMIT:
@@ -150,10 +148,6 @@ def _gemm_times(hw, dtype: str, shapes: list) -> np.ndarray:
         priced = price_gemms(hw, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], dtype)
         known.update(zip(missing, priced.time_s.tolist()))
     return np.array([known[tuple(s)] for s in shapes], dtype=np.float64)
-
-
-_PRICED: dict[tuple, tuple[pd.DataFrame, tuple]] = {}   # key -> (frame, its optimizer row)
-_PRICED_LIMIT = 512           # ~50 kB per frame
 
 
 def price_case(case: Case, method: str = "tiles") -> pd.DataFrame:
@@ -168,11 +162,10 @@ def price_case(case: Case, method: str = "tiles") -> pd.DataFrame:
         return price_case_reference(case, method)
     key = _layer_pricing_key(case, method)
     optimizer = _rows(case, [_optimizer_section(case)], method)[0]
-    hit = _PRICED.get(key)
+    priced = current().priced_layers                # (frame, its optimizer row); ~50 kB per frame
+    hit = priced.get(key)
     if hit is None:
-        if len(_PRICED) >= _PRICED_LIMIT:
-            _PRICED.clear()
-        hit = _PRICED[key] = (_frame(_rows(case, _training_sections(case), method) + [optimizer]), optimizer)
+        hit = priced.put(key, (_frame(_rows(case, _training_sections(case), method) + [optimizer]), optimizer))
     base, cached_optimizer = hit
     out = base.copy()
     last = len(out) - 1

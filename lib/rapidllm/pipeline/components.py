@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rapidllm.network.validation import MIN_BYTES, TABLES, nccl_rows, network_utilization
+from rapidllm.validate.nccl import MIN_BYTES, TABLES, nccl_rows, network_utilization
 from rapidllm.pipeline.io import write_table
 from rapidllm.validate.calibrate import collective_calibration_rows
 from rapidllm.validate import deepseek, kernels

@@ -1,13 +1,13 @@
-"""The pipeline stages of DESIGN §2 as functions of paths: expand, price, memory, trace, simulate, collect."""
+"""The pipeline stages (docs/architecture.md, data flow) as functions of paths: expand, price, memory, trace, simulate, collect."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
 
-from rapidllm.engine.engine import predict
+from rapidllm.engine.engine import simulate
 from rapidllm.prediction import MEMORY_FIELDS, memory_record
-from rapidllm.graph.export import read_graphs, write_graphs
+from rapidllm.pipeline.graph_store import read_graphs, write_graphs
 from rapidllm.graph.schedules import interleaving
 from rapidllm.graph.templates import case_templates, operator_frame
 from rapidllm.memory.model import memory_for_case
@@ -37,7 +37,7 @@ def run_memory(cases: str | Path, shard: int, out: str | Path) -> None:
 
 
 def pipeline_descriptor(case) -> dict:
-    """Schedule parameters the pipeline DAG is rebuilt from (graph/export.py)."""
+    """Schedule parameters the pipeline DAG is rebuilt from (pipeline/graph_store.py)."""
     p, w = case.parallelism, case.workload
     m = max(w.microbatches(p.dp), 1) if case.training else 1
     return {"schedule": p.schedule, "pp": p.pp, "v": interleaving(p.schedule, p.pp, p.virtual_stages, m), "m": m}
@@ -66,7 +66,7 @@ def run_simulate(cases: str | Path, ops: str | Path, memory: str | Path, graphs:
                          "peak_memory_bytes": mem.loc[cid, "peak_memory_bytes"], "feasible": False})
             continue
         ops_c = op_table[op_table.case_id == cid].drop(columns="case_id").reset_index(drop=True)
-        record = predict(case, ops_c, memory_for_case(case), engine=engine, templates=traces[cid][0] or None)
+        record = simulate(case, ops_c, memory_for_case(case), engine=engine, templates=traces[cid][0] or None)
         record.pop("infeasible_reason")
         rows.append({"case_id": cid, "status": "ok", "reason": "", **record})
     write_table(pd.DataFrame(rows), out)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rapidllm.caches import current
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.hardware import HardwareSpec
 from rapidllm.spec.model import ModelSpec
@@ -146,7 +147,7 @@ class Case:
     attention_impl: str = "flash"
     moe_hot_expert_factor: float = 1.0   # 1.0 = balanced routing
     framework: str = "megatron"          # software stack: memory conventions (memory/state.py), collectives
-                                         # (engine/collectives.py: tensorrt-llm's NVLink custom all-reduce)
+                                         # (engine/comm_cost.py: tensorrt-llm's NVLink custom all-reduce)
     name: str = ""
 
     @property
@@ -169,24 +170,19 @@ class Case:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-# Specs built from named files, keyed by the identity of the named-spec cache's mapping (which they keep
-# alive, so ids are never reused), with their plain form: a sweep builds each named spec once.
-_NAMED_SPECS: dict[int, tuple[dict, Any, Any]] = {}
-_PLAIN_OF_SPEC: dict[int, Any] = {}
-
-
 def _spec(cls: Any, value: Any, mapping: dict, source: str) -> Any:
-    """cls.from_mapping, shared across cases when the spec came from a named file (frozen, so safe)."""
+    """cls.from_mapping, shared across cases when the spec came from a named file (frozen, so safe): kept
+    in `Caches.named_specs` under (class, name) with the file's mapping it was built from, and rebuilt when
+    that mapping differs (the file changed), with its plain form (`Caches.plain_specs`)."""
     if not isinstance(value, str):
         return cls.from_mapping(mapping, source)
-    hit = _NAMED_SPECS.get(id(mapping))
-    if hit is None or hit[0] is not mapping:
-        if hit is not None:                     # a recycled id: forget the stale spec's plain form
-            _PLAIN_OF_SPEC.pop(id(hit[1]), None)
+    caches = current()
+    key = (cls, value)
+    hit = caches.named_specs.get(key)
+    if hit is None or not (hit[0] is mapping or hit[0] == mapping):
         spec = cls.from_mapping(mapping, source)
-        hit = (mapping, spec, _plain(spec))
-        _NAMED_SPECS[id(mapping)] = hit
-        _PLAIN_OF_SPEC[id(spec)] = hit[2]
+        hit = caches.named_specs.put(key, (mapping, spec))
+        caches.plain_specs.put((cls, getattr(spec, "name", None)), (spec, _plain(spec)))
     return hit[1]
 
 
@@ -195,10 +191,10 @@ def _plain(obj: Any) -> Any:
     fields, lists and tuples lists (JSON writes both as arrays), dicts are converted key and value; other
     values are returned as they are (asdict deep-copies them, which JSON cannot see). Shared named specs
     reuse the plain form computed when they were built (callers never mutate it)."""
-    cached = _PLAIN_OF_SPEC.get(id(obj))
-    if cached is not None:
-        return cached
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        shared = current().plain_specs.get((type(obj), getattr(obj, "name", None)))
+        if shared is not None and shared[0] is obj:
+            return shared[1]
         return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
         return [_plain(v) for v in obj]

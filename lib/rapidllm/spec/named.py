@@ -11,9 +11,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rapidllm.caches import current
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.paths import config_dir, display, known_names
-from rapidllm.spec.schema import _validator, load_yaml, short, validate
+from rapidllm.spec.paths import config_dir, display, known_names, schema_dir
+from rapidllm.spec.schema import load_yaml, short, validate
 
 # A spec name is a file stem in config/<kind>/: no path separators, so a name never leaves that folder.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -45,22 +46,16 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
     return mapping, where
 
 
-_VALIDATED: dict[tuple[str, str], Any] = {}
-_VALIDATED_LIMIT = 4096
-
-
 def _validate_inline(mapping: dict, kind: str, where: str) -> None:
-    """`validate`, skipped for a mapping whose repr already passed the same validator (sweep rows carry
-    the same inlined specs thousands of times). The validator object is part of the check, so clearing
-    schema._validator's cache (a different schema directory) validates again."""
-    validator = _validator(kind)
-    key = (kind, repr(mapping))
-    if _VALIDATED.get(key) is validator:
+    """`validate`, skipped for a mapping whose repr already passed the same schema (sweep rows carry the
+    same inlined specs thousands of times; `Caches.inline_specs`). The schema directory is part of the key,
+    so another project root validates again."""
+    key = (kind, str(schema_dir()), repr(mapping))
+    seen = current().inline_specs
+    if key in seen:
         return
     validate(mapping, kind, where)
-    if len(_VALIDATED) >= _VALIDATED_LIMIT:
-        _VALIDATED.clear()
-    _VALIDATED[key] = validator
+    seen.put(key, True)
 
 
 @functools.lru_cache(maxsize=256)

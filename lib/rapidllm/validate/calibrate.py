@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from rapidllm.network.validation import MIN_BYTES, TABLES, nccl_rows
+from rapidllm.validate.nccl import MIN_BYTES, TABLES, nccl_rows
 from rapidllm.prediction import evaluate
 from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.experiment import expand
@@ -29,7 +29,7 @@ from rapidllm.spec.paths import project_root
 from rapidllm.validate.suites import Suite, load_suite
 
 CONSTANTS = ("compute", "hbm", "network")
-# Devices with a measured collective table (nccl-tests, network/validation.py: TABLES) have their network
+# Devices with a measured collective table (nccl-tests, validate/nccl.py: TABLES) have their network
 # constant fitted on it instead of the end-to-end rows: that table isolates the network, where end-to-end
 # rows mix it with everything else (the H100's end-to-end objective is flat in it).
 BOUNDS = (0.3, 1.0)        # a utilization is a fraction of a datasheet peak
@@ -68,10 +68,10 @@ def with_utilization(case: Case, u: np.ndarray) -> Case:
 
 def predict_entries(entries: list[Entry], u: np.ndarray) -> np.ndarray:
     """Each entry's prediction with the device's utilizations set to u (one evaluation per distinct case)."""
-    cache: dict[int, dict] = {}
+    cache: dict[str, dict] = {}
     out = np.full(len(entries), np.nan)
     for i, e in enumerate(entries):
-        key = id(e.case)
+        key = e.case.case_id
         if key not in cache:
             cache[key] = evaluate(with_utilization(e.case, u))
         rec = cache[key]

@@ -6,7 +6,8 @@ slowest completion is the collective's time: contention between equivalent group
 Groups in different lines of the dimensions they span use disjoint links (switch, ring, mesh, torus and
 rail-optimized fat-tree lines), so only one line-set is simulated. Without faults every pipeline stage is
 equivalent and one simulation serves all; with faults each stage (each stage boundary for PP) gets its own.
-Results are cached per (op, bytes, groups) within a process, so identical collectives simulate once.
+Results are memoized per (network, utilization, framework, op, bytes, groups) in the caller's `Caches`
+(rapidllm/caches.py), so identical collectives of a sweep simulate once.
 
 Algorithms are NCCL's (network.api.choose_algorithm: ring, hierarchical across dimensions, NVLS in a switch
 that reduces in the network, network/in_switch.py) except for
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rapidllm.caches import current
 from rapidllm.network.api import build_schedule, resolve_algorithm, run_schedule, setup_latency
 from rapidllm.network.collectives import concat
 from rapidllm.network.mapping import RankMapping, dims_spanned
@@ -30,27 +32,15 @@ from rapidllm.network.topology import Topology, build_topology
 from rapidllm.spec.case import Case
 from rapidllm.spec.network import NetworkSpec
 
-_TOPOLOGIES: dict[NetworkSpec, tuple[Topology, Router]] = {}
-_RESULTS: dict[tuple, tuple[float, int, int]] = {}
-_GROUPS: dict[tuple, tuple] = {}             # layout-derived: groups, contending groups, channels
-CACHE_LIMIT = 20000
-
-
-def _remember(key: tuple, value):
-    """Store a layout-derived value (groups, contending groups, channels) in the bounded process cache."""
-    if len(_GROUPS) > 4096:
-        _GROUPS.clear()
-    _GROUPS[key] = value
-    return value
-
 
 def topology_of(network: NetworkSpec) -> tuple[Topology, Router]:
-    if network not in _TOPOLOGIES:
-        if len(_TOPOLOGIES) > 64:
-            _TOPOLOGIES.clear()
+    """The fabric and its router, built once per network spec (`Caches.topologies`)."""
+    table = current().topologies
+    hit = table.get(network)
+    if hit is None:
         topo = build_topology(network)
-        _TOPOLOGIES[network] = (topo, Router(topo))
-    return _TOPOLOGIES[network]
+        hit = table.put(network, (topo, Router(topo)))
+    return hit
 
 
 @dataclass
@@ -71,13 +61,14 @@ class CommCost:
     def groups(self, axis: str, stage: int = -1) -> list[tuple[int, ...]]:
         """Every group of `axis` (within pipeline stage `stage` if >= 0); pp: (src, dst) stage pairs.
 
-        Pure function of (network, layout, axis, stage), cached per process: sweeps revisit one layout
-        for many models and settings. `groups_reference` is the rank-by-rank definition.
+        Pure function of (network, layout, axis, stage), memoized in `Caches.groups`: sweeps revisit one
+        layout for many models and settings. `groups_reference` is the rank-by-rank definition.
         """
         key = (self._layout_key(), axis, stage)
-        hit = _GROUPS.get(key)
+        table = current().groups
+        hit = table.get(key)
         if hit is None:
-            hit = _remember(key, tuple(self._groups_vectorized(axis, stage)))
+            hit = table.put(key, tuple(self._groups_vectorized(axis, stage)))
         return list(hit)
 
     def _layout_key(self) -> tuple:
@@ -89,20 +80,14 @@ class CommCost:
         stages = range(p.pp) if stage < 0 else [stage]
         stride = m.stride("pp")
         out: list[tuple[int, ...]] = []
-        everyone = None
         for s in stages:
-            if m.order[-1] == "pp":
-                ranks = np.arange(s * stride, (s + 1) * stride, dtype=np.int64)
-            else:
-                if everyone is None:
-                    everyone = np.arange(m.world, dtype=np.int64)
-                ranks = everyone[(everyone // stride) % m.size("pp") == s]
+            if axis == "ep":
+                out += m.expert_groups(s, p.ep)
+                continue
+            ranks = m.stage_ranks(s)
             if axis == "pp":
                 if s + 1 < p.pp:
                     out += [(r, r + stride) for r in ranks.tolist()]
-            elif axis == "ep":
-                ranks = np.sort(ranks).tolist()
-                out += [tuple(ranks[i:i + p.ep]) for i in range(0, len(ranks), p.ep)]
             else:
                 a_stride, a_size = m.stride(axis), m.size(axis)
                 bases = np.unique(ranks - ((ranks // a_stride) % a_size) * a_stride)
@@ -136,12 +121,13 @@ class CommCost:
         key = (axis, op, float(nbytes), stage)
         if key not in self._times:
             ckey = ("contending", self._layout_key(), self.symmetric, axis, stage)
-            hit = _GROUPS.get(ckey)
+            table = current().groups
+            hit = table.get(ckey)
             if hit is None:
                 groups = self.groups(axis, 0 if stage < 0 and axis != "pp" else stage)
                 if axis == "pp" and stage < 0:
                     groups = self.groups("pp", 0)
-                hit = _remember(ckey, tuple(self._contending(groups)))
+                hit = table.put(ckey, tuple(self._contending(groups)))
             groups = list(hit)
             t, ev = self._simulate(op if axis != "pp" else "send_recv", float(nbytes), groups)
             self._times[key] = t + self.case.hardware.launch_overhead_s
@@ -151,8 +137,9 @@ class CommCost:
     def _simulate(self, op: str, nbytes: float, groups: list[tuple[int, ...]]) -> tuple[float, int]:
         net = self.case.network
         rkey = (net, self.util, self.case.framework, op, nbytes, tuple(groups))
-        if rkey in _RESULTS:
-            t, ev, _ = _RESULTS[rkey]
+        results = current().collectives
+        if rkey in results:
+            t, ev, _ = results[rkey]
             return t, ev
         topo, router = topology_of(net)
         algorithm = self._algorithm(topo, op, groups[0]) if groups else "auto"
@@ -165,9 +152,7 @@ class CommCost:
         setup = setup_latency(topo, built[0][2], list(groups[0])) if groups and nccl else 0.0
         finish, _, events = run_schedule(topo, sched, np.full(len(sched), setup), self.util, router)
         t = float(finish.max()) if len(finish) else 0.0
-        if len(_RESULTS) > CACHE_LIMIT:
-            _RESULTS.clear()
-        _RESULTS[rkey] = (t, int(events), len(groups))
+        results.put(rkey, (t, int(events), len(groups)))
         self.simulated_events += int(events)
         return t, int(events)
 
@@ -204,8 +189,9 @@ class CommCost:
         if self.case.parallelism.size(axis) <= 1:
             return ()
         key = ("dims", self._layout_key(), axis)
-        hit = _GROUPS.get(key)
+        table = current().groups
+        hit = table.get(key)
         if hit is None:
             g = self.groups(axis, 0)
-            hit = _remember(key, dims_spanned(self.case.network, list(g[0])) if g else ())
+            hit = table.put(key, dims_spanned(self.case.network, list(g[0])) if g else ())
         return hit

@@ -13,13 +13,12 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from rapidllm.network.api import DEFAULT_CHUNKS, simulate_collective
 from rapidllm.network.topology import build_topology
 from rapidllm.spec.hardware import HardwareSpec
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import NetworkSpec
+from rapidllm.validate.metrics import mape_of
 
 REFERENCES = Path(__file__).resolve().parents[3] / "validation" / "references"
 MIN_BYTES = 1 << 20
@@ -55,7 +54,7 @@ class Row:
 
 def network_utilization(device: str) -> float:
     """The frozen network constant of config/hardware/<device>.yaml."""
-    mapping, where = resolve_named("hardware", device, "network.validation", "hardware")
+    mapping, where = resolve_named("hardware", device, "validate.nccl", "hardware")
     return HardwareSpec.from_mapping(mapping, where).utilization.network
 
 
@@ -80,8 +79,7 @@ def nccl_rows(device: str, utilization: float, network: str | dict | None = None
 
 def mape(rows: list[Row], min_bytes: int = MIN_BYTES) -> float:
     """Mean absolute percentage error (in %) over rows with at least `min_bytes`."""
-    errs = [abs(r.error) for r in rows if r.nbytes >= min_bytes]
-    return 100.0 * float(np.mean(errs)) if errs else float("nan")
+    return mape_of([100.0 * r.error for r in rows if r.nbytes >= min_bytes])
 
 
 def main() -> None:

@@ -7,14 +7,14 @@ import numpy as np
 import pandas as pd
 
 from rapidllm.figures.style import plt, save
-from rapidllm.validate.metrics import on_basis
+from rapidllm.validate.metrics import mape_of, on_basis
 
 UNITS = {"step_time_s": "s", "e2e_latency_s": "s", "ttft_s": "s", "itl_s": "s", "tokens_per_s": "tokens/s",
          "mfu": "MFU", "hfu": "HFU", "peak_memory_bytes": "B"}
 
 
 def _mape(ok: pd.DataFrame) -> float:
-    return float(np.mean(np.abs(ok.error_pct))) if len(ok) else float("nan")
+    return mape_of(ok.error_pct)
 
 
 def _pairs(ax, ok: pd.DataFrame, metric: str) -> None:

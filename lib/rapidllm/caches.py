@@ -1,0 +1,70 @@
+"""Memo tables of pure functions, held in one object whose owner decides how long they live.
+
+A sweep evaluates thousands of cases that share specs, operator shapes, topologies and collectives; these
+tables let each be computed once. Every key is the value the result is a function of (a spec, a shape, a
+layout, a file's modification time), never an object's identity, so a hit is exactly what the function
+would return: sharing a table can change how long a prediction takes, never its numbers.
+
+Lifetime: the owner opens a scope, `with Caches().active(): ...`, and the code below reads the active
+tables through `current()` instead of taking them as an argument through every layer. `prediction.sweep`
+and `prediction.predict_many` open a fresh `Caches` per call unless given one; a call made outside any
+scope (a notebook's `rapidllm.predict`, a pipeline job, which is a process of its own) uses
+`PROCESS_DEFAULT`, which lives as long as the process (documented in rapidllm.prediction). Every table is bounded: it is
+emptied when full, far above what one sweep needs.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Memo(dict):
+    """A dict that empties itself before an insertion would take it past `limit` entries."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def put(self, key: Any, value: Any) -> Any:
+        if key not in self and len(self) >= self.limit:
+            self.clear()
+        self[key] = value
+        return value
+
+
+def _memo(limit: int) -> Any:
+    return field(default_factory=lambda: Memo(limit))
+
+
+@dataclass
+class Caches:
+    """The memo tables of one owner (a sweep, a validation run, a pipeline job, a test)."""
+    inline_specs: Memo = _memo(4096)      # (kind, schema dir, repr(mapping)) -> True: passed validation
+    named_specs: Memo = _memo(256)        # (spec class, name) -> (the named file's mapping, built spec)
+    plain_specs: Memo = _memo(256)        # built named spec -> its JSON-able plain form (case ids)
+    gemm_times: Memo = _memo(64)          # (kernel parameters, tile catalog key) -> {(b, m, n, k): s}
+    priced_layers: Memo = _memo(512)      # layer pricing key -> (operator frame, its optimizer row)
+    topologies: Memo = _memo(64)          # NetworkSpec -> (Topology, Router)
+    collectives: Memo = _memo(20000)      # (network, util, framework, op, bytes, groups) -> (s, events, n)
+    groups: Memo = _memo(4096)            # (layout, axis, stage) -> parallel groups, contending groups, dims
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[Caches]:
+        """Make these the tables `current()` returns until the block ends (nested scopes restore)."""
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
+
+
+PROCESS_DEFAULT = Caches()
+_ACTIVE: ContextVar[Caches | None] = ContextVar("rapidllm_caches", default=None)
+
+
+def current() -> Caches:
+    """The innermost active scope's tables, else the process default."""
+    return _ACTIVE.get() or PROCESS_DEFAULT

@@ -1,0 +1,57 @@
+"""Memo tables cannot leak one prediction's state into another: validation suites run in one process, in
+two orders, each order sharing one set of tables across all its suites (so later suites hit entries the
+earlier ones made), give identical result tables, byte for byte. Keys are values (rapidllm/caches.py),
+never object identities that a later object could reuse."""
+from __future__ import annotations
+
+import pandas as pd
+
+from rapidllm.caches import Caches, Memo, current
+from rapidllm.prediction import sweep
+from rapidllm.spec.paths import project_root
+from rapidllm.validate.suites import compare, load_suite
+
+SUITES = ("megatron_gpt_a100", "megatron_gpt_a100_korthikanti_table", "llama2_latency_a100", "moe_qwen3_h100",
+          "mpt_fsdp_h100", "llama2_latency_h100")
+
+
+def run(order: tuple[str, ...], caches: Caches) -> dict[str, str]:
+    out = {}
+    for name in order:
+        suite = load_suite(project_root() / "validation" / "suites" / f"{name}.yaml")
+        out[name] = compare(suite, sweep(suite.experiment, caches=caches)).to_csv(index=False)
+    return out
+
+
+def test_suites_in_two_orders_with_shared_tables_give_identical_results():
+    forward, backward = Caches(), Caches()
+    a = run(SUITES, forward)
+    b = run(SUITES[::-1], backward)
+    assert a.keys() == b.keys()
+    for name in SUITES:
+        assert a[name] == b[name], name
+    assert forward.collectives.keys() == backward.collectives.keys() and len(forward.collectives) > 10
+    # a rerun served entirely from the shared tables simulates nothing new and gives the same rows
+    simulated = len(forward.collectives)
+    assert run(SUITES[:1], forward) == {SUITES[0]: a[SUITES[0]]}
+    assert len(forward.collectives) == simulated
+
+
+def test_a_scope_owns_its_tables_and_restores_the_outer_one():
+    outer = current()
+    mine = Caches()
+    with mine.active():
+        assert current() is mine
+        with Caches().active() as inner:
+            assert current() is inner
+        assert current() is mine
+    assert current() is outer
+
+
+def test_memo_is_bounded():
+    memo = Memo(3)
+    for k in range(7):
+        memo.put(k, k)
+        assert len(memo) <= 3 and memo[k] == k
+    memo.put(6, 60)                     # overwriting an existing key does not empty the table
+    assert memo[6] == 60 and len(memo) == 1 + (6 % 3)
