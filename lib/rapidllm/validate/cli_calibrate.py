@@ -14,6 +14,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--iters", type=int, default=120, help="Nelder-Mead iterations (default 120)")
     p.add_argument("--dry-run", action="store_true", help="fit and print, do not write config/hardware")
     p.add_argument("--out", help="also write the fitted constants as CSV here")
+    p.add_argument("--transfer-report", metavar="CSV",
+                   help="do not calibrate: write in-sample, leave-one-suite-out and leave-one-device-out MAPE "
+                        "per suite, group and overall to CSV (docs/transfer.md); config/hardware is not touched")
     p.set_defaults(func=run)
 
 
@@ -33,6 +36,14 @@ def run(args: argparse.Namespace) -> int:
     from rapidllm.validate.calibrate import calibrate
 
     paths = [Path(p) for p in args.suites] or default_suites()
+    if args.transfer_report:
+        from rapidllm.validate.loo import transfer_report
+        from rapidllm.validate.suites import load_suite
+
+        report = transfer_report([load_suite(p) for p in paths], grid=args.grid, iters=args.iters)
+        write_table(report, Path(args.transfer_report))
+        print(report[report.scope != "group"].to_string(index=False))
+        return 0
     results = calibrate(paths, grid=args.grid, iters=args.iters, write=not args.dry_run)
     if args.out:
         write_table(pd.DataFrame(results), Path(args.out))
