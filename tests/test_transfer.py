@@ -72,11 +72,15 @@ def test_prediction_on_a_device_without_rows_is_flagged_and_warns(capsys):
     assert h200["itl_s"] < h100.itl_s
 
 
-def test_transferred_keeps_the_own_collective_table_unless_strict():
+def test_transferred_applies_the_own_microbenchmark_tables_unless_strict():
     fitted = {A100: np.array([0.7, 0.6, 0.78]), H100: np.array([0.5, 0.7, 0.65])}
+    assert transfer.gemm_fraction(A100) == pytest.approx(0.980, abs=5e-4)     # model / measured kernel time
+    assert transfer.gemm_fraction(H100) == pytest.approx(0.897, abs=5e-4)
+    assert transfer.gemm_fraction("h200") is None
     u, note = transferred(A100, fitted, strict=False)
-    assert u[:2] == pytest.approx([0.5, 0.7]) and u[2] == pytest.approx(fit_network_on_collectives(A100))
-    assert "from h100-sxm5-80gb" in note and "own collective table" in note
+    assert u[0] == pytest.approx(round(0.5 * transfer.gemm_fraction(A100) / transfer.gemm_fraction(H100), 3))
+    assert u[1] == 0.7 and u[2] == pytest.approx(fit_network_on_collectives(A100))
+    assert "from h100-sxm5-80gb" in note and "own collective table" in note and "GEMM tables" in note
     u, note = transferred(A100, fitted, strict=True)
     assert u == pytest.approx([0.5, 0.7, 0.65]) and "collective" not in note
 

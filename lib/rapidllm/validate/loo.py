@@ -6,9 +6,9 @@ machinery (validate/calibrate.py: fit_device), the device of a suite without tha
 then predicts all of the suite's rows: a suite whose rows never enter the fit (MoE, the secondary Megatron
 tabulation, nanotron) scores as in-sample. Leave-one-device-out removes every calibration row of a device
 and gives it the constants the transfer rule (validate/transfer.py) picks from the remaining devices, then
-predicts all of its suites: `leave_device_out` keeps the network constant from the device's own
-collective table where one is published (the rule: own microbenchmarks first), `leave_device_out_strict`
-transfers all three. A user with a device that has no rows gets the strict number.
+predicts all of its suites: `leave_device_out` applies the device's own microbenchmark tables where
+published (the rule: nccl-tests for the network constant, the GEMM tables' ratio for compute),
+`leave_device_out_strict` transfers all three as they are. A user with a device that has no rows gets the strict number.
 
 Every scheme's rows go through the same errors table as the validation stage (validate/metrics.py), so the
 per-suite, per-group and overall MAPEs are comparable line by line (split `all`: every scored row).
@@ -22,11 +22,10 @@ import pandas as pd
 
 from rapidllm.prediction import evaluate
 from rapidllm.spec.experiment import expand_with_cases
-from rapidllm.validate.calibrate import (CONSTANTS, Entry, calibration_entries, fit_device,
-                                         fit_network_on_collectives, with_utilization)
+from rapidllm.validate.calibrate import CONSTANTS, Entry, calibration_entries, fit_device, with_utilization
 from rapidllm.validate.metrics import errors_table
 from rapidllm.validate.suites import Suite, compare
-from rapidllm.validate.transfer import donor
+from rapidllm.validate.transfer import donor, with_own_tables
 
 SCHEMES = ("in_sample", "leave_suite_out", "leave_device_out", "leave_device_out_strict")
 REPORT_COLUMNS = ["scheme", "scope", "name", "basis", "rows", "entries", "mape_pct", "max_error_pct", "constants"]
@@ -54,16 +53,13 @@ def _fit_all(entries: dict[str, list[Entry]], grid: int, iters: int) -> dict[str
 
 
 def transferred(device: str, fitted: Mapping[str, np.ndarray], strict: bool) -> tuple[np.ndarray, str]:
-    """Constants the rule gives `device` from the other fitted devices; the network constant from the
-    device's own collective table unless strict. Returns them with a note of their origin."""
+    """Constants the rule gives `device` from the other fitted devices, with the device's own microbenchmark
+    tables applied unless strict. Returns them with a note of their origin."""
     source = donor(device, [d for d in fitted if d != device])
     if source is None:
         raise ValueError(f"leave-one-device-out: no other fitted device to transfer from for {device}")
-    u = fitted[source].copy()
-    network = None if strict else fit_network_on_collectives(device)
-    if network is not None:
-        u[2] = network
-    return u, f"from {source}" + ("" if network is None else ", network from own collective table")
+    u, notes = (fitted[source].copy(), []) if strict else with_own_tables(device, source, fitted[source])
+    return u, ", ".join([f"from {source}"] + notes)
 
 
 def _describe(u: np.ndarray, note: str) -> str:

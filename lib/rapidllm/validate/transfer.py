@@ -14,6 +14,14 @@ fitted device lands at 0.5-0.8 on compute and HBM. The rule, in order:
    tie (a new generation's software starts from the previous one's kernels). B200 (sm_100) takes H100's
    (sm_90) constants as a prior; nothing published in this project measures B200 kernels.
 
+Where the device has its own published microbenchmark tables, they come first (no such table of A100-40GB,
+H200 or B200 is used in this project, so today this only matters when a fitted device is left out):
+- network: fitted on its nccl-tests table (validate/calibrate.py: fit_network_on_collectives);
+- compute: the donor's constant x (the device's GEMM-table fraction / the donor's), where a GEMM-table
+  fraction is the operator model's summed datasheet time over the summed measured time of a device's bf16
+  GEMM kernels (validate/kernels.py: A100 Nsight Compute 0.980, H100 XLA 0.897): what the end-to-end
+  constant carries across devices is then the software's share, not the kernels'.
+
 Each transferred device says so in its hardware file (`utilization_from: <donor>`); `rapidllm calibrate`
 checks that the declared donor is the one this rule picks and copies the donor's fitted values, and every
 prediction on such a device carries `device_validated: false` and a warning (rapidllm.prediction). The
@@ -22,6 +30,7 @@ this rule gives it from the others.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 
@@ -64,6 +73,37 @@ def donor(device: str, fitted: Iterable[str]) -> str | None:
     return min(candidates, key=lambda c: (abs(capability(c) - cc), capability(c), c.name)).name
 
 
+@functools.cache
+def gemm_fraction(device: str) -> float | None:
+    """Summed operator-model time at the datasheet peak over summed measured time of the device's published
+    bf16 GEMM kernels (validate/kernels.py SETS); None without a table."""
+    from rapidllm.validate.kernels import SETS, load_cases, load_hardware, predict
+
+    for set_name, (_, dev) in SETS.items():
+        if dev == device:
+            cases = load_cases(set_name)
+            priced = predict(cases[cases.dtype == "bf16"], load_hardware(device))
+            return float(priced.tile_s.sum() / priced.measured_s.sum())
+    return None
+
+
+def with_own_tables(device: str, source: str, u: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """The donor's constants u, with the device's own microbenchmark tables applied where published (module
+    doc): the network constant from its collective table, compute scaled by the GEMM-table fractions."""
+    from rapidllm.validate.calibrate import fit_network_on_collectives
+
+    u, notes = np.array(u, float), []
+    mine, theirs = gemm_fraction(device), gemm_fraction(source)
+    if mine is not None and theirs is not None:
+        u[0] = round(u[0] * mine / theirs, 3)
+        notes.append(f"compute x GEMM tables {mine:.3f}/{theirs:.3f}")
+    network = fit_network_on_collectives(device)
+    if network is not None:
+        u[2] = network
+        notes.append("network from own collective table")
+    return u, notes
+
+
 def transferred_constants(fitted: Mapping[str, np.ndarray]) -> list[tuple[str, str, np.ndarray]]:
     """(device, donor, constants) for every device of config/hardware that declares `utilization_from`.
 
@@ -85,5 +125,5 @@ def transferred_constants(fitted: Mapping[str, np.ndarray]) -> list[tuple[str, s
         if u is None:
             frozen = specs[rule].utilization
             u = np.array([frozen.compute, frozen.hbm, frozen.network])
-        out.append((device, rule, np.asarray(u, float)))
+        out.append((device, rule, with_own_tables(device, rule, u)[0]))
     return out
