@@ -143,12 +143,13 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
                 pa, pc, _ = actions[partner[k]]
                 hidden = (x.f_hidden if fwd else x.b_hidden)[s, c]
                 span -= min(hidden, (x.f_compute if pa == "F" else x.b_compute)[s, pc])
-            pieces = x.buckets if (not fwd and i == x.m - 1 and x.buckets and x.bucket_s > 0) else 1
+            grads = not fwd and i == x.m - 1 and x.buckets > 0 and x.bucket_s > 0   # one bucket is still a bucket
+            pieces = x.buckets if grads else 1
             first = -1
             for _ in range(pieces):
                 prev = add(span / pieces, cpu / pieces, TASK, s, [prev] if prev >= 0 else [])
                 first = prev if first < 0 else first
-                if pieces > 1:
+                if grads:
                     on_channels(add(x.bucket_s, 0.0, GRAD, s, [prev]), grad_keys)
             entry[(a, s, c, i)] = first
             nxt = _consumer(a, s, c, i, x.pp, x.v)
@@ -224,7 +225,8 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
                 hidden = f_hidden[s, c] if fwd else b_hidden[s, c]
                 other = f_comp[s, ac[q]] if ad[q] == 0 else b_comp[s, ac[q]]
                 span -= min(hidden, other)
-            pieces = buckets if ((not fwd) and i == m - 1 and buckets != 0 and bucket_s > 0) else 1
+            grads = (not fwd) and i == m - 1 and buckets != 0 and bucket_s > 0
+            pieces = buckets if grads else 1
             first = -1
             for _ in range(pieces):
                 dur[n] = span / pieces
@@ -238,7 +240,7 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
                 n += 1
                 if first < 0:
                     first = prev
-                if pieces > 1:
+                if grads:
                     _add_node(n, bucket_s, 0.0, GRAD, s, prev, last_dp, n_dp_dims, dur, comp, kind, stage, deps, ndep)
                     if n_dp_dims > 0:
                         last_dp = n
