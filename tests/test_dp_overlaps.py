@@ -51,3 +51,32 @@ def test_a_single_gradient_bucket_is_still_reduced():
     assert rec[1]["exposed_comm_s"] == 0.0 and rec[8]["exposed_comm_s"] > 0.0
     assert rec[8]["step_time_s"] > rec[1]["step_time_s"]
     assert rec[8]["compute_time_s"] == pytest.approx(rec[1]["compute_time_s"])
+
+
+@pytest.mark.parametrize("schedule,p,v,m", [("1f1b", 4, 1, 8), ("1f1b", 1, 1, 3), ("interleaved", 2, 2, 4)])
+def test_reduce_after_backward_builders_agree_and_expose_every_bucket(schedule, p, v, m):
+    """overlap_grad_reduce false (Megatron-LM 2021-22 local DDP): numba and reference builders agree node for
+    node; every bucket runs after the stage's last backward, so the step grows by what the overlap hid,
+    at most all buckets."""
+    import dataclasses
+
+    import numpy as np
+
+    from rapidllm.engine.replay import longest_path
+    from rapidllm.graph.pipeline import PipelineInputs, build_pipeline, build_pipeline_reference
+    f, b = np.full((p, v), 1.0), np.full((p, v), 2.0)
+    x = PipelineInputs(schedule, p, v, m, f, f, b, b, np.full(p, 0.1), np.full(p, 0.1), 3, 0.4,
+                       np.full(p, 0.2), 0.0, (0,), (1,))
+    late = dataclasses.replace(x, grad_overlap=False)
+    fast, ref = build_pipeline(late), build_pipeline_reference(late)
+    for name in ("dur", "compute", "kind", "stage", "dep_ptr", "dep_idx"):
+        assert np.array_equal(getattr(fast, name), getattr(ref, name)), name
+    step = lambda g: float(longest_path(g.dur, g.dep_ptr, g.dep_idx)[1].max())   # noqa: E731
+    hidden, exposed = step(build_pipeline(x)), step(fast)
+    assert hidden < exposed <= hidden + 3 * v * 0.4 + 1e-9
+
+
+def test_megatron_2021_rows_reduce_gradients_after_the_backward():
+    late = {**CASE, "parallelism": {**CASE["parallelism"], "overlap_grad_reduce": False}}
+    a, b = evaluate(resolve_case(CASE, "t")), evaluate(resolve_case(late, "t"))
+    assert b["step_time_s"] > a["step_time_s"] and b["compute_time_s"] == pytest.approx(a["compute_time_s"])

@@ -227,7 +227,8 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
     work = view.frame.flops.to_numpy() * view.frame["count"].to_numpy()
     opt = float(timed[view.sections.get("optimizer", [])].sum()) * (params / params.mean())   # each stage by its share
     inputs = PipelineInputs(p.schedule, p.pp, v, m, f_span, f_comp, b_span, b_comp, p2p_f, p2p_b, buckets,
-                            bucket_s, opt, gather_s, cost.dims("pp"), cost.dims("dp"), f_hidden, b_hidden)
+                            bucket_s, opt, gather_s, cost.dims("pp"), cost.dims("dp"), f_hidden, b_hidden,
+                            grad_overlap=p.overlap_grad_reduce)
     per_stage = 0.0
     for section, n in counts.items():
         per_stage += n * float(work[view.sections.get(section, [])].sum())

@@ -67,6 +67,10 @@ class Parallelism:
     # Megatron-Core --overlap-param-gather (off by default there, as here): a sharded optimizer's parameter
     # all-gather runs bucket by bucket behind the next step's forward instead of after the optimizer
     overlap_param_gather: bool = False
+    # data-parallel gradient buckets reduced during the last micro-batch's backward (Megatron-Core
+    # --overlap-grad-reduce, PyTorch DDP, FSDP's shard_grad_op); false: after the whole backward
+    # (Megatron-LM 2021-22's default local DDP, `allreduce_gradients()` after the pipeline schedule)
+    overlap_grad_reduce: bool = True
     sp: bool = False
     zero: int = 0
     fsdp: str = "none"               # none | full_shard | shard_grad_op
