@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from rapidllm.prediction import evaluate, predict
+from rapidllm.prediction import evaluate, predict, sweep
 from rapidllm.spec.case import resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.paths import project_root
@@ -13,7 +13,6 @@ from rapidllm.validate import transfer
 from rapidllm.validate.calibrate import calibration_entries, fit_network_on_collectives
 from rapidllm.validate.loo import suite_rows, transferred
 from rapidllm.validate.suites import compare, load_suite
-from rapidllm.prediction import sweep
 
 SUITES = sorted((project_root() / "validation" / "suites").glob("*.yaml"))
 A100, H100 = "a100-sxm4-80gb", "h100-sxm5-80gb"
