@@ -18,7 +18,8 @@ EXTRA_COMMANDS: tuple[str, ...] = ("rapidllm.ops.cli_gemm", "rapidllm.network.cl
                                    "rapidllm.validate.cli_calibrate")
 
 JSON_KEYS = ("case_id", "status", "reason", "step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
-             "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "peak_memory_bytes", "feasible")
+             "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "peak_memory_bytes", "feasible",
+             "device_validated")
 
 
 def _clean(value: object) -> object:
