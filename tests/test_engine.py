@@ -6,7 +6,7 @@ import pytest
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import replay_all
 from rapidllm.graph.templates import compute_durations
-from rapidllm.engine.engine import attribute, replay_training, simulate
+from rapidllm.engine.engine import attribute, training_record, simulate
 from rapidllm.engine.measured import adjuster, parse_what_if
 from rapidllm.engine.replay import longest_path
 from rapidllm.graph.pipeline_dag import PipelineInputs, build_pipeline
@@ -26,14 +26,14 @@ def test_one_stage_one_microbatch_is_operators_plus_exposed_comm(gpt_case) -> No
     ops = price_case(case)
     weight = np.where(ops.section.str.startswith("layer"), case.model.layers, 1)
     total_ops = float((ops.time_s * ops["count"] * weight).sum())
-    serial = replay_training(case, ops, overlap=False)
+    serial = training_record(case, ops, overlap=False)
     cost = CommCost(case)
     comm = 0.0
     for t in case_templates(case, ops):
         n = case.model.layers if "layer" in t.section else 1
         comm += n * sum(cost.time(x.axis, x.op, x.nbytes) for x in t.nodes if x.kind == COMM)
     assert serial["step_time_s"] == pytest.approx(total_ops + comm, rel=1e-9)
-    overlapped = replay_training(case, ops)
+    overlapped = training_record(case, ops)
     assert overlapped["step_time_s"] <= serial["step_time_s"] + 1e-12
     assert overlapped["step_time_s"] >= total_ops - 1e-12
     rec = overlapped
@@ -58,7 +58,7 @@ def test_overlap_never_slows_a_step(gpt_case) -> None:
         case = resolve_case({**gpt_case, "parallelism": {**gpt_case["parallelism"], **par},
                              "workload": {**gpt_case["workload"], "global_batch": 32}}, "x")
         ops = price_case(case)
-        assert replay_training(case, ops)["step_time_s"] <= replay_training(case, ops, overlap=False)["step_time_s"] + 1e-12
+        assert training_record(case, ops)["step_time_s"] <= training_record(case, ops, overlap=False)["step_time_s"] + 1e-12
 
 
 def test_homogeneous_reuse_equals_flattened_per_stage(gpt_case) -> None:
@@ -66,7 +66,7 @@ def test_homogeneous_reuse_equals_flattened_per_stage(gpt_case) -> None:
     case = resolve_case({**gpt_case, "parallelism": {"tp": 8, "pp": 4, "dp": 2, "sp": True},
                          "workload": {**gpt_case["workload"], "global_batch": 16}}, "x")
     ops = price_case(case)
-    replay_training(case, ops)
+    training_record(case, ops)
     cost = CommCost(case)
     cost.symmetric = False                   # per-stage templates and per-boundary collectives
     templates = case_templates(case, ops)
@@ -79,15 +79,15 @@ def test_homogeneous_reuse_equals_flattened_per_stage(gpt_case) -> None:
 
 def test_event_reduction_is_large(gpt_case) -> None:
     case = _case(gpt_case)
-    rec = replay_training(case, price_case(case))
+    rec = training_record(case, price_case(case))
     assert rec["network_events_flattened"] > 10 * rec["network_events_simulated"] > 0
 
 
 def test_more_microbatches_amortize_the_bubble(gpt_case) -> None:
     small = resolve_case({**gpt_case, "workload": {**gpt_case["workload"], "global_batch": 8}}, "x")
     big = resolve_case({**gpt_case, "workload": {**gpt_case["workload"], "global_batch": 64}}, "x")
-    fs = replay_training(small, price_case(small))
-    fb = replay_training(big, price_case(big))
+    fs = training_record(small, price_case(small))
+    fb = training_record(big, price_case(big))
     assert fb["bubble_s"] / fb["step_time_s"] < fs["bubble_s"] / fs["step_time_s"]
 
 

@@ -14,7 +14,7 @@ from rapidllm.caches import Caches
 from rapidllm.engine import engine as engine_mod
 from rapidllm.engine.engine import (
     attribute,
-    replay_training,
+    training_record,
 )
 from rapidllm.engine.replay import longest_path
 from reference_impls import (attribute_reference, groups_reference, schedule_actions_reference,
@@ -144,11 +144,11 @@ def test_prediction_equals_previous_path(gpt_case, monkeypatch, k) -> None:
     case = resolve_case(_variants(gpt_case)[k], "x")
     ops = price_case(case)
     with Caches().active():
-        fast = replay_training(case, ops)
+        fast = training_record(case, ops)
     with Caches().active(), monkeypatch.context() as mp:
         mp.setattr(engine_mod, "build_pipeline", build_pipeline_reference)
         mp.setattr(engine_mod, "attribute", attribute_reference)
-        ref = replay_training(case, ops)
+        ref = training_record(case, ops)
     assert fast.keys() == ref.keys()
     for key, value in ref.items():
         if isinstance(value, float) and value != 0:

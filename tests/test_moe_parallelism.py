@@ -121,7 +121,7 @@ def test_deepep_sms_shrink_what_the_overlap_hides(monkeypatch: pytest.MonkeyPatc
     merged step then saves min(share x EP time, compute) with share = 112/132, so the step's saving lies
     between share x and 1 x the saving of an SM-free dispatcher (the step is a max of sums of steps)."""
     from rapidllm.engine import composer
-    from rapidllm.engine.engine import replay_training
+    from rapidllm.engine.engine import training_record
     from rapidllm.ops.price import price_case
     base = dict(tp=2, ep=32, pp=8, dp=16, etp=1, moe_dispatcher="deepep", schedule="interleaved",
                 virtual_stages=4, zero=1)
@@ -129,7 +129,7 @@ def test_deepep_sms_shrink_what_the_overlap_hides(monkeypatch: pytest.MonkeyPatc
     ops = price_case(merged)
 
     def step(case: Case) -> float:
-        return replay_training(case, ops)["step_time_s"]
+        return training_record(case, ops)["step_time_s"]
     t_plain, t_merged = step(plain), step(merged)
     monkeypatch.setattr(composer, "DEEPEP_SMS", 0)
     t_free = step(merged)
@@ -190,11 +190,11 @@ def test_decode_reads_only_the_experts_its_tokens_reach() -> None:
 def test_a_hot_expert_never_speeds_a_step_up() -> None:
     """Skewed routing (one expert at 2x the mean, total conserved) loads its rank more: the step can only
     get longer."""
-    from rapidllm.engine.engine import replay_training
+    from rapidllm.engine.engine import training_record
     from rapidllm.ops.price import price_case
     base = mapping(tp=4, ep=8, pp=2, dp=32, etp=1)
     base["workload"] = dict(mode="training", seq_len=SEQ, global_batch=256, micro_batch=1)
     balanced = resolve_case(base, "test")
     skewed = resolve_case(dict(base, moe_routing={"hot_expert_factor": 2.0}), "test")
-    t = [replay_training(c, price_case(c))["step_time_s"] for c in (balanced, skewed)]
+    t = [training_record(c, price_case(c))["step_time_s"] for c in (balanced, skewed)]
     assert t[1] > t[0]

@@ -8,7 +8,7 @@ import yaml
 from conftest import ROOT
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import training_plan
-from rapidllm.engine.engine import replay_training
+from rapidllm.engine.engine import training_record
 from rapidllm.engine.replay import longest_path
 from rapidllm.graph.pipeline_dag import PipelineInputs, build_pipeline
 from rapidllm.memory.closed_form import closed_form_memory
@@ -60,7 +60,7 @@ def test_layout_check_accepts_uneven_and_rejects_too_many_chunks(gpt) -> None:
 
 
 def _step(case) -> dict:
-    return replay_training(case, price_case(case))
+    return training_record(case, price_case(case))
 
 
 def test_slowest_stage_sets_the_step(gpt) -> None:

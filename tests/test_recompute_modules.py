@@ -52,12 +52,12 @@ def test_recomputing_the_moe_block_dispatches_again() -> None:
 
 def test_recompute_trades_memory_for_time() -> None:
     """More recomputed modules keep fewer activations and take longer; full keeps only the layer input."""
-    from rapidllm.engine.engine import replay_training
+    from rapidllm.engine.engine import training_record
     cases = [qwen3("none"), qwen3(recompute_modules=["layernorm", "moe_act"]),
              qwen3(recompute_modules=["layernorm", "moe"]), qwen3("full")]
     stored = [training_liveness(c)[0].stored for c in cases]
     assert stored[0] > stored[1] > stored[2] > stored[3]
-    step = [replay_training(c, price_case(c))["step_time_s"] for c in cases]
+    step = [training_record(c, price_case(c))["step_time_s"] for c in cases]
     assert step[0] < step[1] < step[2] < step[3]
 
 

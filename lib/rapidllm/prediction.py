@@ -12,6 +12,7 @@ tables a prediction runs with changes its run time only, never its numbers.
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -42,6 +43,23 @@ def memory_record(mem: MemoryResult) -> dict[str, Any]:
     return rec
 
 
+_WARNED: set[tuple[str, str]] = set()
+
+
+def device_record(case: Case) -> dict[str, Any]:
+    """`device_validated`: whether the device's three constants were fitted on its own validation rows. A
+    device without rows (constants transferred from another, validate/transfer.py, or none given) warns
+    once per process on stderr: its predictions carry the donor's error and more."""
+    hw = case.hardware
+    if not hw.validated and (hw.name, hw.utilization_from) not in _WARNED:
+        _WARNED.add((hw.name, hw.utilization_from))
+        origin = ("no utilization given: datasheet peaks (1.0)" if hw.utilization_from == "datasheet"
+                  else f"constants transferred from {hw.utilization_from} (docs/transfer.md)")
+        print(f"rapidllm: warning: device {hw.name} has no validation rows of its own; {origin}",
+              file=sys.stderr)
+    return {"device_validated": hw.validated}
+
+
 def evaluate(case: Case, engine: str = "event", adjust: Adjust | None = None, trace: bool = False) -> dict[str, Any]:
     """Price, memory, graph and replay of one case in-process, as one flat record.
 
@@ -56,7 +74,7 @@ def evaluate(case: Case, engine: str = "event", adjust: Adjust | None = None, tr
 def _evaluate(case: Case, engine: str, adjust: Adjust | None,
               trace: bool = False) -> tuple[dict[str, Any], MemoryResult]:
     mem = memory_for_case(case)
-    record: dict[str, Any] = {"case_id": case.case_id}
+    record: dict[str, Any] = {"case_id": case.case_id, **device_record(case)}
     if not mem.feasible:
         record.update(status="infeasible", reason=mem.reason, peak_memory_bytes=mem.peak, feasible=False)
         if trace:
@@ -105,6 +123,7 @@ class Prediction:
     itl_s: float | None
     e2e_latency_s: float | None
     memory: MemoryBreakdown
+    device_validated: bool = True    # False: the device has no validation rows of its own (docs/transfer.md)
     # the replay behind the numbers when asked for (`predict(..., trace=True)`), for timelines; not a column
     schedule: Any = field(default=None, compare=False, repr=False)
 
@@ -161,7 +180,7 @@ def predict(case: Case | str | Path | Mapping[str, Any], engine: str = "event",
                       **{k: timing(k) for k in ("step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
                                                 "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s",
                                                 "e2e_latency_s")},
-                      memory=memory, schedule=rec.get("schedule"))
+                      memory=memory, schedule=rec.get("schedule"), device_validated=bool(rec["device_validated"]))
 
 
 def export_chakra(case: Case | str | Path | Mapping[str, Any], directory: str | Path,

@@ -17,6 +17,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--iters", type=int, default=120, help="Nelder-Mead iterations (default 120)")
     p.add_argument("--dry-run", action="store_true", help="fit and print, do not write config/hardware")
     p.add_argument("--out", help="also write the fitted constants as CSV here")
+    p.add_argument("--transfer-report", metavar="CSV",
+                   help="do not calibrate: write in-sample, leave-one-suite-out and leave-one-device-out MAPE "
+                        "per suite, group and overall to CSV (docs/transfer.md); config/hardware is not touched")
     p.set_defaults(func=run)
 
 
@@ -39,6 +42,15 @@ def run(args: argparse.Namespace) -> int:
     if args.grid < 1 or args.iters < 0:
         raise SpecError("rapidllm calibrate: --grid must be >= 1 and --iters >= 0")
     out = output_path(args.out, "calibration table") if args.out else None
+    if args.transfer_report:
+        from rapidllm.validate.loo import transfer_report
+        from rapidllm.validate.suites import load_suite
+
+        report_out = output_path(args.transfer_report, "transfer report")
+        report = transfer_report([load_suite(p) for p in paths], grid=args.grid, iters=args.iters)
+        write_output(lambda p: write_table(report, p), report_out, "transfer report")
+        print(report[report.scope != "group"].to_string(index=False))
+        return 0
     results = calibrate(paths, grid=args.grid, iters=args.iters, write=not args.dry_run)
     if out is not None:
         write_output(lambda p: write_table(pd.DataFrame(results), p), out, "calibration table")

@@ -17,7 +17,7 @@ from rapidllm.spec.paths import display
 JSON_KEYS = ("case_id", "status", "reason", "step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
              "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "peak_memory_bytes",
              "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
-             "framework_bytes", "capacity_bytes", "feasible")
+             "framework_bytes", "capacity_bytes", "feasible", "device_validated")
 
 MEMORY_ROWS = (("weights", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer state"),
                ("activations", "activations"), ("kv_cache", "KV cache"), ("framework", "framework reserve"))

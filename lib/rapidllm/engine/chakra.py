@@ -13,7 +13,8 @@ operators, collectives and overlaps reach ASTRA-sim:
   mapping our collectives are simulated on (`engine.comm_cost.CommCost.groups`);
 - the first and last stages carry the embedding, LM head and loss; ZeRO-3 / FSDP gathers each layer's
   weights one layer ahead and reduce-scatters its gradients after its backward; the data-parallel gradient
-  buckets are launched during the last micro-batch's backward of each chunk; then each stage's own
+  buckets are launched during the last micro-batch's backward of each chunk (after the whole backward with
+  `overlap_grad_reduce: false`); then each stage's own
   optimizer step (its share of the parameters) and, for a sharded optimizer, the parameter all-gather.
 Sizes are ASTRA-sim's (`astra_comm_size`: an all-gather carries one rank's input). Not expressed: the merged forward/backward
 pairs of `moe_a2a_overlap` (the trace runs them one after the other). Needs the optional `mlc-chakra`
@@ -220,7 +221,7 @@ def rank_trace(case: Case, ops: pd.DataFrame, rank: int, plan: TrainingPlan | No
             computes = expand("last_stage", "extra_bwd", waits) if last else []
             computes += layers(c, "bwd", [] if computes else waits, label)
             computes += expand("first_stage", "extra_bwd") if first else []
-        if kind == "B" and i == x.m - 1 and plan.bucket_op:
+        if kind == "B" and i == x.m - 1 and plan.bucket_op and x.grad_overlap:
             for b in range(x.buckets):
                 pick = (b + 1) * len(computes) // x.buckets - 1
                 after = computes[pick] if computes and pick >= 0 else out.last_compute
@@ -231,6 +232,9 @@ def rank_trace(case: Case, ops: pd.DataFrame, rank: int, plan: TrainingPlan | No
             out.add(TraceNode(f"send_{label}", "COMM_SEND_NODE", [out.last_compute], comm_size=int(round(act)),
                               comm_src=rank, comm_dst=rank_of_stage(dst[1]),
                               comm_tag=_tag(kind, c, i, s, x.pp, x.v, x.m)))
+    if plan.bucket_op and not x.grad_overlap:       # reduced after the whole backward (overlap_grad_reduce off)
+        grad_deps += [out.collective(f"grad_bucket{b}.dp.{plan.bucket_op}", "dp", plan.bucket_op, plan.bucket_bytes,
+                                     [out.last_compute]) for b in range(x.buckets * x.v)]
     opt = out.add(TraceNode("optimizer", "COMP_NODE", [out.last_compute, *grad_deps],
                             duration_us=float(x.optimizer_s[s]) * 1e6))
     if plan.gather_bytes:

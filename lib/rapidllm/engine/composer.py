@@ -6,7 +6,9 @@ layer costs max(span, gather) and only the first gather of a chunk is exposed. C
 case's pipeline split gives them (`Parallelism.stage_chunk_layers`, uneven when pp x v does not divide
 the layers), each kind in its model-wide proportion; a stage's optimizer step scales with its parameters,
 and the data-parallel gradient and parameter collectives are sized for the heaviest stage, routed-expert
-gradients weighted for their expert-data-parallel group (`graph.comm_nodes.expert_grad_weight`).
+gradients weighted for their expert-data-parallel group (`graph.comm_nodes.expert_grad_weight`). A sharded
+optimizer's parameter all-gather follows the optimizer whole, or with `overlap_param_gather` (Megatron-Core
+--overlap-param-gather) bucket by bucket behind the next step's first forward (`exposed_param_gather`).
 """
 from __future__ import annotations
 
@@ -139,6 +141,16 @@ def _sharded_layer_comm(case: Case, cost: CommCost, stage: int) -> tuple[float, 
     return cost.time("dp", "all_gather", gather, stage), cost.time("dp", "reduce_scatter", scatter, stage)
 
 
+def exposed_param_gather(bucket_s: float, buckets: int, forward_s: float) -> float:
+    """Exposed time of a sharded optimizer's parameter all-gather under Megatron-Core's
+    --overlap-param-gather (megatron/core/distributed: the gathers of the updated parameters are issued
+    bucket by bucket, the grads' buckets, from the next step's forward pre-hooks, one bucket ahead of its
+    use). The first bucket is always waited for; the gathers run back to back on their own stream while
+    the first micro-batch's forward (forward_s, the stage's chunks) computes, and whatever they take beyond
+    it is exposed too: max(one bucket, all buckets - forward)."""
+    return max(bucket_s, buckets * bucket_s - forward_s)
+
+
 def _chunk_times(case: Case, replayed: list[Replayed], cost: CommCost, v: int
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """[pp, v] forward span, forward compute, backward span and backward compute of each chunk."""
@@ -211,7 +223,12 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
         bucket_bytes = chunk_params * gb / buckets
         bucket_s = cost.time("dp", op, bucket_bytes, 0)
         cost.count("dp", op, bucket_bytes, buckets * v)
-        if sharded_opt:
+        if sharded_opt and p.overlap_param_gather:
+            gather_bytes = heaviest * wb / (buckets * v)
+            gather_s = exposed_param_gather(cost.time("dp", "all_gather", gather_bytes, 0), buckets * v,
+                                            float(f_span[heavy].sum()))
+            cost.count("dp", "all_gather", gather_bytes, buckets * v)
+        elif sharded_opt:
             gather_bytes = heaviest * wb
             gather_s = cost.time("dp", "all_gather", gather_bytes, 0)
             cost.count("dp", "all_gather", gather_bytes, 1)
@@ -220,7 +237,8 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
     work = view.frame.flops.to_numpy() * view.frame["count"].to_numpy()
     opt = float(timed[view.sections.get("optimizer", [])].sum()) * (params / params.mean())   # each stage by its share
     inputs = PipelineInputs(p.schedule, p.pp, v, m, f_span, f_comp, b_span, b_comp, p2p_f, p2p_b, buckets,
-                            bucket_s, opt, gather_s, cost.dims("pp"), cost.dims("dp"), f_hidden, b_hidden)
+                            bucket_s, opt, gather_s, cost.dims("pp"), cost.dims("dp"), f_hidden, b_hidden,
+                            grad_overlap=p.overlap_grad_reduce)
     extras = sorted(view.sections.get("first_stage", []) + view.sections.get("last_stage", []))
 
     def step_flops(per_row: np.ndarray) -> float:

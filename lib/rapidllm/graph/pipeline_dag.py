@@ -50,6 +50,10 @@ class PipelineInputs:
     # action is merged with a neighbouring one of the other direction, up to the partner's compute of it hides
     f_hidden: np.ndarray | None = None
     b_hidden: np.ndarray | None = None
+    # Megatron's overlap_grad_reduce: buckets launched during the last micro-batch's backward; False: all of
+    # them after the stage's last action (Megatron-LM 2021-22's local DDP: allreduce_gradients() after
+    # forward_backward_func returns)
+    grad_overlap: bool = True
 
 
 @dataclass
@@ -144,12 +148,13 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
                 pa, pc, _ = actions[partner[k]]
                 hidden = (x.f_hidden if fwd else x.b_hidden)[s, c]
                 span -= min(hidden, (x.f_compute if pa == "F" else x.b_compute)[s, pc])
-            pieces = x.buckets if (not fwd and i == x.m - 1 and x.buckets and x.bucket_s > 0) else 1
+            grads = x.grad_overlap and not fwd and i == x.m - 1 and x.buckets > 0 and x.bucket_s > 0
+            pieces = x.buckets if grads else 1
             first = -1
             for _ in range(pieces):
                 prev = add(span / pieces, cpu / pieces, TASK, s, [prev] if prev >= 0 else [])
                 first = prev if first < 0 else first
-                if pieces > 1:
+                if grads:
                     on_channels(add(x.bucket_s, 0.0, GRAD, s, [prev]), grad_keys)
             entry[(a, s, c, i)] = first
             nxt = consumer_of(a, s, c, i, x.pp, x.v)
@@ -158,6 +163,9 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
                 node = add(float(t), 0.0, P2P, s, [prev])
                 on_channels(node, [(d, "f" if fwd else "b") for d in x.pp_dims])
                 incoming[nxt] = node
+        if not x.grad_overlap and x.buckets > 0 and x.bucket_s > 0:
+            for _ in range(x.buckets * x.v):
+                on_channels(add(x.bucket_s, 0.0, GRAD, s, [prev]), grad_keys)
         opt_deps = [prev] + [chan[k] for k in grad_keys if k in chan]
         opt = add(float(x.optimizer_s[s]), float(x.optimizer_s[s]), OPT, s, opt_deps)
         if x.param_gather_s > 0:
@@ -189,7 +197,7 @@ def _add_node(n, d, c, k, s, prev, channel_last, repeats, dur, comp, kind, stage
 
 @njit(cache=True)
 def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_bwd, buckets, bucket_s,
-                  optimizer_s, param_gather_s, n_pp_dims, n_dp_dims, merge, f_hidden, b_hidden):
+                  optimizer_s, param_gather_s, n_pp_dims, n_dp_dims, merge, f_hidden, b_hidden, grad_overlap):
     """`build_pipeline_reference` on plain arrays: same node numbering, same dependency lists and order.
 
     A stage's channels of one kind (forward sends, backward sends, gradient queue) are always claimed
@@ -225,7 +233,8 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
                 hidden = f_hidden[s, c] if fwd else b_hidden[s, c]
                 other = f_comp[s, ac[q]] if ad[q] == 0 else b_comp[s, ac[q]]
                 span -= min(hidden, other)
-            pieces = buckets if ((not fwd) and i == m - 1 and buckets != 0 and bucket_s > 0) else 1
+            grads = grad_overlap and (not fwd) and i == m - 1 and buckets != 0 and bucket_s > 0
+            pieces = buckets if grads else 1
             first = -1
             for _ in range(pieces):
                 dur[n] = span / pieces
@@ -239,7 +248,7 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
                 n += 1
                 if first < 0:
                     first = prev
-                if pieces > 1:
+                if grads:
                     _add_node(n, bucket_s, 0.0, GRAD, s, prev, last_dp, n_dp_dims, dur, comp, kind, stage, deps, ndep)
                     if n_dp_dims > 0:
                         last_dp = n
@@ -266,6 +275,12 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
                     else:
                         last_b = n
                 incoming[a, ns, nc, i] = n
+                n += 1
+        if (not grad_overlap) and buckets != 0 and bucket_s > 0:
+            for _ in range(buckets * v):
+                _add_node(n, bucket_s, 0.0, GRAD, s, prev, last_dp, n_dp_dims, dur, comp, kind, stage, deps, ndep)
+                if n_dp_dims > 0:
+                    last_dp = n
                 n += 1
         opt = n
         _add_node(n, optimizer_s[s], optimizer_s[s], OPT, s, prev, last_dp, n_dp_dims, dur, comp, kind, stage,
@@ -312,5 +327,5 @@ def build_pipeline(x: PipelineInputs) -> PipelineGraph:
         code, int(x.pp), int(x.v), int(x.m), f(x.f_span), f(x.f_compute), f(x.b_span), f(x.b_compute),
         f(x.p2p_fwd), f(x.p2p_bwd), int(x.buckets), float(x.bucket_s), f(x.optimizer_s),
         float(x.param_gather_s), len(x.pp_dims), len(x.dp_dims), merge,
-        f(x.f_hidden) if merge else zeros, f(x.b_hidden) if merge else zeros)
+        f(x.f_hidden) if merge else zeros, f(x.b_hidden) if merge else zeros, bool(x.grad_overlap))
     return PipelineGraph(dur, comp, kind, stage, ptr, idx)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from rapidllm.engine.engine import simulate
-from rapidllm.prediction import MEMORY_FIELDS, memory_record
+from rapidllm.prediction import MEMORY_FIELDS, device_record, memory_record
 from rapidllm.pipeline.graph_store import read_graphs, write_graphs
 from rapidllm.graph.schedules import interleaving
 from rapidllm.graph.templates import case_templates, operator_frame
@@ -63,12 +63,13 @@ def run_simulate(cases: str | Path, ops: str | Path, memory: str | Path, graphs:
         cid = row["case_id"]
         if cid not in traces:
             rows.append({"case_id": cid, "status": "infeasible", "reason": mem.loc[cid, "infeasible_reason"],
-                         "peak_memory_bytes": mem.loc[cid, "peak_memory_bytes"], "feasible": False})
+                         "peak_memory_bytes": mem.loc[cid, "peak_memory_bytes"], "feasible": False,
+                         **device_record(case)})
             continue
         ops_c = op_table[op_table.case_id == cid].drop(columns="case_id").reset_index(drop=True)
         record = simulate(case, ops_c, memory_for_case(case), engine=engine, templates=traces[cid][0] or None)
         record.pop("infeasible_reason")
-        rows.append({"case_id": cid, "status": "ok", "reason": "", **record})
+        rows.append({"case_id": cid, "status": "ok", "reason": "", **device_record(case), **record})
     write_table(pd.DataFrame(rows), out)
 
 

@@ -65,6 +65,13 @@ class Parallelism:
     # Megatron-Core --overlap-moe-expert-parallel-comm: in the steady 1F1B phase the forward of one
     # micro-batch and the backward of another run merged, each one's EP all-to-alls beside the other's compute
     moe_a2a_overlap: bool = False
+    # Megatron-Core --overlap-param-gather (off by default there, as here): a sharded optimizer's parameter
+    # all-gather runs bucket by bucket behind the next step's forward instead of after the optimizer
+    overlap_param_gather: bool = False
+    # data-parallel gradient buckets reduced during the last micro-batch's backward (Megatron-Core
+    # --overlap-grad-reduce, PyTorch DDP, FSDP's shard_grad_op); false: after the whole backward
+    # (Megatron-LM 2021-22's default local DDP, `allreduce_gradients()` after the pipeline schedule)
+    overlap_grad_reduce: bool = True
     sp: bool = False
     zero: int = 0
     fsdp: str = "none"               # none | full_shard | shard_grad_op
@@ -268,6 +275,11 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
     if par.recompute_modules != ("core_attn",) and par.recompute != "selective":
         raise bad("parallelism.recompute_modules", "names what recompute 'selective' recomputes; set "
                   f"parallelism.recompute: selective (it is {par.recompute!r})")
+    if par.overlap_param_gather and not (isinstance(workload, TrainingWorkload)
+                                         and (par.zero in (1, 2) or par.fsdp == "shard_grad_op")):
+        raise bad("parallelism.overlap_param_gather", "overlaps a sharded optimizer's parameter all-gather: it "
+                  "needs training with zero 1 or 2 (or fsdp shard_grad_op); ZeRO-3 / full_shard gathers per "
+                  "layer already")
     if par.zero and par.fsdp != "none":
         raise bad("parallelism.fsdp", "set either zero or fsdp, not both (fsdp full_shard is ZeRO-3, shard_grad_op is ZeRO-2)")
     if isinstance(workload, TrainingWorkload):

@@ -46,6 +46,15 @@ class HardwareSpec:
     utilization: Utilization
     compute_capability: str = ""      # "8.0", "9.0", ...; "" when unknown
     memory_latency_s: float = 0.0     # 0 -> the GEMM model's default of 700 SM cycles
+    # Where the three constants come from: "" = fitted on this device's own validation rows; a device name =
+    # transferred from that device by the rule of validate/transfer.py (no rows of its own); "datasheet" =
+    # none given (1.0). Anything but "" makes a prediction carry `device_validated: false` and a warning.
+    utilization_from: str = ""
+
+    @property
+    def validated(self) -> bool:
+        """True when the constants were fitted on this device's own end-to-end rows."""
+        return not self.utilization_from
 
     def peak_flops(self, dtype: str) -> float:
         """Dense tensor FLOP/s for dtype; falls back to the nearest slower dtype the device has."""
@@ -92,4 +101,5 @@ class HardwareSpec:
             utilization=Utilization(**util) if util else Utilization(),
             compute_capability=str(m.get("compute_capability", "")),
             memory_latency_s=q(m.get("memory_latency", 0.0), "time"),
+            utilization_from=str(m.get("utilization_from", "" if util else "datasheet")),
         )

@@ -175,30 +175,47 @@ def write_constants(device: str, u: np.ndarray, path: Path | None = None) -> Pat
     return path
 
 
+def fit_device(device: str, entries: list[Entry], grid: int = 5, iters: int = 120) -> dict:
+    """The three constants of one device fitted on its calibration entries (network from its collective
+    table where it has one), with the MAPE of those entries at 1.0 and at the fit."""
+    measured = np.array([e.measured for e in entries])
+    objective = mape_objective(lambda u: predict_entries(entries, u), measured)
+    before = objective(np.array([1.0, 1.0, 1.0]))
+    network = fit_network_on_collectives(device)
+    if network is None:
+        u, _ = fit_constants(objective, grid=grid, iters=iters)
+    else:   # network fixed by the collective table; compute and HBM from the end-to-end rows
+        u2, _ = fit_constants(lambda x: objective(np.append(x, network)), grid=grid, iters=iters, dims=2)
+        u = np.append(u2, network)
+    u = np.round(u, 3)
+    return {"device": device, "rows": len({(e.suite, e.row) for e in entries}), "entries": len(entries),
+            "mape_before_pct": before, "mape_pct": objective(u), **dict(zip(CONSTANTS, map(float, u)))}
+
+
 def calibrate(suite_paths: list[Path], grid: int = 5, iters: int = 120, write: bool = True,
               log: Callable[[str], None] = print) -> list[dict]:
-    """Fit and (unless write=False) freeze the three constants of every device with calibration rows."""
+    """Fit and (unless write=False) freeze the three constants of every device with calibration rows, then
+    give every device without rows its donor's constants (validate/transfer.py)."""
+    from rapidllm.validate.transfer import transferred_constants
+
     suites = [load_suite(p) for p in suite_paths]
     results = []
     for device, entries in sorted(calibration_entries(suites).items()):
-        measured = np.array([e.measured for e in entries])
-        objective = mape_objective(lambda u, es=entries: predict_entries(es, u), measured)
-        before = objective(np.array([1.0, 1.0, 1.0]))
-        network = fit_network_on_collectives(device)
-        if network is None:
-            u, value = fit_constants(objective, grid=grid, iters=iters)
-        else:   # network fixed by the collective table; compute and HBM from the end-to-end rows
-            u2, value = fit_constants(lambda x: objective(np.append(x, network)), grid=grid, iters=iters, dims=2)
-            u = np.append(u2, network)
-        u = np.round(u, 3)
-        value = objective(u)
-        rows = len({(e.suite, e.row) for e in entries})
-        source = "" if network is None else \
+        fit = fit_device(device, entries, grid=grid, iters=iters)
+        u = np.array([fit[k] for k in CONSTANTS])
+        source = "" if device not in TABLES else \
             f" (network from the {TABLES[device].path.name} collective table)"
-        log(f"{device}: {rows} calibration rows ({len(entries)} entries): MAPE {before:.2f}% at 1.0 -> {value:.2f}% at "
-            + ", ".join(f"{k} {v:.3f}" for k, v in zip(CONSTANTS, u)) + source)
+        log(f"{device}: {fit['rows']} calibration rows ({fit['entries']} entries): MAPE {fit['mape_before_pct']:.2f}% "
+            f"at 1.0 -> {fit['mape_pct']:.2f}% at " + ", ".join(f"{k} {v:.3f}" for k, v in zip(CONSTANTS, u)) + source)
         if write:
             write_constants(device, u)
-        results.append({"device": device, "rows": rows, "entries": len(entries), "mape_before_pct": before,
-                        "mape_pct": value, **dict(zip(CONSTANTS, map(float, u)))})
+        results.append({**fit, "from": ""})
+    fitted = {r["device"]: np.array([r[k] for k in CONSTANTS]) for r in results}
+    for device, donor, u in transferred_constants(fitted):
+        log(f"{device}: no calibration rows; constants transferred from {donor}: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in zip(CONSTANTS, u)))
+        if write:
+            write_constants(device, u)
+        results.append({"device": device, "rows": 0, "entries": 0, "mape_before_pct": np.nan, "mape_pct": np.nan,
+                        **dict(zip(CONSTANTS, map(float, u))), "from": donor})
     return results

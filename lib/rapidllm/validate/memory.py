@@ -34,6 +34,9 @@ GiB = 2**30
 # (every 4th row of each model family, ordered by job id: 25 %) and scored on the other 75 %.
 STEP_CONSTANTS = ("zero_step_bytes", "step_hidden_bytes", "runtime_allocated")
 CALIBRATION_EVERY = 4
+# Shape columns a row publishes for itself (a family mixes GQA variants and vocabularies; OOM rows publish
+# none and take the family's shape).
+ROW_SHAPE = {"kv_heads": "num_kv_heads", "vocab": "vocab_size"}
 
 
 def _specs(hardware: str, network: str) -> tuple[HardwareSpec, NetworkSpec]:
@@ -43,10 +46,12 @@ def _specs(hardware: str, network: str) -> tuple[HardwareSpec, NetworkSpec]:
 
 
 def family_shapes(df: pd.DataFrame) -> dict[float, dict[str, Any]]:
-    """Model shape per num_params family from its Success rows; ffn solved from the total parameters."""
+    """Model shape per num_params family from its Success rows; ffn solved from the total parameters of a
+    row with the family's most common KV-head count (a family holds GQA variants: the 80B rows run 64 and 8
+    KV heads). A row that publishes its own KV-head count and vocabulary keeps them (ROW_SHAPE)."""
     out = {}
     for fam, g in df[df.status == "Success"].groupby("num_params"):
-        r = g.iloc[0]
+        r = g[g.num_kv_heads == g.num_kv_heads.mode().iloc[0]].iloc[0]
         h, layers, heads = int(r.hidden_size), int(r.num_layers), int(r.num_heads)
         kv, vocab = int(r.num_kv_heads), int(r.vocab_size)
         tied = str(r.tie_word_embeddings) == "True"
@@ -67,7 +72,8 @@ def _human(x: Any) -> float:
 
 def nanotron_case(row: pd.Series, shapes: dict, hw: HardwareSpec, net: NetworkSpec,
                   step: dict[str, float] | None = None) -> tuple[Case, Conventions]:
-    model = ModelSpec(**shapes[row.num_params])
+    own = {key: int(row[col]) for key, col in ROW_SHAPE.items() if col in row and pd.notna(row[col])}
+    model = ModelSpec(**{**shapes[row.num_params], **own})
     dp, tp, pp, mbs = int(row.dp), int(row.tp), int(row.pp), int(row.mbs)
     par = Parallelism(dp=dp, tp=tp, pp=pp, sp=True, zero=int(row.zero_stage), fp32_grad_accum=True)
     work = TrainingWorkload(seq_len=int(row.seq_len), global_batch=dp * mbs * int(row.batch_accum), micro_batch=mbs)
