@@ -48,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
 
     case = load_case(args.case)
     adjust = adjuster(args.measured, args.what_if or ())
+    hw_cost = None
+    if args.cost:                       # bad cost inputs are refused before any prediction runs
+        from rapidllm.cost import hardware_cost
+        hw_cost = hardware_cost(case.hardware.name)
     try:
         pred = predict(case, args.engine, adjust, trace=bool(args.timeline))
     except SpecError as err:            # a limit met while predicting (e.g. a collective too large to simulate)
@@ -67,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     costs = {}
     if args.cost and pred.status == "ok":
         from rapidllm.cost import price_prediction
-        costs = price_prediction(case, pred)
+        costs = price_prediction(case, pred, hw_cost)
     if args.json:
         print_json({**out, **costs}, indent=2)
         return 0
