@@ -289,6 +289,17 @@ def resolve_case(mapping: Any, source: str) -> Case:
                 name=mapping.get("name", ""))
 
 
+def with_layout(base: Case, network: NetworkSpec, par: Parallelism, workload: TrainingWorkload | InferenceWorkload,
+                attention_impl: str, source: str) -> Case:
+    """`base` with another layout, workload and attention kernel, checked as `resolve_case` checks a case
+    (`network` is the unsized fabric, sized here for the layout's world). A search builds thousands of
+    layouts of one base case this way without re-validating the same model, hardware and network mappings;
+    the result equals `resolve_case` of the equivalent mapping (tests/test_search.py compares case ids)."""
+    _check_layout(base.model, par, workload, source)
+    return dataclasses.replace(base, parallelism=par, workload=workload, attention_impl=attention_impl,
+                               network=network.sized_for(par.world, source))
+
+
 def load_case(path: str | Path) -> Case:
     """Read and resolve a case YAML file."""
     source = display(path)

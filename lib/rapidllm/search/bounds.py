@@ -1,0 +1,114 @@
+"""Cheap lower bounds on a layout's times, from its priced operators alone (no network, no graph).
+
+Why they are bounds (docs/search.md, "Why pruning is safe"): the engine replays each layer template with its
+compute nodes in one stream, so a template's span is at least the sum of its operators' times (time per
+launch x launches, the priced table's `time_s x count`); collectives, p2p sends, the optimizer step and
+waits only add. Training: every stage runs its m micro-batches' forwards and backwards one after another,
+so the step is at least m x (forward + backward compute) of the heaviest stage; without interleaving the
+first forward a stage runs needs that micro-batch's forwards on every earlier stage, and its last backward
+is followed by that micro-batch's backwards on the earlier stages, which adds their compute (the pipeline
+fill and drain). Inference: TTFT is at least the prefill's compute through all layers, ITL the mean of
+the first and last decode step's compute. A factor (1 - 1e-9) absorbs the different order of the float
+additions. Bounds exist for training and for static-batching inference; other cases get none.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rapidllm.engine.metrics import model_flops_per_step, utilization
+from rapidllm.graph.schedules import interleaving
+from rapidllm.ops.price import price_case
+from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
+
+SLACK = 1.0 - 1e-9
+KINDS = ("dense", "moe")
+
+
+@dataclass(frozen=True)
+class ShardWork:
+    """Compute seconds per micro-batch of one rank's layer shard, by section and part: `fwd[section]`
+    (forward phase) and `bwd[section]` (recompute + backward phases)."""
+    fwd: dict[str, float]
+    bwd: dict[str, float]
+
+
+def shard_work(case: Case) -> ShardWork:
+    """Sum the priced table's `time_s x count` per section: forward, and recompute + backward."""
+    ops = price_case(case)
+    timed = ops.time_s.to_numpy() * ops["count"].to_numpy()
+    fwd: dict[str, float] = defaultdict(float)
+    bwd: dict[str, float] = defaultdict(float)
+    for section, phase, t in zip(ops.section.tolist(), ops.phase.tolist(), timed.tolist()):
+        if phase == "fwd":
+            fwd[section] += t
+        elif phase in ("bwd", "recompute"):
+            bwd[section] += t
+    return ShardWork(dict(fwd), dict(bwd))
+
+
+def _layers_of_kind(case: Case) -> dict[str, int]:
+    m = case.model
+    moe = m.moe_layer_count()
+    return {"dense": m.layers - moe, "moe": moe}
+
+
+def stage_compute(case: Case, work: ShardWork) -> tuple[np.ndarray, np.ndarray]:
+    """[pp, chunks] forward and backward compute per micro-batch of each model chunk, placed as the engine
+    places them (`engine/composer.py: _chunk_times`: layers by the pipeline split, each kind in its model-wide
+    share, embedding on the first chunk, LM head on the last)."""
+    p, layers = case.parallelism, case.model.layers
+    split = np.array(p.stage_chunk_layers(layers), dtype=float)
+    per_layer_f = sum(n / layers * work.fwd.get(f"layer_{k}", 0.0) for k, n in _layers_of_kind(case).items())
+    per_layer_b = sum(n / layers * work.bwd.get(f"layer_{k}", 0.0) for k, n in _layers_of_kind(case).items())
+    f, b = split * per_layer_f, split * per_layer_b
+    f[0, 0] += work.fwd.get("first_stage", 0.0)
+    b[0, 0] += work.bwd.get("first_stage", 0.0)
+    f[-1, -1] += work.fwd.get("last_stage", 0.0)
+    b[-1, -1] += work.bwd.get("last_stage", 0.0)
+    return f, b
+
+
+def training_step_bound(case: Case, work: ShardWork) -> float:
+    """A lower bound on the training step time (seconds)."""
+    p, w = case.parallelism, case.workload
+    assert isinstance(w, TrainingWorkload)
+    m = max(w.microbatches(p.dp), 1)
+    f, b = stage_compute(case, work)
+    per_stage = (f + b).sum(axis=1)
+    bound = float(m * per_stage.max())
+    if interleaving(p.schedule, p.pp, p.virtual_stages, m) == 1 and p.pp > 1:
+        fill_drain = np.concatenate(([0.0], np.cumsum(per_stage)[:-1]))      # earlier stages, one micro-batch
+        bound = max(bound, float((fill_drain + m * per_stage).max()))
+    return bound * SLACK
+
+
+def forward_compute(case: Case, work: ShardWork, prefix: str) -> float:
+    """Compute of one inference forward pass through every layer and the head (all stages in turn)."""
+    total = sum(n * work.fwd.get(f"{prefix}layer_{k}", 0.0) for k, n in _layers_of_kind(case).items())
+    return total + work.fwd.get(f"{prefix}head", 0.0)
+
+
+def optimistic_record(case: Case, work: ShardWork) -> dict[str, Any] | None:
+    """The record's time and rate columns at their bounds (times low, rates high), or None where no bound
+    is derived (in-flight batching)."""
+    w = case.workload
+    if isinstance(w, TrainingWorkload):
+        step = training_step_bound(case, work)
+        if step <= 0:
+            return None
+        return {"step_time_s": step, "tokens_per_s": w.global_batch * w.seq_len / step,
+                "mfu": utilization(model_flops_per_step(case), step, case)}
+    assert isinstance(w, InferenceWorkload)
+    if w.concurrency > w.batch:
+        return None
+    ttft = forward_compute(case, work, "prefill_") * SLACK
+    itl = 0.5 * (forward_compute(case, work, "decode_first_") + forward_compute(case, work, "decode_last_")) * SLACK
+    e2e = ttft + (w.output_tokens - 1) * itl
+    if e2e <= 0:
+        return None
+    return {"ttft_s": ttft, "itl_s": itl, "e2e_latency_s": e2e, "step_time_s": e2e,
+            "tokens_per_s": w.batch * w.output_tokens / e2e}
