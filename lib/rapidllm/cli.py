@@ -81,6 +81,27 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_search(args: argparse.Namespace) -> int:
+    from rapidllm.pipeline.search import summary, write_search
+    from rapidllm.search import load_search, search
+    from rapidllm.search.run import check_not_empty
+
+    spec = load_search(args.spec)
+    df = search(spec, progress=not (args.quiet or args.json), top=args.top)
+    check_not_empty(df, spec)
+    written = write_search(df, spec, args.out or f"results/search/{spec.name}")
+    if args.json:
+        print(json.dumps(summary(df), indent=2))
+        return 0
+    cols = ["rank", "candidate", "gpus", "dp", "tp", "pp", "cp", "ep", "micro_batch", "recompute", "zero",
+            "schedule", "virtual_stages", spec.objective.name, "compute_time_s", "exposed_comm_s", "bubble_s",
+            "peak_memory_bytes"]
+    print(df[[c for c in dict.fromkeys(cols) if c in df]].head(args.top or spec.top).to_string(index=False))
+    print(", ".join(f"{k.replace('_', ' ')} {v}" for k, v in df.attrs["counts"].items() if k != "invalid_by_rule"))
+    print(f"-> {', '.join(str(p) for p in written)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rapidllm", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -102,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("suites", nargs="*", help="suite YAMLs (default: validation/suites/*.yaml)")
     v.add_argument("--out", default="results/validation", help="folder for per-suite CSVs")
     v.set_defaults(func=cmd_validate)
+    q = sub.add_parser("search", help="best parallel layouts of a model on a cluster (docs/search.md)")
+    q.add_argument("spec", help="search spec YAML (workflow/schemas/search.schema.yaml)")
+    q.add_argument("--top", type=int, help="layouts kept per GPU count (default: the spec's top, else 10)")
+    q.add_argument("--json", action="store_true", help="objective, counts and ranked rows as JSON")
+    q.add_argument("--out", help="folder for ranked.csv/.parquet, counts.json, pareto.png (default results/search/NAME)")
+    q.add_argument("--quiet", action="store_true", help="no progress bar")
+    q.set_defaults(func=cmd_search)
     for module in EXTRA_COMMANDS:
         __import__(module, fromlist=["add_parser"]).add_parser(sub)
     return parser

@@ -23,6 +23,8 @@ from typing import Any
 
 import pandas as pd
 
+from rapidllm.memory.model import memory_for_case, training_liveness
+from rapidllm.memory.state import FRAMEWORKS
 from rapidllm.prediction import predict
 from rapidllm.search.bounds import ShardWork, optimistic_record, shard_work
 from rapidllm.search.space import LAYOUT_COLUMNS, Layout, layouts
@@ -37,11 +39,12 @@ class Counts:
     """How many layouts each step removed, and under which case rule the invalid ones fell."""
     layouts: int = 0
     evaluated: int = 0                          # fully simulated (feasible in memory)
+    ranked: int = 0                             # evaluated and within every limit and filter
     removed: Counter = field(default_factory=Counter)
     invalid_by_rule: Counter = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"layouts": self.layouts, "evaluated": self.evaluated,
+        return {"layouts": self.layouts, "evaluated": self.evaluated, "ranked": self.ranked,
                 **{r: self.removed.get(r, 0) for r in REASONS},
                 "invalid_by_rule": dict(sorted(self.invalid_by_rule.items()))}
 
@@ -71,6 +74,17 @@ class _Top:
             del self.keys[self.k:], self.rows[self.k:]
 
 
+def _fits(layout: Layout, livenesses: dict[tuple, Any]) -> bool:
+    """The liveness memory model's verdict, with the per-layer liveness shared by the layouts of one shard."""
+    case = layout.case
+    assert case is not None
+    if not case.training:
+        return memory_for_case(case).feasible
+    if layout.shard_key not in livenesses:
+        livenesses[layout.shard_key] = training_liveness(case, FRAMEWORKS[case.framework])
+    return memory_for_case(case, liveness=livenesses[layout.shard_key]).feasible
+
+
 def _passes(row: dict, limits: dict[str, tuple[float, float]]) -> bool:
     for col, (lo, hi) in limits.items():
         v = row.get(col)
@@ -98,6 +112,7 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
     result_filters = {c: v for c, v in spec.filters.items() if c not in axis_filters}
     limits = {**result_filters, **{c: (-math.inf, hi) for c, hi in spec.slo.items()}}
     works: dict[tuple, ShardWork] = {}
+    livenesses: dict[tuple, Any] = {}
     entries: list[_Entry] = []
     groups: list[tuple[int, int]] = []
     order = -1
@@ -136,15 +151,16 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
         if prune and e.bound_key > best.kth():
             counts.removed["dominated"] += 1
             continue
-        rec = predict(e.layout.case, engine).to_dict()
-        if rec["status"] != "ok":
+        if not _fits(e.layout, livenesses):          # predict's own first check, without the rest
             counts.removed["out_of_memory"] += 1
             continue
+        rec = predict(e.layout.case, engine).to_dict()
         counts.evaluated += 1
         if not _passes(rec, limits):
             counts.removed["slo" if any(rec.get(c) is not None and rec[c] > hi for c, hi in spec.slo.items())
                            else "filtered"] += 1
             continue
+        counts.ranked += 1
         ci, gpus = groups[e.group]
         value = obj.derive(rec, e.layout.case)
         row = {"candidate": spec.candidates[ci].label, "gpus": gpus, **e.layout.columns,
@@ -192,6 +208,7 @@ def merge(frames: list[pd.DataFrame], spec: SearchSpec, top: int | None = None) 
         c = f.attrs["counts"]
         counts.layouts += c["layouts"]
         counts.evaluated += c["evaluated"]
+        counts.ranked += c["ranked"]
         counts.removed.update({r: c[r] for r in REASONS})
         counts.invalid_by_rule.update(c["invalid_by_rule"])
     df = pd.concat([f for f in frames if not f.empty], ignore_index=True) if any(not f.empty for f in frames) \

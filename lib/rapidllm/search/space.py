@@ -5,7 +5,8 @@ Defaults (docs/search.md, "What is searched"): tp divides the attention heads an
 a power of two leaving each rank at least 1,024 tokens (and 2 x cp chunks for load balancing); pp divides
 what tp x cp leave of the GPUs, at most one stage per layer; dp is what remains; ep divides the experts (MoE
 only), etp is tp or 1 (MoE training); sp both ways when tp > 1; 1F1B, plus interleaved 1F1B with 2-8 virtual
-stages that split the layers evenly, when pp > 1; micro-batch 1, 2, 4, 8; recompute none, selective, full
+stages that split the layers evenly, when pp > 1; for inference dp 1 (a GPU count is one model instance:
+replicas do not change per-GPU throughput or latency) and no sp; micro-batch 1, 2, 4, 8; recompute none, selective, full
 (selective of Megatron's default modules); ZeRO 0-3 when dp > 1; no FSDP (ZeRO-2/3 cover it); FlashAttention-2,
 plus FlashAttention-3 on Hopper and newer. A combination the case rules reject (spec/case.py) is counted as
 invalid under the rule's key; one that does not factor the GPU count is not a layout at all.
@@ -97,7 +98,7 @@ def layouts(spec: SearchSpec, cand: Candidate, gpus: int) -> Iterator[Layout]:
     base, model = cand.base, cand.base.model
     training = base.training
     ax = axis_defaults(spec, cand)
-    dp_allowed = set(spec.space.get("dp", [])) or None
+    dp_allowed = set(spec.space.get("dp", [] if training else [1]))
     for tp in ax["tp"]:
         for cp in ax["cp"]:
             if gpus % (tp * cp):
@@ -112,7 +113,7 @@ def layouts(spec: SearchSpec, cand: Candidate, gpus: int) -> Iterator[Layout]:
 def _inner(spec: SearchSpec, cand: Candidate, ax: dict[str, list], training: bool, tp: int, cp: int, pp: int,
            dp: int) -> Iterator[Layout]:
     base = cand.base
-    sps = _user(spec, "sp", [True, False] if tp > 1 else [False])
+    sps = _user(spec, "sp", [True, False] if tp > 1 and training else [False])
     zeros = _user(spec, "zero", [0, 1, 2, 3] if training and dp > 1 else [0])
     sizes = ax["micro_batch"] if training else ax["batch"]
     for ep in ax["ep"]:

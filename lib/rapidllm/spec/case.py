@@ -297,7 +297,26 @@ def with_layout(base: Case, network: NetworkSpec, par: Parallelism, workload: Tr
     the result equals `resolve_case` of the equivalent mapping (tests/test_search.py compares case ids)."""
     _check_layout(base.model, par, workload, source)
     return dataclasses.replace(base, parallelism=par, workload=workload, attention_impl=attention_impl,
-                               network=network.sized_for(par.world, source))
+                               network=_sized(network, par.world, source))
+
+
+# Fabrics sized for a world size, keyed by the unsized fabric's identity (kept alive in the value, so ids
+# are never reused) and the world, with their plain form registered for `case_id`: a search sizes one
+# fabric for a few world sizes thousands of times, and hashing an unshared fabric walked it every time.
+_SIZED: dict[tuple[int, int], tuple[NetworkSpec, NetworkSpec]] = {}
+
+
+def _sized(network: NetworkSpec, world: int, source: str) -> NetworkSpec:
+    hit = _SIZED.get((id(network), world))
+    if hit is None or hit[0] is not network:
+        if len(_SIZED) >= 1024:
+            for _, sized in _SIZED.values():
+                _PLAIN_OF_SPEC.pop(id(sized), None)
+            _SIZED.clear()
+        sized = network.sized_for(world, source)
+        hit = _SIZED[(id(network), world)] = (network, sized)
+        _PLAIN_OF_SPEC[id(sized)] = _plain(sized)
+    return hit[1]
 
 
 def load_case(path: str | Path) -> Case:
