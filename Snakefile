@@ -11,12 +11,14 @@ include: "workflow/rules/stages.smk"
 include: "workflow/rules/validation.smk"
 include: "workflow/rules/ns3.smk"
 include: "workflow/rules/components.smk"
+include: "workflow/rules/search.smk"
 
 
 wildcard_constraints:
     shard=r"\d+",
     exp="|".join(re.escape(name) for name in STUDIES),
     suite="|".join(re.escape(name) for name in config["suites"]),
+    search="|".join(re.escape(name) for name in SEARCHES) or "(?!)",
 
 
 rule all:
@@ -28,4 +30,5 @@ rule all:
         "results/validation/network_ns3.csv",
         "results/figures/network_ns3.png",
         expand("results/figures/{table}.png", table=["gemm_errors", "collectives_nccl", "memory_nanotron"]),
+        expand("results/search/{search}/ranked.csv", search=SEARCHES),
     default_target: True

@@ -19,6 +19,7 @@ import pandas as pd
 from rapidllm.figures.search import search_figure
 from rapidllm.pipeline.io import atomic_write, write_table
 from rapidllm.search import SearchSpec, load_search, merge, search
+from rapidllm.search.run import check_not_empty
 
 TABLE = "ranked"
 
@@ -71,4 +72,6 @@ def run_search_merge(spec_path: str, shard_tables: list[str], shard_counts: list
         part = pd.read_parquet(table)
         part.attrs["counts"] = json.loads(Path(counts).read_text())
         frames.append(part)
-    write_search(merge(frames, spec), spec, out)
+    df = merge(frames, spec)
+    check_not_empty(df, spec)
+    write_search(df, spec, out)

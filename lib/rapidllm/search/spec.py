@@ -17,7 +17,7 @@ from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import NetworkSpec
-from rapidllm.spec.paths import display
+from rapidllm.spec.paths import config_dir, display, project_root
 from rapidllm.spec.schema import load_yaml, validate
 from rapidllm.units import parse_quantity
 
@@ -95,6 +95,19 @@ def _candidates(m: dict, source: str) -> tuple[Candidate, ...]:
                                                       (_labels(lists["network"], "network"), ni)))
                 out.append(Candidate(label, base, NetworkSpec.from_mapping(net_m, net_src)))
     return tuple(out)
+
+
+def referenced_spec_files(path: str | Path) -> list[str]:
+    """config/ files a search spec names (relative to the project root), so the pipeline reruns it when one
+    of them changes."""
+    m = load_yaml(Path(path))
+    files = set()
+    for kind in NAMED:
+        values = m.get(kind, []) if isinstance(m, dict) else []
+        for value in values if isinstance(values, list) else [values]:
+            if isinstance(value, str):
+                files.add(str((config_dir(kind) / f"{value}.yaml").relative_to(project_root())))
+    return sorted(files)
 
 
 def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpec:

@@ -30,13 +30,22 @@ def _format_checker() -> jsonschema.FormatChecker:
     return checker
 
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.cache
+def _schemas(folder: Path) -> tuple[dict[str, Any], Registry]:
+    """Every schema of the folder parsed once (C YAML loader), and the registry `$ref`s resolve in: a
+    command validating a case, a model, a device and a fabric parsed all of them four times before."""
+    schemas = {p.name: yaml.load(p.read_text(), Loader=_LOADER) for p in sorted(folder.glob("*.schema.yaml"))}
+    registry = Registry().with_resources([(name, Resource.from_contents(s)) for name, s in schemas.items()])
+    return schemas, registry
+
+
 @functools.cache
 def _validator(kind: str) -> jsonschema.protocols.Validator:
-    resources = []
-    for path in sorted(schema_dir().glob("*.schema.yaml")):
-        resources.append((path.name, Resource.from_contents(yaml.safe_load(path.read_text()))))
-    registry = Registry().with_resources(resources)
-    schema = yaml.safe_load((schema_dir() / f"{kind}.schema.yaml").read_text())
+    schemas, registry = _schemas(schema_dir())
+    schema = schemas[f"{kind}.schema.yaml"]
     cls = jsonschema.validators.validator_for(schema)
     return cls(schema, registry=registry, format_checker=_format_checker())
 
@@ -102,7 +111,7 @@ def load_yaml(path: Path) -> Any:
     except FileNotFoundError:
         raise SpecError.at(display(path), "", "file not found") from None
     try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(parse)"
