@@ -72,17 +72,25 @@ def stage_compute(case: Case, work: ShardWork) -> tuple[np.ndarray, np.ndarray]:
     return f, b
 
 
-def training_step_bound(case: Case, work: ShardWork) -> float:
+def stage_profile(case: Case, work: ShardWork) -> tuple[np.ndarray, np.ndarray]:
+    """([pp] forward + backward compute per micro-batch of each stage, [pp] the same summed over the
+    stages before it): all a training bound needs besides m. Depends on the shard and the pipeline split
+    only, so a search computes it once per (shard, pp, virtual stages)."""
+    f, b = stage_compute(case, work)
+    per_stage = (f + b).sum(axis=1)
+    return per_stage, np.concatenate(([0.0], np.cumsum(per_stage)[:-1]))
+
+
+def training_step_bound(case: Case, work: ShardWork,
+                        profile: tuple[np.ndarray, np.ndarray] | None = None) -> float:
     """A lower bound on the training step time (seconds)."""
     p, w = case.parallelism, case.workload
     assert isinstance(w, TrainingWorkload)
     m = max(w.microbatches(p.dp), 1)
-    f, b = stage_compute(case, work)
-    per_stage = (f + b).sum(axis=1)
+    per_stage, earlier = profile if profile is not None else stage_profile(case, work)
     bound = float(m * per_stage.max())
     if interleaving(p.schedule, p.pp, p.virtual_stages, m) == 1 and p.pp > 1:
-        fill_drain = np.concatenate(([0.0], np.cumsum(per_stage)[:-1]))      # earlier stages, one micro-batch
-        bound = max(bound, float((fill_drain + m * per_stage).max()))
+        bound = max(bound, float((earlier + m * per_stage).max()))      # fill and drain
     return bound * SLACK
 
 
@@ -92,12 +100,13 @@ def forward_compute(case: Case, work: ShardWork, prefix: str) -> float:
     return total + work.fwd.get(f"{prefix}head", 0.0)
 
 
-def optimistic_record(case: Case, work: ShardWork) -> dict[str, Any] | None:
+def optimistic_record(case: Case, work: ShardWork,
+                      profile: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any] | None:
     """The record's time and rate columns at their bounds (times low, rates high), or None where no bound
     is derived (in-flight batching)."""
     w = case.workload
     if isinstance(w, TrainingWorkload):
-        step = training_step_bound(case, work)
+        step = training_step_bound(case, work, profile)
         if step <= 0:
             return None
         return {"step_time_s": step, "tokens_per_s": w.global_batch * w.seq_len / step,

@@ -26,7 +26,7 @@ import pandas as pd
 from rapidllm.memory.model import memory_for_case, training_liveness
 from rapidllm.memory.state import FRAMEWORKS
 from rapidllm.prediction import predict
-from rapidllm.search.bounds import ShardWork, optimistic_record, shard_work
+from rapidllm.search.bounds import ShardWork, optimistic_record, shard_work, stage_profile
 from rapidllm.search.space import LAYOUT_COLUMNS, Layout, layouts
 from rapidllm.search.spec import SearchSpec, load_search
 from rapidllm.spec.errors import SpecError
@@ -74,15 +74,37 @@ class _Top:
             del self.keys[self.k:], self.rows[self.k:]
 
 
-def _fits(layout: Layout, livenesses: dict[tuple, Any]) -> bool:
-    """The liveness memory model's verdict, with the per-layer liveness shared by the layouts of one shard."""
-    case = layout.case
-    assert case is not None
-    if not case.training:
-        return memory_for_case(case).feasible
-    if layout.shard_key not in livenesses:
-        livenesses[layout.shard_key] = training_liveness(case, FRAMEWORKS[case.framework])
-    return memory_for_case(case, liveness=livenesses[layout.shard_key]).feasible
+class _Shared:
+    """Work shared between the layouts of one layer shard: its priced compute (bounds), its per-stage
+    profile per (pp, virtual stages), and its activation liveness (memory)."""
+
+    def __init__(self) -> None:
+        self.works: dict[tuple, ShardWork] = {}
+        self.profiles: dict[tuple, Any] = {}
+        self.livenesses: dict[tuple, Any] = {}
+
+    def optimistic(self, lay: Layout) -> dict[str, Any] | None:
+        case = lay.case
+        assert case is not None
+        if lay.shard_key not in self.works:
+            self.works[lay.shard_key] = shard_work(case)
+        work, profile = self.works[lay.shard_key], None
+        if case.training:
+            pkey = (lay.shard_key, case.parallelism.pp, case.parallelism.chunks_per_stage)
+            if pkey not in self.profiles:
+                self.profiles[pkey] = stage_profile(case, work)
+            profile = self.profiles[pkey]
+        return optimistic_record(case, work, profile)
+
+    def fits(self, lay: Layout) -> bool:
+        """The liveness memory model's verdict (the check `predict` makes first)."""
+        case = lay.case
+        assert case is not None
+        if not case.training:
+            return memory_for_case(case).feasible
+        if lay.shard_key not in self.livenesses:
+            self.livenesses[lay.shard_key] = training_liveness(case, FRAMEWORKS[case.framework])
+        return memory_for_case(case, liveness=self.livenesses[lay.shard_key]).feasible
 
 
 def _passes(row: dict, limits: dict[str, tuple[float, float]]) -> bool:
@@ -93,26 +115,13 @@ def _passes(row: dict, limits: dict[str, tuple[float, float]]) -> bool:
     return True
 
 
-def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress: bool = False,
-           top: int | None = None, shard: tuple[int, int] = (0, 1), engine: str = "event") -> pd.DataFrame:
-    """The best layouts of a search spec (a path, a mapping or a loaded `SearchSpec`).
-
-    Returns the top `top` (default: the spec's `top`) feasible layouts of every (candidate, GPU count)
-    group, best first, with `rank` (overall), `group_rank`, `pareto` (best of its GPU count and better
-    than every smaller GPU count of its candidate), the layout, the objective column and the full
-    prediction record; `df.attrs["counts"]` says how many layouts were enumerated, evaluated and removed
-    by which reason. `prune=False` simulates every valid layout (the exhaustive reference); `shard=(i, n)`
-    searches every n-th layout from the i-th (merge shards with `merge`).
-    """
-    spec = spec if isinstance(spec, SearchSpec) else load_search(spec)
-    k = top or spec.top
+def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Counts, shared: _Shared
+             ) -> tuple[list[_Entry], list[tuple[int, int]]]:
+    """Enumerate, drop invalid and filtered layouts (and, by their bound, those that cannot meet a latency
+    limit), and attach each remaining layout's objective bound: the entries and the (candidate, GPU count)
+    groups."""
     obj = spec.objective
-    counts = Counts()
     axis_filters = {c: v for c, v in spec.filters.items() if c in LAYOUT_COLUMNS or c == "gpus"}
-    result_filters = {c: v for c, v in spec.filters.items() if c not in axis_filters}
-    limits = {**result_filters, **{c: (-math.inf, hi) for c, hi in spec.slo.items()}}
-    works: dict[tuple, ShardWork] = {}
-    livenesses: dict[tuple, Any] = {}
     entries: list[_Entry] = []
     groups: list[tuple[int, int]] = []
     order = -1
@@ -132,16 +141,35 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
                     counts.removed["filtered"] += 1
                     continue
                 bound_key = -math.inf
-                if prune and obj.monotone:
-                    if lay.shard_key not in works:
-                        works[lay.shard_key] = shard_work(lay.case)
-                    optimistic = optimistic_record(lay.case, works[lay.shard_key])
-                    if optimistic is not None:
-                        if any(optimistic.get(c, -math.inf) > hi for c, hi in spec.slo.items()):
-                            counts.removed["slo"] += 1
-                            continue
-                        bound_key = obj.key(obj.derive(optimistic, lay.case))
+                optimistic = shared.optimistic(lay) if prune and obj.monotone else None
+                if optimistic is not None:
+                    if any(optimistic.get(c, -math.inf) > hi for c, hi in spec.slo.items()):
+                        counts.removed["slo"] += 1
+                        continue
+                    bound_key = obj.key(obj.derive(optimistic, lay.case))
                 entries.append(_Entry(bound_key, order, len(groups) - 1, lay))
+    return entries, groups
+
+
+def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress: bool = False,
+           top: int | None = None, shard: tuple[int, int] = (0, 1), engine: str = "event") -> pd.DataFrame:
+    """The best layouts of a search spec (a path, a mapping or a loaded `SearchSpec`).
+
+    Returns the top `top` (default: the spec's `top`) feasible layouts of every (candidate, GPU count)
+    group, best first, with `rank` (overall), `group_rank`, `pareto` (best of its GPU count and better
+    than every smaller GPU count of its candidate), the layout, the objective column and the full
+    prediction record; `df.attrs["counts"]` says how many layouts were enumerated, evaluated and removed
+    by which reason. `prune=False` simulates every valid layout (the exhaustive reference); `shard=(i, n)`
+    searches every n-th layout from the i-th (merge shards with `merge`).
+    """
+    spec = spec if isinstance(spec, SearchSpec) else load_search(spec)
+    k = top or spec.top
+    obj = spec.objective
+    counts = Counts()
+    result_filters = {c: v for c, v in spec.filters.items() if c not in LAYOUT_COLUMNS and c != "gpus"}
+    limits = {**result_filters, **{c: (-math.inf, hi) for c, hi in spec.slo.items()}}
+    shared = _Shared()
+    entries, groups = _bounded(spec, prune, shard, counts, shared)
     if prune:
         entries.sort()
     tops = [_Top(k) for _ in groups]
@@ -151,7 +179,7 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
         if prune and e.bound_key > best.kth():
             counts.removed["dominated"] += 1
             continue
-        if not _fits(e.layout, livenesses):          # predict's own first check, without the rest
+        if not shared.fits(e.layout):
             counts.removed["out_of_memory"] += 1
             continue
         rec = predict(e.layout.case, engine).to_dict()
