@@ -171,3 +171,18 @@ def test_interrupted_write_leaves_no_files(tmp_path, monkeypatch) -> None:
     with pytest.raises(KeyboardInterrupt):
         outputs.write_search(df, load_search({**DENSE, "gpus": 8}), tmp_path / "o")
     assert list((tmp_path / "o").iterdir()) == []
+
+
+def test_persistent_state_precheck_agrees_with_the_memory_model() -> None:
+    """The search's shortcut (persistent state of the first / last stage over the HBM) never calls a layout
+    out of memory that the liveness model would call feasible, and the verdicts agree on every layout."""
+    from rapidllm.search.run import _Shared
+
+    loaded = load_search({**DENSE, "gpus": 8, "space": {"micro_batch": [1, 4], "cp": [1]}})
+    shared, verdicts = _Shared(), set()
+    for lay in layouts(loaded, loaded.candidates[0], 8):
+        if lay.case is not None:
+            verdict = shared.fits(lay)
+            assert verdict == memory_for_case(lay.case).feasible
+            verdicts.add(verdict)
+    assert verdicts == {True, False}

@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from rapidllm.memory.model import memory_for_case, training_liveness
-from rapidllm.memory.state import FRAMEWORKS
+from rapidllm.memory.state import FRAMEWORKS, state_bytes
 from rapidllm.prediction import predict
 from rapidllm.search.bounds import ShardWork, optimistic_record, shard_work, stage_profile
 from rapidllm.search.space import LAYOUT_COLUMNS, Layout, layouts
@@ -97,11 +97,19 @@ class _Shared:
         return optimistic_record(case, work, profile)
 
     def fits(self, lay: Layout) -> bool:
-        """The liveness memory model's verdict (the check `predict` makes first)."""
+        """The liveness memory model's verdict (the check `predict` makes first). For training, the
+        persistent state of the first and the last stage is checked first: a stage's peak is its weights,
+        gradients and optimizer state plus non-negative terms plus the framework's reserve, so when those
+        alone exceed the HBM the model's verdict is already known, without the schedule walk."""
         case = lay.case
         assert case is not None
         if not case.training:
             return memory_for_case(case).feasible
+        conv, hw = FRAMEWORKS[case.framework], case.hardware
+        for stage in {0, case.parallelism.pp - 1}:
+            st = state_bytes(case, stage, conv)
+            if st.weights + st.gradients + st.optimizer + hw.framework_memory > hw.hbm_capacity:
+                return False
         if lay.shard_key not in self.livenesses:
             self.livenesses[lay.shard_key] = training_liveness(case, FRAMEWORKS[case.framework])
         return memory_for_case(case, liveness=self.livenesses[lay.shard_key]).feasible
