@@ -186,3 +186,19 @@ def test_persistent_state_precheck_agrees_with_the_memory_model() -> None:
             assert verdict == memory_for_case(lay.case).feasible
             verdicts.add(verdict)
     assert verdicts == {True, False}
+
+
+def test_shard_work_sums_the_priced_table() -> None:
+    """The bound's per-section compute is the engine's priced table summed (training and inference)."""
+    from rapidllm.ops.price import price_case
+
+    for spec in (MOE, INFERENCE):
+        loaded = load_search(spec)
+        lay = next(x for x in layouts(loaded, loaded.candidates[0], loaded.gpus[-1]) if x.case is not None)
+        ops = price_case(lay.case)
+        ops = ops.assign(t=ops.time_s * ops["count"])
+        work = shard_work(lay.case)
+        fwd = ops[ops.phase == "fwd"].groupby("section").t.sum()
+        bwd = ops[ops.phase.isin(["bwd", "recompute"])].groupby("section").t.sum()
+        assert work.fwd == pytest.approx(fwd.to_dict(), rel=1e-12)
+        assert work.bwd == pytest.approx(bwd.to_dict(), rel=1e-12)

@@ -21,7 +21,7 @@ import numpy as np
 
 from rapidllm.engine.metrics import model_flops_per_step, utilization
 from rapidllm.graph.schedules import interleaving
-from rapidllm.ops.price import price_case
+from rapidllm.ops.price import case_sections, operator_times
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
 
 SLACK = 1.0 - 1e-9
@@ -37,16 +37,18 @@ class ShardWork:
 
 
 def shard_work(case: Case) -> ShardWork:
-    """Sum the priced table's `time_s x count` per section: forward, and recompute + backward."""
-    ops = price_case(case)
-    timed = ops.time_s.to_numpy() * ops["count"].to_numpy()
+    """Sum `time per launch x launches` of the case's operators per section: forward, and recompute +
+    backward. The same operators and times as `price_case`'s table (`case_sections`, `operator_times`),
+    without building the table: a search bounds hundreds of shards and simulates few of them."""
+    pairs = case_sections(case)
+    times = operator_times(case, [o for _, o in pairs])
     fwd: dict[str, float] = defaultdict(float)
     bwd: dict[str, float] = defaultdict(float)
-    for section, phase, t in zip(ops.section.tolist(), ops.phase.tolist(), timed.tolist()):
-        if phase == "fwd":
-            fwd[section] += t
-        elif phase in ("bwd", "recompute"):
-            bwd[section] += t
+    for (section, op), t in zip(pairs, times.tolist()):
+        if op.phase == "fwd":
+            fwd[section] += t * op.count
+        elif op.phase in ("bwd", "recompute"):
+            bwd[section] += t * op.count
     return ShardWork(dict(fwd), dict(bwd))
 
 
