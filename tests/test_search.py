@@ -127,6 +127,7 @@ def test_package_is_callable_whatever_was_imported_first() -> None:
     ({"space": {"recompute": ["sometimes"]}}, "space.recompute.0"),
     ({"objective": "ttft_s"}, "objective"),
     ({"gpus": {"min": 8, "max": 4}}, "gpus"),
+    ({"objective": {"column": "speed", "direction": "max"}}, "objective.column"),
 ])
 def test_bad_spec_is_one_line(change: dict, key: str) -> None:
     with pytest.raises(SpecError) as err:
@@ -202,3 +203,21 @@ def test_shard_work_sums_the_priced_table() -> None:
         bwd = ops[ops.phase.isin(["bwd", "recompute"])].groupby("section").t.sum()
         assert work.fwd == pytest.approx(fwd.to_dict(), rel=1e-12)
         assert work.bwd == pytest.approx(bwd.to_dict(), rel=1e-12)
+
+
+def test_ctrl_c_during_a_search_leaves_no_files(tmp_path) -> None:
+    import signal
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({**DENSE, "space": {}, "gpus": {"min": 8, "max": 64}}))
+    proc = subprocess.Popen([sys.executable, "-m", "rapidllm.cli", "search", str(spec), "--out", str(tmp_path / "o")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = ""
+    while "enumerate and bound" not in seen:        # the progress bar: the search is running
+        chunk = proc.stderr.read(1)
+        assert chunk, "search ended before it could be interrupted"
+        seen += chunk
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and "no output files written" in err
+    assert not (tmp_path / "o").exists() or list((tmp_path / "o").iterdir()) == []

@@ -87,9 +87,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     from rapidllm.search.run import check_not_empty
 
     spec = load_search(args.spec)
-    df = search(spec, progress=not (args.quiet or args.json), top=args.top)
-    check_not_empty(df, spec)
-    written = write_search(df, spec, args.out or f"results/search/{spec.name}")
+    try:
+        df = search(spec, progress=not (args.quiet or args.json), top=args.top)
+        check_not_empty(df, spec)
+        written = write_search(df, spec, args.out or f"results/search/{spec.name}")
+    except KeyboardInterrupt:
+        print("search interrupted: no output files written", file=sys.stderr)
+        return 130
     if args.json:
         print(json.dumps(summary(df), indent=2))
         return 0

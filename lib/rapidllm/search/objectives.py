@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from rapidllm.spec.case import Case, TrainingWorkload
@@ -53,6 +53,14 @@ def time_to_train(tokens: float) -> Derive:
     return derive
 
 
+def record_columns() -> set[str]:
+    """The numeric columns of a prediction record (`Prediction.to_dict`) an objective may rank by."""
+    from rapidllm.prediction import MemoryBreakdown, Prediction   # heavy (pandas, numba): only when asked
+
+    numeric = {f.name for f in fields(Prediction) if f.name not in ("case_id", "mode", "status", "reason", "memory")}
+    return numeric | {f"{f.name}_bytes" for f in fields(MemoryBreakdown) if f.name != "peak"} | {"peak_memory_bytes"}
+
+
 def objective_from_spec(value: Any, mode: str, train_tokens: float | None, source: str) -> Objective:
     """The spec's `objective` (default: step time for training, throughput per GPU for inference)."""
     if value is None:
@@ -69,4 +77,7 @@ def objective_from_spec(value: Any, mode: str, train_tokens: float | None, sourc
             return Objective(value, "max", per_gpu("tokens_per_s"))
         return Objective(value, "max" if value == "mfu" else "min", column(value))
     name = value["column"]
+    if name not in record_columns():
+        raise SpecError.at(source, "objective.column", f"unknown column {name!r}; allowed: "
+                           f"{', '.join(sorted(record_columns()))}")
     return Objective(name, value["direction"], column(name), monotone=(name, value["direction"]) in BOUNDED[mode])

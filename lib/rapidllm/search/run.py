@@ -123,8 +123,8 @@ def _passes(row: dict, limits: dict[str, tuple[float, float]]) -> bool:
     return True
 
 
-def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Counts, shared: _Shared
-             ) -> tuple[list[_Entry], list[tuple[int, int]]]:
+def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Counts, shared: _Shared,
+             bar: Any) -> tuple[list[_Entry], list[tuple[int, int]]]:
     """Enumerate, drop invalid and filtered layouts (and, by their bound, those that cannot meet a latency
     limit), and attach each remaining layout's objective bound: the entries and the (candidate, GPU count)
     groups."""
@@ -141,6 +141,8 @@ def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Coun
                 if order % shard[1] != shard[0]:
                     continue
                 counts.layouts += 1
+                if counts.layouts % 1000 == 0:
+                    bar.update(1000)
                 if lay.case is None:
                     counts.removed["invalid"] += 1
                     counts.invalid_by_rule[lay.reason.split(":")[0]] += 1
@@ -177,12 +179,14 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
     result_filters = {c: v for c, v in spec.filters.items() if c not in LAYOUT_COLUMNS and c != "gpus"}
     limits = {**result_filters, **{c: (-math.inf, hi) for c, hi in spec.slo.items()}}
     shared = _Shared()
-    entries, groups = _bounded(spec, prune, shard, counts, shared)
+    from tqdm import tqdm
+    with tqdm(desc=f"{spec.name}: enumerate and bound", unit="layout", disable=not progress) as bar:
+        entries, groups = _bounded(spec, prune, shard, counts, shared, bar)
     if prune:
         entries.sort()
     tops = [_Top(k) for _ in groups]
-    from tqdm import tqdm
-    for e in tqdm(entries, desc=spec.name, unit="layout", disable=not progress, mininterval=0.5):
+    for e in tqdm(entries, desc=f"{spec.name}: simulate or prune", unit="layout", disable=not progress,
+                  mininterval=0.5):
         best = tops[e.group]
         if prune and e.bound_key > best.kth():
             counts.removed["dominated"] += 1
