@@ -221,3 +221,13 @@ def test_ctrl_c_during_a_search_leaves_no_files(tmp_path) -> None:
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130 and "no output files written" in err
     assert not (tmp_path / "o").exists() or list((tmp_path / "o").iterdir()) == []
+
+
+def test_time_to_train_ranks_as_step_time() -> None:
+    """time_to_train_s = ceil(tokens / tokens per step) x step time: the same order as the step time."""
+    tokens = 1e9
+    df = search({**DENSE, "objective": "time_to_train_s", "train_tokens": tokens})
+    base = search(DENSE)
+    steps = -(-tokens // (16 * 2048))
+    assert list(df.layout_index) == list(base.layout_index)
+    assert (df.time_to_train_s == steps * df.step_time_s).all()

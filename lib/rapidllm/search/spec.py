@@ -8,7 +8,7 @@ specs a case file would.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +45,6 @@ class SearchSpec:
     slo: dict[str, float]                      # record column -> upper limit (seconds)
     filters: dict[str, tuple[float, float]]    # column -> (min, max)
     top: int
-    mapping: dict = field(repr=False, default_factory=dict)
-
-    @property
-    def training(self) -> bool:
-        return self.candidates[0].base.training
 
 
 def gpu_counts(value: Any, max_gpus: int | None, source: str) -> tuple[int, ...]:
@@ -136,4 +131,4 @@ def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpe
                       source=source, candidates=_candidates(m, source),
                       gpus=gpu_counts(m["gpus"], constraints.get("max_gpus"), source), space=space,
                       tp_across_nodes=across, objective=objective, slo=slo, filters=filters,
-                      top=int(m.get("top", 10)), mapping=m)
+                      top=int(m.get("top", 10)))
