@@ -128,6 +128,7 @@ def test_package_is_callable_whatever_was_imported_first() -> None:
     ({"objective": "ttft_s"}, "objective"),
     ({"gpus": {"min": 8, "max": 4}}, "gpus"),
     ({"objective": {"column": "speed", "direction": "max"}}, "objective.column"),
+    ({"constraints": {"filters": {"tpp": {"max": 4}}}}, "constraints.filters.tpp"),
 ])
 def test_bad_spec_is_one_line(change: dict, key: str) -> None:
     with pytest.raises(SpecError) as err:
@@ -231,3 +232,12 @@ def test_time_to_train_ranks_as_step_time() -> None:
     steps = -(-tokens // (16 * 2048))
     assert list(df.layout_index) == list(base.layout_index)
     assert (df.time_to_train_s == steps * df.step_time_s).all()
+
+
+def test_filters_and_max_gpus() -> None:
+    limit = 40e9
+    spec = {**DENSE, "constraints": {"max_gpus": 4, "filters": {"tp": {"max": 1}, "peak_memory_bytes": {"max": limit}}}}
+    df = search(spec)
+    assert set(df.gpus) == {4} and (df.tp == 1).all() and (df.peak_memory_bytes <= limit).all()
+    assert df.attrs["counts"]["filtered"] > 0
+    pd.testing.assert_frame_equal(df, search(spec, prune=False))

@@ -18,12 +18,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from rapidllm.search.spec import Candidate, SearchSpec
+from rapidllm.search.spec import LAYOUT_AXES, Candidate, SearchSpec
 from rapidllm.spec.case import Case, InferenceWorkload, Parallelism, TrainingWorkload, with_layout
 from rapidllm.spec.errors import SpecError
 
-LAYOUT_COLUMNS = ("dp", "tp", "pp", "cp", "ep", "etp", "sp", "schedule", "virtual_stages", "micro_batch", "batch",
-                  "recompute", "recompute_modules", "zero", "fsdp", "attention_impl")
+LAYOUT_COLUMNS = LAYOUT_AXES
 MIN_CP_TOKENS = 1024
 MAX_VIRTUAL_STAGES = 8
 DEFAULT_MODULES = ("core_attn",)

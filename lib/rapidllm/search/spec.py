@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rapidllm.search.objectives import Objective, objective_from_spec
+from rapidllm.search.objectives import Objective, objective_from_spec, record_columns
 from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
@@ -22,6 +22,9 @@ from rapidllm.spec.schema import load_yaml, validate
 from rapidllm.units import parse_quantity
 
 NAMED = ("model", "hardware", "network")
+# the layout columns a filter may name before evaluation (search/space.py writes them)
+LAYOUT_AXES = ("dp", "tp", "pp", "cp", "ep", "etp", "sp", "schedule", "virtual_stages", "micro_batch", "batch",
+               "recompute", "recompute_modules", "zero", "fsdp", "attention_impl")
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,11 @@ def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpe
         raise SpecError.at(source, "slo", "latency limits apply to inference workloads only")
     filters = {k: (float(v.get("min", -math.inf)), float(v.get("max", math.inf)))
                for k, v in constraints.get("filters", {}).items()}
+    allowed = {"gpus", *LAYOUT_AXES, *record_columns()}
+    unknown = sorted(set(filters) - allowed)
+    if unknown:
+        raise SpecError.at(source, f"constraints.filters.{unknown[0]}",
+                           f"unknown column; allowed: {', '.join(sorted(allowed))}")
     space = dict(m.get("space", {}))
     across = bool(space.pop("tp_across_nodes", False))
     training_only = {"micro_batch", "recompute", "recompute_modules", "zero", "fsdp", "virtual_stages"}
