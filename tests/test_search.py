@@ -235,7 +235,7 @@ def test_time_to_train_ranks_as_step_time() -> None:
 
 
 def test_filters_and_max_gpus() -> None:
-    limit = 40e9
+    limit = 70e9
     spec = {**DENSE, "constraints": {"max_gpus": 4, "filters": {"tp": {"max": 1}, "peak_memory_bytes": {"max": limit}}}}
     df = search(spec)
     assert set(df.gpus) == {4} and (df.tp == 1).all() and (df.peak_memory_bytes <= limit).all()
