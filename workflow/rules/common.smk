@@ -58,3 +58,15 @@ def code(*packages):
     """Python sources of the named subpackages plus the spec layer every stage uses."""
     files = sorted(str(p) for pkg in ("spec", *packages) for p in (LIB / pkg).rglob("*.py"))
     return files + [str(LIB / "units.py")]
+
+
+# Best-layout searches (workflow/rules/search.smk): config/searches/{search}.yaml, run as SEARCH_SHARDS jobs.
+from rapidllm.search.spec import referenced_spec_files as search_spec_files
+
+SEARCHES = config.get("searches", [])
+SEARCH_SHARDS = int(config.get("search_shards", 4))
+
+
+def search_inputs(w):
+    path = f"config/searches/{w.search}.yaml"
+    return [path] + search_spec_files(path)

@@ -2,18 +2,10 @@
 # `searches`, run as `search_shards` jobs (each every n-th layout, pruned on its own; exact after the
 # merge, since each shard keeps the exact top k of its part of every group), then merged into the ranked
 # table, the counts and the Pareto figure of the report.
-from rapidllm.search.spec import referenced_spec_files as search_spec_files
-
-SEARCHES = config.get("searches", [])
-SEARCH_SHARDS = int(config.get("search_shards", 4))
 # Code inputs: what the scripts import, transitively (pipeline.search -> figures, search -> prediction ->
 # engine, graph, memory, network, ops -> spec, units), spelled out per rule as tests/test_rule_code_inputs.py
-# reads them; prediction.py is a module, not a package, so it is its own input.
-
-
-def search_inputs(w):
-    path = f"config/searches/{w.search}.yaml"
-    return [path] + search_spec_files(path)
+# reads them; prediction.py is a module, not a package, so it is its own input. SEARCHES, SEARCH_SHARDS and
+# search_inputs live in common.smk (Snakemake's lint keeps functions out of rule files).
 
 
 rule search_shard:
