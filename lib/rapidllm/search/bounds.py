@@ -4,10 +4,10 @@ Why they are bounds (docs/search.md, "Why pruning is safe"): the engine replays 
 compute nodes in one stream, so a template's span is at least the sum of its operators' times (time per
 launch x launches, the priced table's `time_s x count`); collectives, p2p sends, the optimizer step and
 waits only add. Training: every stage runs its m micro-batches' forwards and backwards one after another,
-so the step is at least m x (forward + backward compute) of the heaviest stage; without interleaving the
-first forward a stage runs needs that micro-batch's forwards on every earlier stage, and its last backward
-is followed by that micro-batch's backwards on the earlier stages, which adds their compute (the pipeline
-fill and drain). Inference: TTFT is at least the prefill's compute through all layers, ITL the mean of
+so the step is at least m x (forward + backward compute) of a stage; the first task a stage runs needs that
+micro-batch's forwards on every earlier model chunk (at least one chunk on each earlier stage), and its
+last task is followed by that micro-batch's backwards through them, which adds their compute (the
+pipeline fill and drain). Inference: TTFT is at least the prefill's compute through all layers, ITL the mean of
 the first and last decode step's compute. A factor (1 - 1e-9) absorbs the different order of the float
 additions. Bounds exist for training and for static-batching inference; other cases get none.
 """
@@ -74,26 +74,32 @@ def stage_compute(case: Case, work: ShardWork) -> tuple[np.ndarray, np.ndarray]:
     return f, b
 
 
-def stage_profile(case: Case, work: ShardWork) -> tuple[np.ndarray, np.ndarray]:
-    """([pp] forward + backward compute per micro-batch of each stage, [pp] the same summed over the
-    stages before it): all a training bound needs besides m. Depends on the shard and the pipeline split
-    only, so a search computes it once per (shard, pp, virtual stages)."""
+def stage_profile(case: Case, work: ShardWork) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """([pp] forward + backward compute per micro-batch of each stage; [pp] the same summed over the stages
+    before it; [pp] the smallest chunk's forward plus the smallest chunk's backward, summed over the stages
+    before it): all a training bound needs besides m and the chunks in use. Depends on the shard and the
+    pipeline split only, so a search computes it once per (shard, pp, virtual stages)."""
     f, b = stage_compute(case, work)
     per_stage = (f + b).sum(axis=1)
-    return per_stage, np.concatenate(([0.0], np.cumsum(per_stage)[:-1]))
+    smallest = f.min(axis=1) + b.min(axis=1)
+    before = lambda x: np.concatenate(([0.0], np.cumsum(x)[:-1]))      # noqa: E731
+    return per_stage, before(per_stage), before(smallest)
 
 
 def training_step_bound(case: Case, work: ShardWork,
-                        profile: tuple[np.ndarray, np.ndarray] | None = None) -> float:
-    """A lower bound on the training step time (seconds)."""
+                        profile: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> float:
+    """A lower bound on the training step time (seconds): for every stage, its m micro-batches' compute in
+    series, plus the fill and drain in front of and behind it. Whichever task a stage runs first, the same
+    micro-batch's forward has passed every earlier model chunk, at least one chunk on each earlier stage;
+    whichever it runs last, that micro-batch's backward still passes them. Without interleaving (or when
+    the engine merges a stage's chunks) that is the earlier stages' whole per-micro-batch compute, with it
+    their smallest chunk's."""
     p, w = case.parallelism, case.workload
     assert isinstance(w, TrainingWorkload)
     m = max(w.microbatches(p.dp), 1)
-    per_stage, earlier = profile if profile is not None else stage_profile(case, work)
-    bound = float(m * per_stage.max())
-    if interleaving(p.schedule, p.pp, p.virtual_stages, m) == 1 and p.pp > 1:
-        bound = max(bound, float((earlier + m * per_stage).max()))      # fill and drain
-    return bound * SLACK
+    per_stage, earlier_all, earlier_chunk = profile if profile is not None else stage_profile(case, work)
+    earlier = earlier_all if interleaving(p.schedule, p.pp, p.virtual_stages, m) == 1 else earlier_chunk
+    return float((earlier + m * per_stage).max()) * SLACK
 
 
 def forward_compute(case: Case, work: ShardWork, prefix: str) -> float:
@@ -103,7 +109,7 @@ def forward_compute(case: Case, work: ShardWork, prefix: str) -> float:
 
 
 def optimistic_record(case: Case, work: ShardWork,
-                      profile: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any] | None:
+                      profile: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> dict[str, Any] | None:
     """The record's time and rate columns at their bounds (times low, rates high), or None where no bound
     is derived (in-flight batching)."""
     w = case.workload
