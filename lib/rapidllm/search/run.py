@@ -9,7 +9,8 @@ group, exactly those an exhaustive search finds, with far fewer full simulations
 3. Visit the layouts best bound first. A layout whose bound is worse than its group's current k-th best
    objective cannot enter the group's top k (a bound is never better than the true value): it is counted as
    dominated and skipped. Every other layout goes through `rapidllm.prediction.predict` (the liveness memory
-   model first: out of memory ends it there, then the congestion-aware simulation).
+   model first: out of memory ends it there, then the congestion-aware simulation), unless its first or
+   last stage alone already exceeds the HBM.
 Ties rank by enumeration order, so pruned and exhaustive searches return the same rows in the same order.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from rapidllm.memory.model import memory_for_case, training_liveness
-from rapidllm.memory.state import FRAMEWORKS, state_bytes
+from rapidllm.memory.state import FRAMEWORKS
 from rapidllm.prediction import predict
 from rapidllm.search.bounds import ShardWork, optimistic_record, shard_work, stage_profile
 from rapidllm.search.space import LAYOUT_COLUMNS, Layout, layouts
@@ -76,7 +77,7 @@ class _Top:
 
 class _Shared:
     """Work shared between the layouts of one layer shard: its priced compute (bounds), its per-stage
-    profile per (pp, virtual stages), and its activation liveness (memory)."""
+    profile per (pp, virtual stages), and its activation liveness (the memory precheck)."""
 
     def __init__(self) -> None:
         self.works: dict[tuple, ShardWork] = {}
@@ -96,23 +97,20 @@ class _Shared:
             profile = self.profiles[pkey]
         return optimistic_record(case, work, profile)
 
-    def fits(self, lay: Layout) -> bool:
-        """The liveness memory model's verdict (the check `predict` makes first). For training, the
-        persistent state of the first and the last stage is checked first: a stage's peak is its weights,
-        gradients and optimizer state plus non-negative terms plus the framework's reserve, so when those
-        alone exceed the HBM the model's verdict is already known, without the schedule walk."""
+    def may_fit(self, lay: Layout) -> bool:
+        """False when the first or the last pipeline stage alone already exceeds the HBM under the liveness
+        memory model (so the worst stage does too: `predict` would call the case infeasible), with the
+        per-layer liveness shared by the layouts of one shard. True leaves the verdict to `predict`, which
+        checks every stage. Embedding, LM head and the most in-flight micro-batches sit on those two."""
         case = lay.case
         assert case is not None
         if not case.training:
-            return memory_for_case(case).feasible
-        conv, hw = FRAMEWORKS[case.framework], case.hardware
-        for stage in {0, case.parallelism.pp - 1}:
-            st = state_bytes(case, stage, conv)
-            if st.weights + st.gradients + st.optimizer + hw.framework_memory > hw.hbm_capacity:
-                return False
+            return True
         if lay.shard_key not in self.livenesses:
             self.livenesses[lay.shard_key] = training_liveness(case, FRAMEWORKS[case.framework])
-        return memory_for_case(case, liveness=self.livenesses[lay.shard_key]).feasible
+        liveness = self.livenesses[lay.shard_key]
+        return all(memory_for_case(case, stage=s, liveness=liveness).feasible
+                   for s in sorted({0, case.parallelism.pp - 1}))
 
 
 def _passes(row: dict, limits: dict[str, tuple[float, float]]) -> bool:
@@ -191,10 +189,10 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
         if prune and e.bound_key > best.kth():
             counts.removed["dominated"] += 1
             continue
-        if not shared.fits(e.layout):
+        rec = predict(e.layout.case, engine).to_dict() if shared.may_fit(e.layout) else None
+        if rec is None or rec["status"] != "ok":          # predict checks memory first
             counts.removed["out_of_memory"] += 1
             continue
-        rec = predict(e.layout.case, engine).to_dict()
         counts.evaluated += 1
         if not _passes(rec, limits):
             counts.removed["slo" if any(rec.get(c) is not None and rec[c] > hi for c, hi in spec.slo.items())
