@@ -49,15 +49,10 @@ def test_pruned_search_equals_exhaustive(spec: dict) -> None:
     for c in (c_p, c_e):   # every layout is counted once: removed for one reason, or ranked
         assert c["layouts"] == c["ranked"] + sum(c[r] for r in ("invalid", "filtered", "slo", "dominated",
                                                                   "out_of_memory"))
-    assert c_p["evaluated"] <= c_e["evaluated"] and c_p["ranked"] <= c_e["ranked"]
+    assert c_p["evaluated"] <= c_e["evaluated"] and c_p["dominated"] > 0    # pruning skipped layouts
     # ranks are 1..n best first, each GPU count has its own group ranks, and its best row is first there
     assert list(pruned["rank"]) == list(range(1, len(pruned) + 1))
     assert (pruned.groupby("gpus").group_rank.min() == 1).all()
-
-
-def test_pruning_skips_simulations() -> None:
-    counts = search(DENSE).attrs["counts"]
-    assert counts["dominated"] > 0 and counts["evaluated"] < search(DENSE, prune=False).attrs["counts"]["evaluated"]
 
 
 @pytest.mark.parametrize("spec", [DENSE, MOE, INFERENCE], ids=lambda s: s["name"])
