@@ -97,10 +97,12 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary(df), indent=2))
         return 0
-    cols = ["rank", "candidate", "gpus", "dp", "tp", "pp", "cp", "ep", "micro_batch", "recompute", "zero",
-            "schedule", "virtual_stages", spec.objective.name, "compute_time_s", "exposed_comm_s", "bubble_s",
-            "peak_memory_bytes"]
-    print(df[[c for c in dict.fromkeys(cols) if c in df]].head(args.top or spec.top).to_string(index=False))
+    training = spec.candidates[0].base.training
+    cols = ["rank", "candidate", "gpus", "dp", "tp", "pp", "cp", "ep"] + (
+        ["micro_batch", "recompute", "zero", "schedule", "virtual_stages"] if training else ["batch"]) + [
+        spec.objective.name, "compute_time_s", "exposed_comm_s"] + (
+        ["bubble_s"] if training else ["ttft_s", "itl_s"]) + ["peak_memory_bytes"]
+    print(df[list(dict.fromkeys(cols))].head(args.top or spec.top).to_string(index=False))
     print(", ".join(f"{k.replace('_', ' ')} {v}" for k, v in df.attrs["counts"].items() if k != "invalid_by_rule"))
     print(f"-> {', '.join(str(p) for p in written)}")
     return 0
