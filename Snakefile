@@ -17,12 +17,14 @@ include: "workflow/rules/ns3.smk"
 include: "workflow/rules/components.smk"
 include: "workflow/rules/optimus.smk"
 include: "workflow/rules/explore.smk"
+include: "workflow/rules/search.smk"
 
 
 wildcard_constraints:
     shard=r"\d+",
     exp="|".join(re.escape(name) for name in STUDIES),
     suite="|".join(re.escape(name) for name in config["suites"]),
+    search="|".join(re.escape(name) for name in SEARCHES) or "(?!)",
 
 
 rule all:
@@ -37,4 +39,5 @@ rule all:
         "results/validation/deepseek_checks.csv",
         expand("results/figures/optimus_{study}.png", study=OPTIMUS_FIGURES),
         expand("results/figures/timeline_{case}.png", case=TIMELINE_CASES),
+        expand("results/search/{search}/ranked.csv", search=SEARCHES),
     default_target: True

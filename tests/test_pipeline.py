@@ -19,6 +19,10 @@ TINY = {
     "cross": {"parallelism.tp": [1, 2, 3, 4]},
     "shard_size": 2,
 }
+# a best-layout search small enough for the test: Llama-2-7B inference on 1 or 2 H100s
+TINY_SEARCH = {"name": "tiny-search", "model": "llama2-7b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
+               "workload": {"mode": "inference", "prompt_tokens": 128, "output_tokens": 16}, "gpus": [1, 2],
+               "space": {"attention_impl": ["flash"]}, "objective": "e2e_latency_s", "top": 2}
 
 
 def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
@@ -35,7 +39,9 @@ def workdir(tmp_path_factory) -> Path:
         src = ROOT / item
         (shutil.copytree if src.is_dir() else shutil.copy)(src, work / item)
     (work / "config" / "experiments" / "tiny.yaml").write_text(yaml.safe_dump(TINY))
-    (work / "small.yaml").write_text(yaml.safe_dump({"experiments": ["tiny"], "suites": ["megatron_gpt_a100"]}))
+    (work / "config" / "searches" / "tiny-search.yaml").write_text(yaml.safe_dump(TINY_SEARCH))
+    (work / "small.yaml").write_text(yaml.safe_dump({"experiments": ["tiny"], "suites": ["megatron_gpt_a100"],
+                                                     "searches": ["tiny-search"], "search_shards": 2}))
     run = _snakemake(work)
     assert run.returncode == 0, run.stderr[-3000:]
     return work
@@ -51,6 +57,9 @@ def test_outputs_written(workdir: Path) -> None:
     assert set(errors.query("scope == 'overall'").split) == {"calibration", "held_out", "all"}
     assert (workdir / "results" / "figures" / "megatron_gpt_a100.png").stat().st_size > 10_000
     assert len(list((workdir / "results" / "tiny" / "sim").glob("*.parquet"))) == 2
+    ranked = pd.read_csv(workdir / "results" / "search" / "tiny-search" / "ranked.csv")
+    assert list(ranked["rank"]) == list(range(1, len(ranked) + 1)) and ranked.e2e_latency_s.is_monotonic_increasing
+    assert (workdir / "results" / "search" / "tiny-search" / "pareto.png").stat().st_size > 10_000
 
 
 def test_nothing_to_do_after_a_run(workdir: Path) -> None:
@@ -72,7 +81,8 @@ def test_hardware_change_reruns_only_its_studies(workdir: Path) -> None:
     jobs = set(re.findall(r"^rule (\w+):", out, flags=re.M))
     # they price H100 rows (validate_collectives: the H100 nccl-tests table at the H100's network constant)
     h100_components = {"validate_gemm", "validate_memory", "validate_collectives", "figure_component"}
-    assert jobs == {"expand", "price", "memory", "trace", "simulate", "collect", "all"} | h100_components
+    searches = {"search_shard", "search_merge"}                       # the H100 search reruns too
+    assert jobs == {"expand", "price", "memory", "trace", "simulate", "collect", "all"} | h100_components | searches
 
 
 # Measured wall times are the only outputs that legitimately differ between runs (ns-3 vs our simulator).

@@ -8,6 +8,7 @@ becomes a prediction, so a number from a notebook equals the CLI's and the pipel
     p = rapidllm.predict(case)                 # typed Prediction: step time, breakdown, memory by component
     df = rapidllm.predict_many([case, ...])    # one row per case (pandas DataFrame)
     df = rapidllm.sweep("config/experiments/llama70b-layouts.yaml")
+    df = rapidllm.search("examples/search-llama70b.yaml")   # best layouts, ranked (docs/search.md)
 
 Names are imported on first use (PEP 562), so `rapidllm.cli` starts without loading pandas or numba.
 """
@@ -22,6 +23,7 @@ _HOMES = {
     "Prediction": "rapidllm.prediction", "MemoryBreakdown": "rapidllm.prediction",
     "Case": "rapidllm.spec.case", "load_case": "rapidllm.spec.case", "resolve_case": "rapidllm.spec.case",
     "SpecError": "rapidllm.spec.errors",
+    "search": "rapidllm.search",
 }
 
 __all__ = sorted(_HOMES)

@@ -74,3 +74,15 @@ def timeline_specs(w):
     kinds = {"model": "models", "hardware": "hardware", "network": "networks"}
     named = [f"config/{folder}/{case[k]}.yaml" for k, folder in kinds.items() if isinstance(case[k], str)]
     return [f"examples/{w.case}.yaml"] + named
+
+
+# Best-layout searches (workflow/rules/search.smk): config/searches/{search}.yaml, run as SEARCH_SHARDS jobs.
+from rapidllm.search.spec import referenced_spec_files as search_spec_files
+
+SEARCHES = config.get("searches", [])
+SEARCH_SHARDS = int(config.get("search_shards", 4))
+
+
+def search_inputs(w):
+    path = f"config/searches/{w.search}.yaml"
+    return [path] + search_spec_files(path)

@@ -1,4 +1,4 @@
-"""Command line: predict, sweep, validate, gemm, collective, calibrate, explore.
+"""Command line: predict, sweep, search, validate, gemm, collective, calibrate, explore.
 
 One module per command, each with `add_parser(subparsers)` registering its flags and `run(args)`. Bad input
 (spec files, flags, unreadable or unwritable paths) is a SpecError everywhere: `main` prints its lines (file:
@@ -11,11 +11,11 @@ import argparse
 import sys
 from typing import NoReturn
 
-from rapidllm.cli import calibrate, collective, explore, gemm, predict, sweep, validate
+from rapidllm.cli import calibrate, collective, explore, gemm, predict, search, sweep, validate
 from rapidllm.cli.predict import JSON_KEYS
 from rapidllm.spec.errors import SpecError
 
-COMMANDS = (predict, sweep, validate, gemm, collective, calibrate, explore)
+COMMANDS = (predict, sweep, search, validate, gemm, collective, calibrate, explore)
 
 __all__ = ["JSON_KEYS", "build_parser", "main"]
 

@@ -158,13 +158,15 @@ def _inference_stage(case: Case, stage: int, conv: Conventions) -> MemoryResult:
                         hw.hbm_capacity, stage=stage)
 
 
-def memory_for_case(case: Case, conventions: Conventions | None = None, stage: int | None = None) -> MemoryResult:
+def memory_for_case(case: Case, conventions: Conventions | None = None, stage: int | None = None,
+                    liveness: tuple[LayerLiveness, LayerLiveness] | None = None) -> MemoryResult:
     """Per-rank memory of `stage` (default: the pipeline stage with the highest peak), under the case's
-    framework conventions unless others are given."""
+    framework conventions unless others are given. `liveness`: `training_liveness(case, conventions)` when
+    the caller has it already (it depends on the layer shard only, so a search shares it across layouts)."""
     conventions = conventions or framework_conventions(case)
     stages = range(case.parallelism.pp) if stage is None else [stage]
     if case.training:
-        layer, head = training_liveness(case, conventions)
+        layer, head = liveness or training_liveness(case, conventions)
         results = [_training_stage(case, s, conventions, layer, head) for s in stages]
     else:
         results = [_inference_stage(case, s, conventions) for s in stages]

@@ -330,6 +330,32 @@ def resolve_case(mapping: Any, source: str) -> Case:
                 name=mapping.get("name", ""))
 
 
+def with_layout(base: Case, network: NetworkSpec, par: Parallelism, workload: TrainingWorkload | InferenceWorkload,
+                attention_impl: str, source: str) -> Case:
+    """`base` with another layout, workload and attention kernel, checked as `resolve_case` checks a case
+    (`network` is the unsized fabric, sized here for the layout's world). A search builds thousands of
+    layouts of one base case this way without re-validating the same model, hardware and network mappings;
+    the result equals `resolve_case` of the equivalent mapping (tests/test_search.py compares case ids)."""
+    _check_layout(base.model, par, workload, source)
+    return dataclasses.replace(base, parallelism=par, workload=workload, attention_impl=attention_impl,
+                               network=_sized(network, par.world, source))
+
+
+def _sized(network: NetworkSpec, world: int, source: str) -> NetworkSpec:
+    """The fabric sized for `world` ranks, shared through `Caches.sized_networks` with its plain form
+    registered for `case_id`: a search sizes one fabric for a few world sizes thousands of times, and hashing
+    an unshared sized fabric's plain form walked it every time."""
+    caches = current()
+    key = (network, world)
+    sized = caches.sized_networks.get(key)
+    if sized is None:
+        sized = caches.sized_networks.put(key, network.sized_for(world, source))
+    shared = caches.plain_specs.get((NetworkSpec, sized.name))
+    if shared is None or shared[0] is not sized:
+        caches.plain_specs.put((NetworkSpec, sized.name), (sized, _plain(sized)))
+    return sized
+
+
 def load_case(path: str | Path) -> Case:
     """Read and resolve a case YAML file."""
     source = display(path)

@@ -1,0 +1,83 @@
+"""What a search ranks by: a record column and a direction, plus how to compute it from a prediction record.
+
+An objective is pluggable (cost, issue 18: a $-per-token column): `Objective(name, direction, derive)`.
+`derive(record, case)` turns an `evaluate` record into the objective's value. Pruning applies `derive` to an
+optimistic record (every time replaced by its lower bound), so it is safe only when the objective gets no
+better as any time grows: set `monotone=False` for an objective that is not, and the search evaluates every
+layout that fits in memory (bounds then prune nothing).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from rapidllm.spec.case import Case, TrainingWorkload
+from rapidllm.spec.errors import SpecError
+
+Derive = Callable[[Mapping[str, Any], Case], float]
+
+# (column, direction) pairs a bound exists for (search/bounds.py), by mode: times to minimize, rates to maximize
+BOUNDED = {"training": {("step_time_s", "min"), ("tokens_per_s", "max"), ("mfu", "max")},
+           "inference": {("ttft_s", "min"), ("itl_s", "min"), ("e2e_latency_s", "min"), ("tokens_per_s", "max")}}
+
+
+@dataclass(frozen=True)
+class Objective:
+    name: str                   # the column the ranked table carries
+    direction: str              # "min" or "max"
+    derive: Derive
+    monotone: bool = True       # no better when any time grows: bounds may prune
+
+    def key(self, value: float) -> float:
+        """Sort key, smaller is better; NaN (no value) sorts last."""
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return math.inf
+        return value if self.direction == "min" else -value
+
+
+def column(name: str) -> Derive:
+    return lambda rec, case: float(rec[name])
+
+
+def per_gpu(name: str) -> Derive:
+    return lambda rec, case: float(rec[name]) / case.parallelism.world
+
+
+def time_to_train(tokens: float) -> Derive:
+    def derive(rec: Mapping[str, Any], case: Case) -> float:
+        w = case.workload
+        assert isinstance(w, TrainingWorkload)
+        return math.ceil(tokens / (w.global_batch * w.seq_len)) * float(rec["step_time_s"])
+    return derive
+
+
+def record_columns() -> set[str]:
+    """The numeric columns of a prediction record (`Prediction.to_dict`) an objective may rank by."""
+    from rapidllm.prediction import MemoryBreakdown, Prediction   # heavy (pandas, numba): only when asked
+
+    numeric = {f.name for f in fields(Prediction) if f.name not in ("case_id", "mode", "status", "reason", "memory")}
+    return numeric | {f"{f.name}_bytes" for f in fields(MemoryBreakdown) if f.name != "peak"} | {"peak_memory_bytes"}
+
+
+def objective_from_spec(value: Any, mode: str, train_tokens: float | None, source: str) -> Objective:
+    """The spec's `objective` (default: step time for training, throughput per GPU for inference)."""
+    if value is None:
+        value = "step_time_s" if mode == "training" else "throughput_per_gpu"
+    training_names = {"step_time_s", "tokens_per_s_per_gpu", "time_to_train_s", "mfu"}
+    if isinstance(value, str):
+        if (value in training_names) != (mode == "training"):
+            raise SpecError.at(source, "objective", f"{value!r} does not apply to a {mode} workload")
+        if value == "time_to_train_s":
+            if not train_tokens:
+                raise SpecError.at(source, "train_tokens", "objective time_to_train_s needs train_tokens")
+            return Objective(value, "min", time_to_train(float(train_tokens)))
+        if value in ("tokens_per_s_per_gpu", "throughput_per_gpu"):
+            return Objective(value, "max", per_gpu("tokens_per_s"))
+        return Objective(value, "max" if value == "mfu" else "min", column(value))
+    name = value["column"]
+    if name not in record_columns():
+        raise SpecError.at(source, "objective.column", f"unknown column {name!r}; allowed: "
+                           f"{', '.join(sorted(record_columns()))}")
+    return Objective(name, value["direction"], column(name), monotone=(name, value["direction"]) in BOUNDED[mode])

@@ -1,0 +1,277 @@
+"""Branch and bound over a search's layouts: the best `top` feasible layouts of every (candidate, GPU count)
+group, exactly those an exhaustive search finds, with far fewer full simulations.
+
+1. Enumerate the layouts (search/space.py); invalid ones and those outside the user's axis filters are
+   counted and dropped.
+2. Bound each layout's objective from its priced operators (search/bounds.py; one pricing per distinct
+   layer shard, shared by every dp / pp / ZeRO / schedule variant). A layout whose bound already breaks a
+   latency limit is dropped.
+3. Visit the layouts best bound first. A layout whose bound is worse than its group's current k-th best
+   objective cannot enter the group's top k (a bound is never better than the true value): it is counted as
+   dominated and skipped. Every other layout goes through `rapidllm.prediction.predict` (the liveness memory
+   model first: out of memory ends it there, then the congestion-aware simulation), unless its first or
+   last stage alone already exceeds the HBM.
+Ties rank by enumeration order, so pruned and exhaustive searches return the same rows in the same order.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rapidllm.memory.model import memory_for_case, training_liveness
+from rapidllm.memory.state import FRAMEWORKS
+from rapidllm.prediction import predict
+from rapidllm.search.bounds import ShardWork, optimistic_record, shard_work, stage_profile
+from rapidllm.search.space import LAYOUT_COLUMNS, Layout, layouts
+from rapidllm.search.spec import SearchSpec, load_search
+from rapidllm.spec.errors import SpecError
+
+REASONS = ("invalid", "filtered", "slo", "dominated", "out_of_memory")
+
+
+@dataclass
+class Counts:
+    """How many layouts each step removed, and under which case rule the invalid ones fell."""
+    layouts: int = 0
+    evaluated: int = 0                          # fully simulated (feasible in memory)
+    ranked: int = 0                             # evaluated and within every limit and filter
+    removed: Counter = field(default_factory=Counter)
+    invalid_by_rule: Counter = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"layouts": self.layouts, "evaluated": self.evaluated, "ranked": self.ranked,
+                **{r: self.removed.get(r, 0) for r in REASONS},
+                "invalid_by_rule": dict(sorted(self.invalid_by_rule.items()))}
+
+
+@dataclass(order=True)
+class _Entry:
+    bound_key: float
+    order: int
+    group: int = field(compare=False)
+    layout: Layout = field(compare=False)
+
+
+class _Top:
+    """The best `k` rows of one group, kept sorted by (objective key, enumeration order)."""
+
+    def __init__(self, k: int) -> None:
+        self.k, self.keys, self.rows = k, [], []
+
+    def kth(self) -> float:
+        return self.keys[-1][0] if len(self.keys) == self.k else math.inf
+
+    def add(self, key: tuple[float, int], row: dict) -> None:
+        i = bisect.bisect(self.keys, key)
+        if i < self.k:
+            self.keys.insert(i, key)
+            self.rows.insert(i, row)
+            del self.keys[self.k:], self.rows[self.k:]
+
+
+class _Shared:
+    """Work shared between the layouts of one layer shard: its priced compute (bounds), its per-stage
+    profile per (pp, virtual stages), and its activation liveness (the memory precheck)."""
+
+    def __init__(self) -> None:
+        self.works: dict[tuple, ShardWork] = {}
+        self.profiles: dict[tuple, Any] = {}
+        self.livenesses: dict[tuple, Any] = {}
+
+    def optimistic(self, lay: Layout) -> dict[str, Any] | None:
+        case = lay.case
+        assert case is not None
+        if lay.shard_key not in self.works:
+            self.works[lay.shard_key] = shard_work(case)
+        work, profile = self.works[lay.shard_key], None
+        if case.training:
+            pkey = (lay.shard_key, case.parallelism.pp, case.parallelism.chunks_per_stage)
+            if pkey not in self.profiles:
+                self.profiles[pkey] = stage_profile(case, work)
+            profile = self.profiles[pkey]
+        return optimistic_record(case, work, profile)
+
+    def may_fit(self, lay: Layout) -> bool:
+        """False when the first or the last pipeline stage alone already exceeds the HBM under the liveness
+        memory model (so the worst stage does too: `predict` would call the case infeasible), with the
+        per-layer liveness shared by the layouts of one shard. True leaves the verdict to `predict`, which
+        checks every stage. Embedding, LM head and the most in-flight micro-batches sit on those two."""
+        case = lay.case
+        assert case is not None
+        if not case.training:
+            return True
+        if lay.shard_key not in self.livenesses:
+            self.livenesses[lay.shard_key] = training_liveness(case, FRAMEWORKS[case.framework])
+        liveness = self.livenesses[lay.shard_key]
+        return all(memory_for_case(case, stage=s, liveness=liveness).feasible
+                   for s in sorted({0, case.parallelism.pp - 1}))
+
+
+def _passes(row: dict, limits: dict[str, tuple[float, float]]) -> bool:
+    for col, (lo, hi) in limits.items():
+        v = row.get(col)
+        if v is None or not lo <= v <= hi:
+            return False
+    return True
+
+
+def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Counts, shared: _Shared,
+             bar: Any) -> tuple[list[_Entry], list[tuple[int, int]]]:
+    """Enumerate, drop invalid and filtered layouts (and, by their bound, those that cannot meet a latency
+    limit), and attach each remaining layout's objective bound: the entries and the (candidate, GPU count)
+    groups."""
+    obj = spec.objective
+    axis_filters = {c: v for c, v in spec.filters.items() if c in LAYOUT_COLUMNS or c == "gpus"}
+    entries: list[_Entry] = []
+    groups: list[tuple[int, int]] = []
+    order = -1
+    for ci, cand in enumerate(spec.candidates):
+        for gpus in spec.gpus:
+            groups.append((ci, gpus))
+            for lay in layouts(spec, cand, gpus):
+                order += 1
+                if order % shard[1] != shard[0]:
+                    continue
+                counts.layouts += 1
+                if counts.layouts % 1000 == 0:
+                    bar.update(1000)
+                if lay.case is None:
+                    counts.removed["invalid"] += 1
+                    counts.invalid_by_rule[lay.reason.split(":")[0]] += 1
+                    continue
+                if not _passes({**lay.columns, "gpus": gpus}, axis_filters):
+                    counts.removed["filtered"] += 1
+                    continue
+                bound_key = -math.inf
+                optimistic = shared.optimistic(lay) if prune and obj.monotone else None
+                if optimistic is not None:
+                    if any(optimistic.get(c, -math.inf) > hi for c, hi in spec.slo.items()):
+                        counts.removed["slo"] += 1
+                        continue
+                    bound_key = obj.key(obj.derive(optimistic, lay.case))
+                entries.append(_Entry(bound_key, order, len(groups) - 1, lay))
+    return entries, groups
+
+
+def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress: bool = False,
+           top: int | None = None, shard: tuple[int, int] = (0, 1), engine: str = "event") -> pd.DataFrame:
+    """The best layouts of a search spec (a path, a mapping or a loaded `SearchSpec`).
+
+    Returns the top `top` (default: the spec's `top`) feasible layouts of every (candidate, GPU count)
+    group, best first, with `rank` (overall), `group_rank`, `pareto` (best of its GPU count and better
+    than every smaller GPU count of its candidate), the layout, the objective column and the full
+    prediction record; `df.attrs["counts"]` says how many layouts were enumerated, evaluated and removed
+    by which reason. `prune=False` simulates every valid layout (the exhaustive reference); `shard=(i, n)`
+    searches every n-th layout from the i-th (merge shards with `merge`).
+    """
+    spec = spec if isinstance(spec, SearchSpec) else load_search(spec)
+    k = top or spec.top
+    obj = spec.objective
+    counts = Counts()
+    result_filters = {c: v for c, v in spec.filters.items() if c not in LAYOUT_COLUMNS and c != "gpus"}
+    limits = {**result_filters, **{c: (-math.inf, hi) for c, hi in spec.slo.items()}}
+    shared = _Shared()
+    from tqdm import tqdm
+    with tqdm(desc=f"{spec.name}: enumerate and bound", unit="layout", disable=not progress) as bar:
+        entries, groups = _bounded(spec, prune, shard, counts, shared, bar)
+    if prune:
+        entries.sort()
+    tops = [_Top(k) for _ in groups]
+    for e in tqdm(entries, desc=f"{spec.name}: simulate or prune", unit="layout", disable=not progress,
+                  mininterval=0.5):
+        best = tops[e.group]
+        if prune and e.bound_key > best.kth():
+            counts.removed["dominated"] += 1
+            continue
+        rec = predict(e.layout.case, engine).to_dict() if shared.may_fit(e.layout) else None
+        if rec is None or rec["status"] != "ok":          # predict checks memory first
+            counts.removed["out_of_memory"] += 1
+            continue
+        counts.evaluated += 1
+        if not _passes(rec, limits):
+            counts.removed["slo" if any(rec.get(c) is not None and rec[c] > hi for c, hi in spec.slo.items())
+                           else "filtered"] += 1
+            continue
+        counts.ranked += 1
+        ci, gpus = groups[e.group]
+        value = obj.derive(rec, e.layout.case)
+        row = {"candidate": spec.candidates[ci].label, "gpus": gpus, **e.layout.columns,
+               obj.name: value, **{c: v for c, v in rec.items() if c != obj.name}, "layout_index": e.order}
+        best.add((obj.key(value), e.order), row)
+    return _table([t.rows for t in tops], spec, counts)
+
+
+def _table(rows_by_group: list[list[dict]], spec: SearchSpec, counts: Counts) -> pd.DataFrame:
+    rows = [dict(r, group_rank=i + 1) for g in rows_by_group for i, r in enumerate(g)]
+    df = pd.DataFrame(rows)
+    df.attrs["counts"] = counts.as_dict()
+    df.attrs["objective"] = {"column": spec.objective.name, "direction": spec.objective.direction}
+    return rank(df, spec.objective.name, spec.objective.direction)
+
+
+def rank(df: pd.DataFrame, column: str, direction: str) -> pd.DataFrame:
+    """Order rows best first (ties by enumeration order), number them, and mark the Pareto front across
+    GPU counts: a group's best row that beats every smaller GPU count's best of the same candidate."""
+    attrs = dict(df.attrs)
+    if df.empty:
+        return df
+    key = df[column] if direction == "min" else -df[column]
+    df = df.assign(_key=key).sort_values(["_key", "layout_index"], kind="stable").reset_index(drop=True)
+    df.insert(0, "rank", range(1, len(df) + 1))
+    pareto = pd.Series(False, index=df.index)
+    firsts = df[df.group_rank == 1].sort_values(["candidate", "gpus"], kind="stable")
+    for _, grp in firsts.groupby("candidate", sort=False):
+        best = math.inf
+        for idx, k in zip(grp.index, grp["_key"]):
+            if k < best:
+                pareto[idx], best = True, k
+    df["pareto"] = pareto
+    df = df.drop(columns=["_key"])
+    df.attrs.update(attrs)
+    return df
+
+
+def merge(frames: list[pd.DataFrame], spec: SearchSpec, top: int | None = None) -> pd.DataFrame:
+    """Join the results of shards of one search: each shard holds the exact top k of its part of every
+    group, so the top k of their union is the top k of the whole group. Counts add up."""
+    k = top or spec.top
+    counts = Counts()
+    for f in frames:
+        c = f.attrs["counts"]
+        counts.layouts += c["layouts"]
+        counts.evaluated += c["evaluated"]
+        counts.ranked += c["ranked"]
+        counts.removed.update({r: c[r] for r in REASONS})
+        counts.invalid_by_rule.update(c["invalid_by_rule"])
+    df = pd.concat([f for f in frames if not f.empty], ignore_index=True) if any(not f.empty for f in frames) \
+        else pd.DataFrame()
+    if df.empty:
+        return _table([], spec, counts)
+    sign = 1 if spec.objective.direction == "min" else -1
+    df = df.assign(_key=sign * df[spec.objective.name]).sort_values(["_key", "layout_index"], kind="stable")
+    df = df.drop(columns=["rank", "group_rank", "pareto", "_key"]).groupby(["candidate", "gpus"], sort=False).head(k)
+    rows = df.to_dict("records")
+    by_group: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by_group.setdefault((r["candidate"], r["gpus"]), []).append(r)
+    return _table(list(by_group.values()), spec, counts)
+
+
+def empty_space_message(spec: SearchSpec, counts: dict[str, Any]) -> str:
+    """One line saying that nothing is left and which step removed how much."""
+    parts = [f"{counts[r]} {r.replace('_', ' ')}" for r in REASONS if counts.get(r)]
+    rules = ", ".join(f"{k}: {v}" for k, v in counts.get("invalid_by_rule", {}).items())
+    return (f"{spec.source}: space: no feasible layout among {counts['layouts']} "
+            f"({', '.join(parts) or 'none enumerated'}{f'; invalid by rule: {rules}' if rules else ''})")
+
+
+def check_not_empty(df: pd.DataFrame, spec: SearchSpec) -> None:
+    """Raise SpecError (exit 2 on the command line) when a search found no feasible layout."""
+    if df.empty:
+        raise SpecError(empty_space_message(spec, df.attrs["counts"]))

@@ -1,0 +1,155 @@
+"""The layouts of a search: every axis's values (the user's, else all that make sense), crossed for one
+candidate and GPU count, each turned into a checked `Case` or an invalid row with the rule it breaks.
+
+Defaults (docs/search.md, "What is searched"): tp divides the attention heads and stays inside a node; cp is
+a power of two leaving each rank at least 1,024 tokens (and 2 x cp chunks for load balancing); pp divides
+what tp x cp leave of the GPUs, at most one stage per layer; dp is what remains; ep divides the experts (MoE
+only), etp is tp or 1 (MoE training); sp both ways when tp > 1; 1F1B, plus interleaved 1F1B with 2-8 virtual
+stages that split the layers evenly, when pp > 1; for inference dp 1 (a GPU count is one model instance:
+replicas do not change per-GPU throughput or latency) and no sp; micro-batch 1, 2, 4, 8; recompute none, selective, full
+(selective of Megatron's default modules); ZeRO 0-3 when dp > 1; no FSDP (ZeRO-2/3 cover it); FlashAttention-2,
+plus FlashAttention-3 on Hopper and newer. A combination the case rules reject (spec/case.py) is counted as
+invalid under the rule's key; one that does not factor the GPU count is not a layout at all.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from rapidllm.search.spec import LAYOUT_AXES, Candidate, SearchSpec
+from rapidllm.spec.case import Case, InferenceWorkload, Parallelism, TrainingWorkload, with_layout
+from rapidllm.spec.errors import SpecError
+
+LAYOUT_COLUMNS = LAYOUT_AXES
+MIN_CP_TOKENS = 1024
+MAX_VIRTUAL_STAGES = 8
+DEFAULT_MODULES = ("core_attn",)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One point of the space: its columns, and its case (None when a case rule rejects it)."""
+    columns: dict[str, Any]
+    case: Case | None
+    reason: str = ""             # the rejected rule's key and message
+    shard_key: tuple = ()        # what the layer pricing depends on (search/bounds.py)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _user(spec: SearchSpec, axis: str, default: list) -> list:
+    return list(spec.space[axis]) if axis in spec.space else default
+
+
+def _flash3(case: Case) -> bool:
+    cc = case.hardware.compute_capability
+    return bool(cc) and float(cc) >= 9.0
+
+
+def axis_defaults(spec: SearchSpec, cand: Candidate) -> dict[str, list]:
+    """The values of every axis that does not depend on the rest of the layout."""
+    base, model = cand.base, cand.base.model
+    training = base.training
+    node = cand.network.dimensions[0].size or 1
+    tp = [d for d in divisors(model.heads) if spec.tp_across_nodes or d <= node]
+    out: dict[str, list] = {"tp": _user(spec, "tp", tp)}
+    if training:
+        seq = base.workload.seq_len
+        cp = [c for c in (2 ** i for i in range(12)) if seq % (2 * c) == 0 and seq // c >= MIN_CP_TOKENS] or [1]
+        out["cp"] = _user(spec, "cp", cp)
+        out["micro_batch"] = _user(spec, "micro_batch", [1, 2, 4, 8])
+        out["recompute"] = _user(spec, "recompute", ["none", "selective", "full"])
+        out["recompute_modules"] = [tuple(m) for m in _user(spec, "recompute_modules", [list(DEFAULT_MODULES)])]
+    else:
+        out["cp"] = _user(spec, "cp", [1])
+        out["batch"] = _user(spec, "batch", [base.workload.batch])
+        out["recompute"], out["recompute_modules"] = ["none"], [DEFAULT_MODULES]
+    out["ep"] = _user(spec, "ep", divisors(model.moe.experts) if model.moe else [1])
+    out["fsdp"] = _user(spec, "fsdp", ["none"])
+    out["attention_impl"] = _user(spec, "attention_impl", ["flash", "flash3"] if _flash3(base) else ["flash"])
+    return out
+
+
+def _etp(spec: SearchSpec, base: Case, sp: bool, tp: int) -> list[int | None]:
+    if "etp" in spec.space:
+        return list(spec.space["etp"])
+    return [None, 1] if base.model.moe and base.training and sp and tp > 1 else [None]
+
+
+def _schedules(spec: SearchSpec, training: bool, pp: int, layers: int) -> list[tuple[str, int]]:
+    scheds = _user(spec, "schedule", ["1f1b", "interleaved"] if training and pp > 1 else ["1f1b"])
+    out = []
+    for sched in scheds:
+        if sched != "interleaved":
+            out.append((sched, 1))
+            continue
+        vs = [v for v in range(2, MAX_VIRTUAL_STAGES + 1) if layers % (pp * v) == 0]
+        out += [(sched, v) for v in _user(spec, "virtual_stages", vs)]
+    return out
+
+
+def layouts(spec: SearchSpec, cand: Candidate, gpus: int) -> Iterator[Layout]:
+    """Every layout of `gpus` GPUs for one candidate, in a fixed order."""
+    base, model = cand.base, cand.base.model
+    training = base.training
+    ax = axis_defaults(spec, cand)
+    dp_allowed = set(spec.space.get("dp", [] if training else [1]))
+    for tp in ax["tp"]:
+        for cp in ax["cp"]:
+            if gpus % (tp * cp):
+                continue
+            rest = gpus // (tp * cp)
+            for pp in _user(spec, "pp", [d for d in divisors(rest) if d <= model.layers]):
+                if rest % pp or (dp_allowed and rest // pp not in dp_allowed):
+                    continue
+                yield from _inner(spec, cand, ax, training, tp, cp, pp, rest // pp)
+
+
+def _inner(spec: SearchSpec, cand: Candidate, ax: dict[str, list], training: bool, tp: int, cp: int, pp: int,
+           dp: int) -> Iterator[Layout]:
+    base = cand.base
+    sps = _user(spec, "sp", [True, False] if tp > 1 and training else [False])
+    zeros = _user(spec, "zero", [0, 1, 2, 3] if training and dp > 1 else [0])
+    sizes = ax["micro_batch"] if training else ax["batch"]
+    for ep in ax["ep"]:
+        for sp in sps:
+            for etp in _etp(spec, base, sp, tp):
+                for sched, v in _schedules(spec, training, pp, base.model.layers):
+                    for size in sizes:
+                        workload = _workload(base, size)
+                        for rc in ax["recompute"]:
+                            for mods in (ax["recompute_modules"] if rc == "selective" else [DEFAULT_MODULES]):
+                                for zero in zeros:
+                                    for fsdp in ax["fsdp"]:
+                                        for attn in ax["attention_impl"]:
+                                            yield _layout(cand, workload, attn, dict(
+                                                dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero,
+                                                fsdp=fsdp, recompute=rc, recompute_modules=mods,
+                                                schedule=sched, virtual_stages=v))
+
+
+def _workload(base: Case, size: int) -> TrainingWorkload | InferenceWorkload:
+    w = base.workload
+    if isinstance(w, TrainingWorkload):
+        return dataclasses.replace(w, micro_batch=size)
+    concurrency = size if w.concurrency == w.batch else w.concurrency
+    return dataclasses.replace(w, batch=size, concurrency=concurrency)
+
+
+def _layout(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, attn: str, par_m: dict) -> Layout:
+    par = Parallelism(**par_m)
+    training = isinstance(workload, TrainingWorkload)
+    columns = dict(par_m, etp=par.expert_tp, recompute_modules="+".join(par.recompute_modules),
+                   micro_batch=workload.micro_batch if training else 0,
+                   batch=0 if training else workload.batch, attention_impl=attn)
+    shard = (cand.label, par.tp, par.cp, par.ep, par.expert_tp, par.sp, par.recompute, par.recompute_modules,
+             columns["micro_batch"], columns["batch"], attn)
+    try:
+        case = with_layout(cand.base, cand.network, par, workload, attn, "layout")
+    except SpecError as err:
+        return Layout(columns, None, str(err).removeprefix("layout: "), shard)
+    return Layout(columns, case, "", shard)

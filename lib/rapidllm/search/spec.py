@@ -1,0 +1,142 @@
+"""Search spec: what to compare (model / hardware / network candidates), on how many GPUs, over which layouts,
+ranked by what, under which limits (workflow/schemas/search.schema.yaml, docs/search.md).
+
+A spec is validated once against its schema (unknown axes and values get one line naming the key and what
+is allowed); the candidates' base cases are resolved through `resolve_case`, so a search sees exactly the
+specs a case file would.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rapidllm.search.objectives import Objective, objective_from_spec, record_columns
+from rapidllm.spec.case import Case, resolve_case
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.named import resolve_named
+from rapidllm.spec.network import NetworkSpec
+from rapidllm.spec.paths import config_dir, display, project_root
+from rapidllm.spec.schema import load_yaml, validate
+from rapidllm.units import parse_quantity
+
+NAMED = ("model", "hardware", "network")
+# the layout columns a filter may name before evaluation (search/space.py writes them)
+LAYOUT_AXES = ("dp", "tp", "pp", "cp", "ep", "etp", "sp", "schedule", "virtual_stages", "micro_batch", "batch",
+               "recompute", "recompute_modules", "zero", "fsdp", "attention_impl")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One (model, hardware, network) combination: its base case (1 GPU, default layout) and the unsized
+    network that each layout sizes for its own world."""
+    label: str
+    base: Case
+    network: NetworkSpec
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    name: str
+    source: str
+    candidates: tuple[Candidate, ...]
+    gpus: tuple[int, ...]
+    space: dict[str, list]                     # axis -> user values (absent axes take their defaults)
+    tp_across_nodes: bool
+    objective: Objective
+    slo: dict[str, float]                      # record column -> upper limit (seconds)
+    filters: dict[str, tuple[float, float]]    # column -> (min, max)
+    top: int
+
+
+def gpu_counts(value: Any, max_gpus: int | None, source: str) -> tuple[int, ...]:
+    """The GPU counts of `gpus` (one, a list, or a {min, max, factor | step} range), at most `max_gpus`."""
+    if isinstance(value, int):
+        counts = [value]
+    elif isinstance(value, list):
+        counts = list(value)
+    else:
+        lo, hi = value["min"], value["max"]
+        if "factor" in value and "step" in value:
+            raise SpecError.at(source, "gpus", "give either factor or step, not both")
+        if hi < lo:
+            raise SpecError.at(source, "gpus", f"max {hi} is below min {lo}")
+        counts, n = [], lo
+        while n <= hi:
+            counts.append(n)
+            n = n + value["step"] if "step" in value else n * value.get("factor", 2)
+    kept = sorted(c for c in set(counts) if max_gpus is None or c <= max_gpus)
+    if not kept:
+        raise SpecError.at(source, "constraints.max_gpus", f"max_gpus {max_gpus} removes every GPU count "
+                           f"({', '.join(map(str, sorted(set(counts))))})")
+    return tuple(kept)
+
+
+def _labels(values: list[Any], kind: str) -> list[str]:
+    return [v if isinstance(v, str) else str(v.get("name", f"inline-{kind}-{i}")) for i, v in enumerate(values)]
+
+
+def _candidates(m: dict, source: str) -> tuple[Candidate, ...]:
+    lists = {k: (m[k] if isinstance(m[k], list) else [m[k]]) for k in NAMED}
+    out = []
+    for mi, model in enumerate(lists["model"]):
+        for hi, hw in enumerate(lists["hardware"]):
+            for ni, net in enumerate(lists["network"]):
+                where = f"{source} (model {mi}, hardware {hi}, network {ni})"
+                case_m = {"model": model, "hardware": hw, "network": net, "workload": m["workload"],
+                          "precision": m.get("precision", "bf16"), "framework": m.get("framework", "megatron")}
+                base = resolve_case(case_m, where)
+                net_m, net_src = resolve_named("network", net, where, "network", copy_named=False)
+                label = " / ".join(x[i] for x, i in ((_labels(lists["model"], "model"), mi),
+                                                      (_labels(lists["hardware"], "hardware"), hi),
+                                                      (_labels(lists["network"], "network"), ni)))
+                out.append(Candidate(label, base, NetworkSpec.from_mapping(net_m, net_src)))
+    return tuple(out)
+
+
+def referenced_spec_files(path: str | Path) -> list[str]:
+    """config/ files a search spec names (relative to the project root), so the pipeline reruns it when one
+    of them changes."""
+    m = load_yaml(Path(path))
+    files = set()
+    for kind in NAMED:
+        values = m.get(kind, []) if isinstance(m, dict) else []
+        for value in values if isinstance(values, list) else [values]:
+            if isinstance(value, str):
+                files.add(str((config_dir(kind) / f"{value}.yaml").relative_to(project_root())))
+    return sorted(files)
+
+
+def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpec:
+    """Read (a path) or take (a mapping) a search spec, validate it and resolve its candidates."""
+    if isinstance(spec, dict):
+        m, source = spec, source or "<search spec>"
+    else:
+        source = source or display(spec)
+        m = load_yaml(Path(spec))
+    validate(m, "search", source)
+    constraints = m.get("constraints", {})
+    objective = objective_from_spec(m.get("objective"), m["workload"]["mode"], m.get("train_tokens"), source)
+    slo = {f"{k}_s": parse_quantity(v, "time") for k, v in m.get("slo", {}).items()}
+    if slo and m["workload"]["mode"] != "inference":
+        raise SpecError.at(source, "slo", "latency limits apply to inference workloads only")
+    filters = {k: (float(v.get("min", -math.inf)), float(v.get("max", math.inf)))
+               for k, v in constraints.get("filters", {}).items()}
+    allowed = {"gpus", *LAYOUT_AXES, *record_columns()}
+    unknown = sorted(set(filters) - allowed)
+    if unknown:
+        raise SpecError.at(source, f"constraints.filters.{unknown[0]}",
+                           f"unknown column; allowed: {', '.join(sorted(allowed))}")
+    space = dict(m.get("space", {}))
+    across = bool(space.pop("tp_across_nodes", False))
+    training_only = {"micro_batch", "recompute", "recompute_modules", "zero", "fsdp", "virtual_stages"}
+    wrong = sorted(training_only & set(space)) if m["workload"]["mode"] == "inference" else \
+        sorted({"batch"} & set(space))
+    if wrong:
+        raise SpecError.at(source, f"space.{wrong[0]}", f"not an axis of a {m['workload']['mode']} search")
+    return SearchSpec(name=m.get("name", Path(source).stem if not isinstance(spec, dict) else "search"),
+                      source=source, candidates=_candidates(m, source),
+                      gpus=gpu_counts(m["gpus"], constraints.get("max_gpus"), source), space=space,
+                      tp_across_nodes=across, objective=objective, slo=slo, filters=filters,
+                      top=int(m.get("top", 10)))

@@ -1,0 +1,237 @@
+"""Best-layout search (docs/search.md): the pruned search returns exactly what the exhaustive one does on
+dense training, MoE training and inference spaces; every bound is below the simulated value it bounds; a
+layout built by the search is the case `resolve_case` builds; bad input is one line and exit 2; shards
+merge to the unsharded answer; an interrupted write leaves nothing behind."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import yaml
+
+import rapidllm
+from rapidllm.memory.model import memory_for_case, training_liveness
+from rapidllm.memory.state import FRAMEWORKS
+from rapidllm.prediction import predict
+from rapidllm.search import load_search, merge, search
+from rapidllm.search.bounds import optimistic_record, shard_work
+from rapidllm.search.space import layouts
+from rapidllm.spec.case import resolve_case
+from rapidllm.spec.errors import SpecError
+
+DENSE = {"name": "dense", "model": "llama3.1-8b", "hardware": "a100-sxm4-80gb", "network": "dgx-a100",
+         "workload": {"mode": "training", "seq_len": 2048, "global_batch": 16},
+         "gpus": [4, 8], "top": 3,
+         "space": {"micro_batch": [1, 2], "recompute": ["none", "full"], "zero": [0, 1], "cp": [1, 2],
+                   "sp": [True]}}
+MOE = {"name": "moe", "model": "mixtral-8x7b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
+       "workload": {"mode": "training", "seq_len": 2048, "global_batch": 16},
+       "gpus": 8, "top": 3,
+       "space": {"micro_batch": [1], "recompute": ["full"], "zero": [1], "cp": [1], "sp": [True],
+                 "attention_impl": ["flash"], "pp": [1, 2]}}
+INFERENCE = {"name": "inference", "model": "llama3.1-70b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
+             "workload": {"mode": "inference", "prompt_tokens": 512, "output_tokens": 128},
+             "gpus": {"min": 2, "max": 8}, "top": 2, "objective": "throughput_per_gpu",
+             "slo": {"itl": "40 ms"}, "space": {"batch": [1, 8, 32], "attention_impl": ["flash"]}}
+
+
+@pytest.mark.parametrize("spec", [DENSE, MOE, INFERENCE], ids=lambda s: s["name"])
+def test_pruned_search_equals_exhaustive(spec: dict) -> None:
+    pruned = search(spec)
+    exhaustive = search(spec, prune=False)
+    assert not pruned.empty
+    pd.testing.assert_frame_equal(pruned, exhaustive)
+    c_p, c_e = pruned.attrs["counts"], exhaustive.attrs["counts"]
+    assert c_p["layouts"] == c_e["layouts"]
+    for c in (c_p, c_e):   # every layout is counted once: removed for one reason, or ranked
+        assert c["layouts"] == c["ranked"] + sum(c[r] for r in ("invalid", "filtered", "slo", "dominated",
+                                                                  "out_of_memory"))
+    assert c_p["evaluated"] <= c_e["evaluated"] and c_p["dominated"] > 0    # pruning skipped layouts
+    # ranks are 1..n best first, each GPU count has its own group ranks, and its best row is first there
+    assert list(pruned["rank"]) == list(range(1, len(pruned) + 1))
+    assert (pruned.groupby("gpus").group_rank.min() == 1).all()
+
+
+@pytest.mark.parametrize("spec", [DENSE, MOE, INFERENCE], ids=lambda s: s["name"])
+def test_bounds_never_exceed_the_simulation(spec: dict) -> None:
+    """The property pruning rests on, checked on every feasible layout of the space."""
+    loaded = load_search(spec)
+    checked = 0
+    for cand in loaded.candidates:
+        for gpus in loaded.gpus:
+            for lay in layouts(loaded, cand, gpus):
+                if lay.case is None or not memory_for_case(lay.case).feasible:
+                    continue
+                bound = optimistic_record(lay.case, shard_work(lay.case))
+                rec = predict(lay.case).to_dict()
+                for col in ("step_time_s", "ttft_s", "itl_s", "e2e_latency_s"):
+                    if bound and col in bound:
+                        assert bound[col] <= rec[col], (lay.columns, col, bound[col], rec[col])
+                checked += 1
+    assert checked >= 10
+
+
+def test_search_layout_is_the_resolved_case() -> None:
+    loaded = load_search(MOE)
+    cand = loaded.candidates[0]
+    seen = 0
+    for lay in layouts(loaded, cand, 8):
+        if lay.case is None:
+            continue
+        par = {k: v for k, v in lay.case.parallelism.__dict__.items() if k != "recompute_modules" and v is not None}
+        mapping = {"model": "mixtral-8x7b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
+                   "workload": {**lay.case.workload.__dict__},
+                   "attention_impl": lay.case.attention_impl,
+                   "parallelism": {**par, "recompute_modules": list(lay.case.parallelism.recompute_modules)}}
+        assert resolve_case(mapping, "x").case_id == lay.case.case_id
+        liveness = training_liveness(lay.case, FRAMEWORKS[lay.case.framework])
+        assert memory_for_case(lay.case, liveness=liveness) == memory_for_case(lay.case)
+        seen += 1
+    assert seen >= 4
+
+
+def test_shards_merge_to_the_whole_answer() -> None:
+    whole = search(DENSE)
+    parts = [search(DENSE, shard=(i, 3)) for i in range(3)]
+    merged = merge(parts, load_search(DENSE))
+    pd.testing.assert_frame_equal(merged.drop(columns=["layout_index"]), whole.drop(columns=["layout_index"]))
+    assert merged.attrs["counts"]["layouts"] == whole.attrs["counts"]["layouts"]
+
+
+def test_pareto_front_across_gpu_counts() -> None:
+    df = search(DENSE)
+    best = df[df.group_rank == 1].sort_values("gpus")
+    # the smallest GPU count's best is always on the front; a larger count is on it only if it is faster
+    assert best.pareto.iloc[0]
+    assert list(best.pareto) == [True] + [b < a for a, b in zip(best.step_time_s, best.step_time_s.iloc[1:])]
+
+
+def test_package_is_callable_whatever_was_imported_first() -> None:
+    import rapidllm.search.run  # noqa: F401
+
+    assert callable(rapidllm.search)
+    df = rapidllm.search({**DENSE, "gpus": 8, "top": 1})
+    assert len(df) == 1
+
+
+@pytest.mark.parametrize("change,key", [
+    ({"space": {"pipeline": [2]}}, "space"),
+    ({"space": {"recompute": ["sometimes"]}}, "space.recompute.0"),
+    ({"objective": "ttft_s"}, "objective"),
+    ({"gpus": {"min": 8, "max": 4}}, "gpus"),
+    ({"objective": {"column": "speed", "direction": "max"}}, "objective.column"),
+    ({"constraints": {"filters": {"tpp": {"max": 4}}}}, "constraints.filters.tpp"),
+])
+def test_bad_spec_is_one_line(change: dict, key: str) -> None:
+    with pytest.raises(SpecError) as err:
+        load_search({**DENSE, **change}, "spec.yaml")
+    assert len(err.value.lines) == 1 and f"spec.yaml: {key}" in err.value.lines[0]
+
+
+def test_cli_empty_space_and_bad_axis_exit_2(tmp_path) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text(yaml.safe_dump({**DENSE, "space": {"tp": [3]}, "gpus": 3}))
+    run = subprocess.run([sys.executable, "-m", "rapidllm.cli", "search", str(empty), "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "no feasible layout" in run.stderr and "parallelism.tp" in run.stderr
+    assert "Traceback" not in run.stderr and not (tmp_path / "o").exists()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**DENSE, "space": {"tensor": [2]}}))
+    run = subprocess.run([sys.executable, "-m", "rapidllm.cli", "search", str(bad)], capture_output=True, text=True)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "unknown key(s) 'tensor'" in run.stderr
+
+
+def test_cli_json_and_files(tmp_path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({**DENSE, "gpus": 8}))
+    run = subprocess.run([sys.executable, "-m", "rapidllm.cli", "search", str(spec), "--json", "--top", "2",
+                          "--out", str(tmp_path / "o")], capture_output=True, text=True, check=True)
+    out = json.loads(run.stdout)
+    assert out["objective"] == {"column": "step_time_s", "direction": "min"} and len(out["rows"]) == 2
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["counts.json", "pareto.pdf", "pareto.png",
+                                                                   "ranked.csv", "ranked.parquet"]
+    assert pd.read_csv(tmp_path / "o" / "ranked.csv").step_time_s.is_monotonic_increasing
+
+
+def test_interrupted_write_leaves_no_files(tmp_path, monkeypatch) -> None:
+    from rapidllm.pipeline import search as outputs
+
+    df = search({**DENSE, "gpus": 8, "top": 1})
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(outputs, "search_figure", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        outputs.write_search(df, load_search({**DENSE, "gpus": 8}), tmp_path / "o")
+    assert list((tmp_path / "o").iterdir()) == []
+
+
+def test_memory_precheck_never_rejects_a_feasible_layout() -> None:
+    """The search's shortcut (the first and last stage alone against the HBM, with the shared liveness)
+    rejects only layouts the memory model calls infeasible, and here it rejects some."""
+    from rapidllm.search.run import _Shared
+
+    loaded = load_search({**DENSE, "gpus": 8, "space": {"micro_batch": [1, 4], "cp": [1]}})
+    shared, rejected = _Shared(), 0
+    for lay in layouts(loaded, loaded.candidates[0], 8):
+        if lay.case is not None and not shared.may_fit(lay):
+            assert not memory_for_case(lay.case).feasible
+            rejected += 1
+    assert rejected > 0
+
+
+def test_shard_work_sums_the_priced_table() -> None:
+    """The bound's per-section compute is the engine's priced table summed (training and inference)."""
+    from rapidllm.ops.price import price_case
+
+    for spec in (MOE, INFERENCE):
+        loaded = load_search(spec)
+        lay = next(x for x in layouts(loaded, loaded.candidates[0], loaded.gpus[-1]) if x.case is not None)
+        ops = price_case(lay.case)
+        ops = ops.assign(t=ops.time_s * ops["count"])
+        work = shard_work(lay.case)
+        fwd = ops[ops.phase == "fwd"].groupby("section").t.sum()
+        bwd = ops[ops.phase.isin(["bwd", "recompute"])].groupby("section").t.sum()
+        assert work.fwd == pytest.approx(fwd.to_dict(), rel=1e-12)
+        assert work.bwd == pytest.approx(bwd.to_dict(), rel=1e-12)
+
+
+def test_ctrl_c_during_a_search_leaves_no_files(tmp_path) -> None:
+    import signal
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({**DENSE, "space": {}, "gpus": {"min": 8, "max": 64}}))
+    proc = subprocess.Popen([sys.executable, "-m", "rapidllm.cli", "search", str(spec), "--out", str(tmp_path / "o")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = ""
+    while "enumerate and bound" not in seen:        # the progress bar: the search is running
+        chunk = proc.stderr.read(1)
+        assert chunk, "search ended before it could be interrupted"
+        seen += chunk
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and "no output files written" in err
+    assert not (tmp_path / "o").exists() or list((tmp_path / "o").iterdir()) == []
+
+
+def test_time_to_train_ranks_as_step_time() -> None:
+    """time_to_train_s = ceil(tokens / tokens per step) x step time: the same order as the step time."""
+    tokens = 1e9
+    df = search({**DENSE, "objective": "time_to_train_s", "train_tokens": tokens})
+    base = search(DENSE)
+    steps = -(-tokens // (16 * 2048))
+    assert list(df.layout_index) == list(base.layout_index)
+    assert (df.time_to_train_s == steps * df.step_time_s).all()
+
+
+def test_filters_and_max_gpus() -> None:
+    limit = 70e9
+    spec = {**DENSE, "constraints": {"max_gpus": 4, "filters": {"tp": {"max": 1}, "peak_memory_bytes": {"max": limit}}}}
+    df = search(spec)
+    assert set(df.gpus) == {4} and (df.tp == 1).all() and (df.peak_memory_bytes <= limit).all()
+    assert df.attrs["counts"]["filtered"] > 0
+    pd.testing.assert_frame_equal(df, search(spec, prune=False))
