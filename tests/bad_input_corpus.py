@@ -365,5 +365,32 @@ CALIBRATE = [
     Bad("out-is-directory", ("calibrate", "--dry-run", "--out", "{tmp}"), "is a directory", "file"),
 ]
 
-CORPUS: dict[str, list[Bad]] = {"predict": PREDICT, "sweep": SWEEP, "validate": VALIDATE, "gemm": GEMM,
-                                "collective": COLLECTIVE, "calibrate": CALIBRATE}
+SEARCH_SPEC: dict[str, Any] = dict(name="s", model="llama2-7b", hardware="a100-sxm4-80gb", network="dgx-a100",
+                                   precision="bf16", workload=dict(mode="training", seq_len=2048, global_batch=8),
+                                   gpus=[8])
+
+
+def search_bad(id: str, dotted: str, value: Any, expect: str, kind: str = "message", flags: tuple[str, ...] = ()) -> Bad:
+    return Bad(id, ("search", "{tmp}/s.yaml", "--quiet", "--out", "{tmp}/out", *flags), expect, kind,
+               {"s.yaml": with_key(SEARCH_SPEC, dotted, value)})
+
+
+SEARCH = [
+    search_bad("unknown-axis", "space", {"tpp": [1]}, "unknown key(s) 'tpp'"),
+    search_bad("unknown-value", "space", {"recompute": ["sometimes"]}, "'sometimes' is not allowed"),
+    search_bad("unknown-objective", "objective", "speed", "'speed' is not allowed"),
+    search_bad("gpus-zero", "gpus", [0], "out of range", "quantity"),
+    search_bad("gpus-range-unbounded", "gpus", {"min": 1, "max": 1000000000}, "out of range", "work"),
+    search_bad("gpus-range-too-many-counts", "gpus", {"min": 1, "max": 131072, "step": 1}, "GPU counts; at most", "work"),
+    search_bad("global-batch-nan", "workload.global_batch", NAN, "global_batch", "quantity"),
+    search_bad("unknown-model", "model", "no-such-model", "unknown model 'no-such-model'"),
+    search_bad("model-path-escape", "model", "../../workflow/schemas/case.schema", "is not a model name"),
+    search_bad("empty-space", "space", {"tp": [3]}, "no feasible layout"),
+    search_bad("top-zero", "gpus", [8], "--top: 0 is out of range", "quantity", ("--top", "0")),
+    Bad("out-is-a-file", ("search", "{tmp}/s.yaml", "--quiet", "--out", "{tmp}/s.yaml"), "is a file", "file",
+        {"s.yaml": SEARCH_SPEC}),
+    Bad("spec-missing", ("search", "{tmp}/none.yaml", "--quiet"), "file not found", "file"),
+]
+
+CORPUS: dict[str, list[Bad]] = {"predict": PREDICT, "sweep": SWEEP, "search": SEARCH, "validate": VALIDATE,
+                                "gemm": GEMM, "collective": COLLECTIVE, "calibrate": CALIBRATE}

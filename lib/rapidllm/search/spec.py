@@ -50,6 +50,10 @@ class SearchSpec:
     top: int
 
 
+# GPU counts one search may compare: every count is a separate space of thousands of layouts
+MAX_GPU_COUNTS = 1024
+
+
 def gpu_counts(value: Any, max_gpus: int | None, source: str) -> tuple[int, ...]:
     """The GPU counts of `gpus` (one, a list, or a {min, max, factor | step} range), at most `max_gpus`."""
     if isinstance(value, int):
@@ -62,6 +66,10 @@ def gpu_counts(value: Any, max_gpus: int | None, source: str) -> tuple[int, ...]
             raise SpecError.at(source, "gpus", "give either factor or step, not both")
         if hi < lo:
             raise SpecError.at(source, "gpus", f"max {hi} is below min {lo}")
+        step = value.get("step")
+        if step and (hi - lo) // step + 1 > MAX_GPU_COUNTS:
+            raise SpecError.at(source, "gpus", f"the range gives {(hi - lo) // step + 1} GPU counts; at most "
+                               f"{MAX_GPU_COUNTS} (docs/limits.md): raise step or narrow the range")
         counts, n = [], lo
         while n <= hi:
             counts.append(n)
