@@ -11,6 +11,7 @@ include: "workflow/rules/stages.smk"
 include: "workflow/rules/validation.smk"
 include: "workflow/rules/ns3.smk"
 include: "workflow/rules/components.smk"
+include: "workflow/rules/case_studies.smk"
 
 
 wildcard_constraints:
@@ -28,4 +29,6 @@ rule all:
         "results/validation/network_ns3.csv",
         "results/figures/network_ns3.png",
         expand("results/figures/{table}.png", table=["gemm_errors", "collectives_nccl", "memory_nanotron"]),
+        expand("results/case_studies/{exp}.png", exp=CASE_STUDIES),
+        "results/case_studies/paper_comparison.csv",
     default_target: True

@@ -1,0 +1,132 @@
+"""The paper's case studies (§6.1-6.4) on tiny slices of their experiments: the invariants their conclusions
+rest on (a faster fabric never slows a mapping down, a fault never speeds a step up, more GPUs at a fixed
+global batch never do less work), the expansion of fault sweeps, and the study tables. Not the paper's
+numbers: those are another model's outputs (docs/case-studies.md)."""
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rapidllm.network.api import simulate_collective
+from rapidllm.network.routing import Router
+from rapidllm.network.topology import build_topology
+from rapidllm.prediction import sweep
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.experiment import count_cases, load_experiment
+from rapidllm.spec.network import FaultSpec, NetworkSpec, line_cables
+from rapidllm.validate.case_studies import PAPER, run_study
+
+PEAK_BF16_H100 = 989e12
+
+
+@pytest.fixture(scope="module")
+def superpod_slice() -> pd.DataFrame:
+    """Two GPU counts, two layouts each (tp4 x cp4, pp 16, dp 1 or 2; tp4 x cp4 x pp32, dp 1 or 2), both
+    fabrics, selective recompute: 8 cases of the §6.1 experiment."""
+    exp = load_experiment("config/experiments/case-superpod.yaml")
+    exp = dataclasses.replace(exp, cross={"network": exp.cross["network"], "parallelism.recompute": ["selective"]},
+                              factorize={"gpus": [512, 1024], "axes": ["dp", "tp", "pp", "cp"],
+                                         "bounds": {"tp": [4, 4], "cp": [4, 4], "pp": [16, 32]}})
+    return sweep(exp)
+
+
+def test_superpod_ndr_never_slower_than_hdr_for_the_same_mapping(superpod_slice):
+    ok = superpod_slice[superpod_slice.status == "ok"]
+    p = ok.pivot_table(index=["world", "dp", "pp"], columns="network", values="step_time_s").dropna()
+    assert len(p) >= 3
+    assert (p["superpod-ndr"] <= p["superpod-h100-hdr"] * (1 + 1e-12)).all()
+    # the fabric changes only communication: the compute of a mapping is the same on both
+    c = ok.pivot_table(index=["world", "dp", "pp"], columns="network", values="compute_time_s").dropna()
+    assert np.allclose(c["superpod-ndr"], c["superpod-h100-hdr"], rtol=1e-12)
+
+
+def test_superpod_more_gpus_never_reduce_total_work(superpod_slice):
+    ok = superpod_slice[(superpod_slice.status == "ok") & (superpod_slice.network == "superpod-ndr")].copy()
+    model_flops = ok.mfu * PEAK_BF16_H100 * ok.world * ok.step_time_s
+    hw_flops = ok.hfu * PEAK_BF16_H100 * ok.world * ok.step_time_s
+    # a fixed global batch is the same model work whatever the GPU count; recompute only adds to it
+    assert np.allclose(model_flops, model_flops.iloc[0], rtol=1e-9)
+    assert (hw_flops >= model_flops * (1 - 1e-12)).all()
+    # doubling dp (same tp, pp, cp) never buys GPU-seconds: each replica does half the micro-batches, plus the
+    # same bubble and a wider gradient reduction
+    g = ok.assign(gpu_s=ok.world * ok.step_time_s).set_index(["pp", "dp"]).gpu_s
+    for pp in (16, 32):
+        assert g[(pp, 2)] >= g[(pp, 1)]
+
+
+def test_superpod_table_and_claims(superpod_slice):
+    table, compared = run_study("case-superpod", superpod_slice, pd.read_csv(PAPER))
+    assert set(table.network) == {"superpod-ndr", "superpod-h100-hdr"}
+    assert (table.layouts == table.invalid + table.infeasible + table.feasible).all()
+    hdr = compared.set_index("quantity").ours
+    assert hdr["hdr_over_ndr_best_at_max_gpus"] >= 1.0
+    assert compared.set_index("quantity").paper["hdr_over_ndr_best_at_max_gpus"] == 1.64
+
+
+@pytest.fixture(scope="module")
+def faults_slice() -> pd.DataFrame:
+    """The §6.2 sweep for its smallest torus (tp2 x cp3: 9 cables) and one fault kind of each sort: 28 cases."""
+    exp = load_experiment("config/experiments/case-faults.yaml")
+    exp = dataclasses.replace(exp, cases=[c for c in exp.cases if c["label"] == "tp2-cp3-dp4-pp4"])
+    return sweep(exp)
+
+
+def test_fault_sweep_places_every_kind_on_every_torus_cable(faults_slice):
+    cables = line_cables("torus", 6, (2, 3))
+    assert len(cables) == 9       # 3 rings of 2 (no wrap at extent 2: one cable each) + 2 rings of 3
+    assert len(faults_slice) == 1 + 3 * len(cables)
+    assert (faults_slice.status == "ok").all()
+    links = set(faults_slice.meta_fault_link) - {""}
+    assert links == {f"{a}-{b}" for a, b in cables}
+    assert count_cases(load_experiment("config/experiments/case-faults.yaml")) == 6 + 3 * (3 * 48 + 2 * 24 + 9)
+
+
+def test_a_fault_never_speeds_a_step_up_and_more_loss_hurts_more(faults_slice):
+    base = faults_slice[faults_slice.meta_fault_kind == "none"].step_time_s.iloc[0]
+    t = faults_slice[faults_slice.meta_fault_kind != "none"].pivot(index="meta_fault_link", columns="meta_fault_kind",
+                                                                    values="step_time_s")
+    assert (t >= base * (1 - 1e-12)).all().all()
+    assert (t["soft-75"] >= t["soft-25"] * (1 - 1e-12)).all()
+    assert t["soft-75"].max() > base          # some cable carries the TP or CP traffic
+
+
+def test_faults_table(faults_slice):
+    table, compared = run_study("case-faults", faults_slice, pd.read_csv(PAPER))
+    assert set(table.fault_kind) == {"soft-25", "soft-75", "hard"}
+    assert (table.placements == 9).all()
+    assert (table.min_slowdown_pct >= -1e-9).all()
+    with pytest.raises(KeyError):          # the paper's two named layouts are not in the slice
+        run_study("case-faults", faults_slice.iloc[:0], pd.read_csv(PAPER))
+
+
+TORUS = NetworkSpec.from_mapping({"name": "t", "dimensions": [
+    {"topology": "torus", "size": 12, "shape": [4, 3], "link_bandwidth": "50 GB/s", "latency": "1 us"}]}, "test")
+
+
+def test_hard_fault_never_speeds_a_collective_and_reroutes_over_healthy_links():
+    ring = [0, 1, 2, 3]                            # the first TP ring of the 4 x 3 torus
+    healthy = simulate_collective(TORUS, "all_reduce", 64e6, ring)
+    dead = dataclasses.replace(TORUS, faults=(FaultSpec(link=(1, 2), failed=True),))
+    broken = simulate_collective(dead, "all_reduce", 64e6, ring)
+    assert broken.time_s >= healthy.time_s
+    topo = build_topology(dead)
+    router = Router(topo)
+    route = router.route(1, 2)
+    assert route and all(topo.alive[i] for i in route)
+    assert not topo.alive[topo.link_of[(1, 2)]] and not topo.alive[topo.link_of[(2, 1)]]
+
+
+def test_soft_fault_on_an_unused_link_changes_nothing():
+    ring = [0, 1, 2, 3]
+    healthy = simulate_collective(TORUS, "all_reduce", 64e6, ring)
+    # cable 4-8 joins the second and third TP rings: no flow of the first ring's all-reduce crosses it
+    elsewhere = dataclasses.replace(TORUS, faults=(FaultSpec(link=(4, 8), bandwidth_factor=0.25),))
+    assert simulate_collective(elsewhere, "all_reduce", 64e6, ring).time_s == healthy.time_s
+
+
+def test_fault_sweep_rejects_a_switched_dimension():
+    exp = load_experiment("config/experiments/case-faults.yaml")
+    exp = dataclasses.replace(exp, cases=[{"network": "dgx-a100", "parallelism": {"tp": 8}}])
+    with pytest.raises(SpecError, match="direct-connect"):
+        count_cases(exp)
