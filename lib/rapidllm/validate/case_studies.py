@@ -118,8 +118,10 @@ def faults_claims(summary: pd.DataFrame) -> dict[str, float]:
     med = t.pivot(index="config", columns="fault_kind", values="median_step_time_s")
     free = t.drop_duplicates("config").set_index("config").fault_free_step_time_s
     out = {f"max_mean_slowdown_{k}": float(means[k].max()) for k in ("soft-75", "soft-25", "hard")}
-    out["fault_free_tp8cp3_over_pp_heavy"] = float(100 * (free[TP_HEAVY] / free[PP_HEAVY] - 1))
-    out["median_soft-75_tp8cp3_over_pp_heavy"] = float(100 * (med.loc[TP_HEAVY, "soft-75"] / med.loc[PP_HEAVY, "soft-75"] - 1))
+    named = TP_HEAVY in free.index and PP_HEAVY in free.index     # a slice of the sweep may lack them
+    out["fault_free_tp8cp3_over_pp_heavy"] = float(100 * (free[TP_HEAVY] / free[PP_HEAVY] - 1)) if named else np.nan
+    out["median_soft-75_tp8cp3_over_pp_heavy"] = (
+        float(100 * (med.loc[TP_HEAVY, "soft-75"] / med.loc[PP_HEAVY, "soft-75"] - 1)) if named else np.nan)
     out["configs_soft-75_worse_than_hard"] = float((means["soft-75"] > means["hard"]).sum())
     return out
 
@@ -183,21 +185,27 @@ BASE_25D, BASE_3D = "h100-2.5d", "3d"
 def hbm_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Per device variant and GPU count: the best memory-feasible layout by throughput (all requests in flight
     x output tokens / request latency = tokens/s of one replica x dp), normalised to the 80 GB 2.5D H100's best
-    and compared with the 3D baseline's."""
+    and compared with the 3D baseline's; NaN where a variant has no feasible layout at that count."""
     ok = feasible(summary)
-    ok["variant"] = ok.label.str.split(" ").str[0]
     ok["throughput"] = ok.tokens_per_s * ok.dp
-    best = ok.loc[ok.groupby(["variant", "world"]).throughput.idxmax()]
-    t = pd.DataFrame({"variant": best.variant, "world": best.world.astype(int),
-                      "best_mapping": [mapping_name(r) for _, r in best.iterrows()],
-                      "throughput_tokens_per_s": best.throughput, "e2e_latency_s": best.e2e_latency_s,
-                      "peak_memory_bytes": best.peak_memory_bytes})
-    t["feasible"] = [int(((ok.variant == v) & (ok.world == w)).sum()) for v, w in zip(t.variant, t.world)]
+    rows = []
+    for (variant, world), g in summary.assign(variant=summary.label.str.split(" ").str[0]).groupby(
+            ["variant", "world"], sort=True):
+        f = ok.loc[ok.index.intersection(g.index)]
+        rec = {"variant": variant, "world": int(world), "layouts": len(g), "feasible": len(f)}
+        if len(f):
+            best = f.loc[f.throughput.idxmax()]
+            rec.update(best_mapping=mapping_name(best), throughput_tokens_per_s=best.throughput,
+                       e2e_latency_s=best.e2e_latency_s, peak_memory_bytes=best.peak_memory_bytes)
+        rows.append(rec)
+    t = pd.DataFrame(rows)
+    if "throughput_tokens_per_s" not in t:
+        t["throughput_tokens_per_s"] = np.nan
     for ref, col in ((BASE_25D, "over_h100_2_5d"), (BASE_3D, "gain_over_3d_pct")):
         r = t[t.variant == ref].set_index("world").throughput_tokens_per_s
         t[col] = t.throughput_tokens_per_s / t.world.map(r)
     t["gain_over_3d_pct"] = 100 * (t.gain_over_3d_pct - 1)
-    return t.sort_values(["variant", "world"]).reset_index(drop=True)
+    return t
 
 
 def hbm_claims(summary: pd.DataFrame) -> dict[str, float]:
@@ -214,7 +222,7 @@ def hbm_claims(summary: pd.DataFrame) -> dict[str, float]:
         "throttle_73_max_loss": float(-g["3d-throttled-73"].min()),
         "latency_4x_max_loss": float(-g["3d-4x-latency"].min()),
         "skew_2x_max_loss": float(-g["3d-skew-2x"].min()),
-        "3d_over_2_5d_at_8_gpus": float(100 * (t[(t.variant == BASE_3D) & (t.world == low)].over_h100_2_5d.iloc[0] - 1)),
+        "3d_over_2_5d_at_8_gpus": float(100 * (t.set_index(["variant", "world"]).over_h100_2_5d.get((BASE_3D, low), np.nan) - 1)),
     }
 
 
