@@ -168,3 +168,46 @@ def test_skewed_routing_conserves_tokens_and_loads_the_hot_rank():
     assert balanced == total / E and hot == 2 * balanced
     rest = (total - hot) / (E - 1)            # what conservation leaves every other rank
     assert 0 < rest < balanced < hot and hot + (E - 1) * rest == pytest.approx(total)
+
+
+def test_what_if_overrides_reach_into_named_specs_and_keep_the_file_as_input():
+    from rapidllm.spec.experiment import Experiment, expand_with_cases, referenced_spec_files
+    base = {"model": "glm-4.5-air", "hardware": "h100-sxm5-80gb", "network": "hier-ring",
+            "workload": {"mode": "inference", "batch": 16, "prompt_tokens": 8, "output_tokens": 2}}
+    exp = Experiment(name="t", source="test", base=base, cross={}, shard_size=8,
+                     cases=[{"label": "2.5d"}, {"label": "3d", "hardware.hbm_bandwidth": "10.05 TB/s",
+                                                  "network.dimensions.0.latency": "20 us"}],
+                     factorize={"gpus": [8, 16], "axes": ["dp", "ep"], "bounds": {"dp": [8, 8], "ep": [8, 8]},
+                                "per_replica": ["workload.batch"]})
+    rows = expand_with_cases(exp)
+    assert [r["label"] for r, _ in rows] == ["2.5d dp8 ep8", "3d dp8 ep8"]     # 16 GPUs: dp is bounded to 8
+    (_, plain), (_, what_if) = rows
+    assert plain.hardware.hbm_bandwidth == pytest.approx(3.35e12)
+    assert what_if.hardware.hbm_bandwidth == pytest.approx(10.05e12)
+    assert what_if.hardware.name == "h100-sxm5-80gb+hbm_bandwidth=10.05 TB/s"
+    assert what_if.network.dimensions[0].latency_s == pytest.approx(20e-6)
+    assert plain.network.dimensions[0].latency_s == pytest.approx(5e-6)     # the named file is untouched
+    assert plain.workload.batch == what_if.workload.batch == 2               # 16 requests over 8 replicas
+    assert "config/hardware/h100-sxm5-80gb.yaml" in referenced_spec_files(exp)
+
+
+def test_per_replica_totals_split_over_dp_and_indivisible_ones_stay_invalid():
+    from rapidllm.spec.experiment import Experiment, expand
+    base = {"model": "llama3.1-8b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
+            "workload": {"mode": "inference", "batch": 12, "prompt_tokens": 8, "output_tokens": 2}}
+    exp = Experiment(name="t", source="test", base=base, cross={}, cases=[{}], shard_size=8,
+                     factorize={"gpus": 8, "axes": ["dp", "tp"], "per_replica": ["workload.batch"]})
+    rows = {(r["dp"] if r["status"] == "ok" else r["label"]): r for r in expand(exp)}
+    assert rows[1]["batch"] == 12 and rows[2]["batch"] == 6 and rows[4]["batch"] == 3
+    bad = rows["dp8 tp1"]
+    assert bad["status"] == "invalid" and "1.5" in bad["reason"]
+
+
+def test_a_dotted_key_that_names_nothing_is_one_clear_error():
+    from rapidllm.spec.experiment import Experiment, count_cases
+    base = {"model": "llama3.1-8b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
+            "workload": {"mode": "inference", "batch": 1, "prompt_tokens": 8, "output_tokens": 2}}
+    exp = Experiment(name="t", source="x.yaml", base=base, cross={"network.dimensions.5.latency": ["1 us"]},
+                     cases=[{}], factorize=None, shard_size=8)
+    with pytest.raises(SpecError, match="network.dimensions.5.latency"):
+        count_cases(exp)
