@@ -211,3 +211,35 @@ def test_a_dotted_key_that_names_nothing_is_one_clear_error():
                      cases=[{}], factorize=None, shard_size=8)
     with pytest.raises(SpecError, match="network.dimensions.5.latency"):
         count_cases(exp)
+
+
+def test_topology_slice_richer_fabric_never_slower_for_the_same_layout():
+    """§6.3 on Llama inference, tp 4 with dp 5 or pp 5: the torus adds links to the mesh at the same bandwidth,
+    so no layout gets slower on it; the study table's speedups come out of the best layouts."""
+    exp = load_experiment("config/experiments/case-topology.yaml")
+    exp = dataclasses.replace(exp, cases=[c for c in exp.cases if c["label"] == "llama3.1-70b inference"],
+                              cross={"network": ["wafer-mesh", "wafer-torus"]},
+                              factorize={**exp.factorize, "bounds": {"tp": [4, 4], "cp": [1, 1], "ep": [1, 1]}})
+    s = sweep(exp)
+    ok = s[s.status == "ok"]
+    p = ok.pivot_table(index=["dp", "pp"], columns="network", values="e2e_latency_s")
+    assert len(p) == 2
+    assert (p["wafer-torus"] <= p["wafer-mesh"] * (1 + 1e-12)).all()
+    table, _ = run_study("case-topology", s, pd.read_csv(PAPER))
+    assert (table[table.network == "wafer-torus"].speedup_over_mesh >= 1.0).all()
+
+
+def test_hbm_slice_more_memory_bandwidth_never_slower_and_the_what_ifs_order():
+    """§6.4 at 8 GPUs on one layout (tp 1, dp 8, ep 8): 2.5D < 3D throttled < 3D in throughput, and a 4x
+    scale-up hop never helps."""
+    exp = load_experiment("config/experiments/case-hbm.yaml")
+    keep = {"h100-2.5d", "3d", "3d-throttled-73", "3d-4x-latency"}
+    exp = dataclasses.replace(exp, cases=[c for c in exp.cases if c["label"] in keep],
+                              factorize={**exp.factorize, "gpus": [8], "bounds": {"tp": [1, 1], "pp": [1, 1], "ep": [8, 8]}})
+    s = sweep(exp)
+    assert (s.status == "ok").all() and len(s) == 4
+    thr = (s.tokens_per_s * s.dp).set_axis(s.label.str.split(" ").str[0])
+    assert thr["h100-2.5d"] < thr["3d-throttled-73"] < thr["3d"]
+    assert thr["3d-4x-latency"] <= thr["3d"]
+    table, compared = run_study("case-hbm", s, pd.read_csv(PAPER))
+    assert table.set_index("variant").over_h100_2_5d["h100-2.5d"] == 1.0

@@ -41,7 +41,7 @@ def superpod(summary: pd.DataFrame, table: pd.DataFrame, stem: str | Path) -> li
         t = table[(table.network == net) & table.scaling_efficiency.notna()].sort_values("world")
         ax.plot(t.world, t.scaling_efficiency, "o-", color=FABRIC_COLOR[net], label=FABRIC_LABEL[net])
     ax.axhline(1.0, color="k", lw=0.8, ls=":")
-    ax.set(xscale="log", xlabel="GPUs", ylabel="scaling efficiency", title="best-mapping scaling efficiency")
+    ax.set(xscale="log", xlabel="GPUs", ylabel="scaling efficiency", title="scaling efficiency vs the smallest GPU count")
     _gpu_ticks(ax, w)
     ax = axes[2]
     best_ndr = table[table.network == NDR].set_index("world").best_step_time_s
@@ -105,17 +105,18 @@ def topology(summary: pd.DataFrame, table: pd.DataFrame, stem: str | Path) -> li
         ax.bar(x + (k - 1) * 0.27, np.nan_to_num(vals), width=0.25, color=color, label=label)
         for xi, v, (m, d) in zip(x, vals, groups):
             if np.isfinite(v):
-                ax.annotate(f"{v:.2f}x\n{t.best_mapping.get((m, d, net), '')}", (xi + (k - 1) * 0.27, v),
-                            ha="center", va="bottom", fontsize=6)
+                ax.annotate(f"{v:.2f}x  {t.best_mapping.get((m, d, net), '')}", (xi + (k - 1) * 0.27, 0.05),
+                            ha="center", va="bottom", fontsize=7, rotation=90, color="white")
     for xi, (m, d) in zip(x, groups):
         if not np.isfinite(t.get("best_time_s", pd.Series(dtype=float)).get((m, d, MESH), np.nan)):
             ax.annotate("no memory-feasible\nlayout on 20 x 80 GB", (xi, 0.05), ha="center", fontsize=7)
     ax.axhline(1.0, color="k", lw=0.8, ls=":")
-    ax.set_xticks(x, [f"{m}\n{d} (mesh best: {t.best_mapping.get((m, d, MESH), '-')})" for m, d in groups], fontsize=8)
+    ax.set_xticks(x, [f"{m} {d}\nmesh best: {t.best_mapping.get((m, d, MESH), '-')}" for m, d in groups], fontsize=8)
+    ax.set_ylim(0, max(1.3, 1.15 * float(np.nanmax(table.speedup_over_mesh.to_numpy(dtype=float)))))
     ax.set(ylabel="speedup over the 4 x 5 mesh (best layouts)",
            title="§6.3 20 H100-class GPUs on a wafer: topology vs the 2D mesh (750 GB/s links); "
                  "training: step time, inference: request latency")
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="upper center", ncol=3)
     return save(fig, stem)
 
 

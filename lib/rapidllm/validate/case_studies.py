@@ -171,9 +171,9 @@ def topology_claims(summary: pd.DataFrame) -> dict[str, float]:
     for net, tag in ((FC, ""), (FC_TOTAL, f"[{FC_TOTAL}]")):
         out[f"max_fc_over_mesh_inference_llama{tag}"] = s("llama3.1-70b", "inference", net)
         out[f"max_fc_over_mesh_inference_moe{tag}"] = s("glm-4.5-air", "inference", net)
-        out[f"max_fc_over_mesh_training{tag}"] = float(np.nanmax([s(m, "training", net) for m in models]))
-    out["max_torus_over_mesh_training"] = float(np.nanmax([s(m, "training", TORUS) for m in models]))
-    out["min_torus_over_mesh_inference"] = float(np.nanmin([s(m, "inference", TORUS) for m in models]))
+        out[f"max_fc_over_mesh_training{tag}"] = float(pd.Series([s(m, "training", net) for m in models]).max())
+    out["max_torus_over_mesh_training"] = float(pd.Series([s(m, "training", TORUS) for m in models]).max())
+    out["min_torus_over_mesh_inference"] = float(pd.Series([s(m, "inference", TORUS) for m in models]).min())
     return out
 
 
@@ -211,8 +211,11 @@ def hbm_table(summary: pd.DataFrame) -> pd.DataFrame:
 def hbm_claims(summary: pd.DataFrame) -> dict[str, float]:
     t = hbm_table(summary)
     g = t.pivot(index="world", columns="variant", values="gain_over_3d_pct")
+    g = g.reindex(columns=sorted(set(g.columns) | {"3d-160gb", "3d-2x-fabric", "3d-160gb-2x-fabric",
+                                                   "3d-throttled-73", "3d-4x-latency", "3d-skew-2x"}))
     low = int(g.index.min())
     above, mid = g.index > low, (g.index > low) & (g.index <= 32)
+    over = t.set_index(["variant", "world"]).over_h100_2_5d
     return {
         "capacity_160gb_gain_at_8_gpus": float(g.loc[low, "3d-160gb"]),
         "capacity_160gb_max_gain_above_8_gpus": float(g.loc[above, "3d-160gb"].max()),
@@ -222,7 +225,7 @@ def hbm_claims(summary: pd.DataFrame) -> dict[str, float]:
         "throttle_73_max_loss": float(-g["3d-throttled-73"].min()),
         "latency_4x_max_loss": float(-g["3d-4x-latency"].min()),
         "skew_2x_max_loss": float(-g["3d-skew-2x"].min()),
-        "3d_over_2_5d_at_8_gpus": float(100 * (t.set_index(["variant", "world"]).over_h100_2_5d.get((BASE_3D, low), np.nan) - 1)),
+        "3d_over_2_5d_at_8_gpus": float(100 * (over.get((BASE_3D, low), np.nan) - 1)),
     }
 
 
