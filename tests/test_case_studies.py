@@ -144,7 +144,8 @@ def _injection(name: str) -> np.ndarray:
 
 
 def test_matched_bandwidth_fabrics_have_the_stated_injection():
-    torus, fc, mesh, fc_total = (_injection(n) for n in ("wafer-torus", "wafer-fc", "wafer-mesh", "wafer-fc-mesh-total"))
+    torus, fc, mesh, fc_total = (_injection(n) for n in
+                                 ("wafer-torus", "wafer-fc", "wafer-mesh", "wafer-fc-mesh-total"))
     assert np.allclose(torus, 3000e9)                              # four 750 GB/s ports on every GPU
     assert np.allclose(fc, 3000e9, rtol=1e-6)                      # 19 links of 3000/19 GB/s
     assert mesh.sum() == pytest.approx(2 * 31 * 750e9)             # 31 cables of the 4 x 5 mesh, both ways
@@ -235,7 +236,8 @@ def test_hbm_slice_more_memory_bandwidth_never_slower_and_the_what_ifs_order():
     exp = load_experiment("config/experiments/case-hbm.yaml")
     keep = {"h100-2.5d", "3d", "3d-throttled-73", "3d-4x-latency"}
     exp = dataclasses.replace(exp, cases=[c for c in exp.cases if c["label"] in keep],
-                              factorize={**exp.factorize, "gpus": [8], "bounds": {"tp": [1, 1], "pp": [1, 1], "ep": [8, 8]}})
+                              factorize={**exp.factorize, "gpus": [8],
+                                         "bounds": {"tp": [1, 1], "pp": [1, 1], "ep": [8, 8]}})
     s = sweep(exp)
     assert (s.status == "ok").all() and len(s) == 4
     thr = (s.tokens_per_s * s.dp).set_axis(s.label.str.split(" ").str[0])

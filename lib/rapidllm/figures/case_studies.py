@@ -41,7 +41,8 @@ def superpod(summary: pd.DataFrame, table: pd.DataFrame, stem: str | Path) -> li
         t = table[(table.network == net) & table.scaling_efficiency.notna()].sort_values("world")
         ax.plot(t.world, t.scaling_efficiency, "o-", color=FABRIC_COLOR[net], label=FABRIC_LABEL[net])
     ax.axhline(1.0, color="k", lw=0.8, ls=":")
-    ax.set(xscale="log", xlabel="GPUs", ylabel="scaling efficiency", title="scaling efficiency vs the smallest GPU count")
+    ax.set(xscale="log", xlabel="GPUs", ylabel="scaling efficiency",
+           title="scaling efficiency vs the smallest GPU count")
     _gpu_ticks(ax, w)
     ax = axes[2]
     best_ndr = table[table.network == NDR].set_index("world").best_step_time_s
@@ -95,7 +96,8 @@ def topology(summary: pd.DataFrame, table: pd.DataFrame, stem: str | Path) -> li
     """Fig 14 analog: speedup of each richer fabric's best layout over the mesh's best, per model and mode
     (a missing bar: no memory-feasible layout), with the best layouts printed on the bars."""
     groups = list(table[["model", "mode"]].drop_duplicates().itertuples(index=False, name=None))
-    nets = [(TORUS, "2D torus, same link bandwidth", "#55a868"), (FC, "fully connected, matched per-GPU injection", "#4c72b0"),
+    nets = [(TORUS, "2D torus, same link bandwidth", "#55a868"),
+            (FC, "fully connected, matched per-GPU injection", "#4c72b0"),
             (FC_TOTAL, "fully connected, matched mesh total", "#8172b2")]
     t = table.set_index(["model", "mode", "network"])
     fig, ax = plt.subplots(figsize=(12, 4.5))

@@ -45,7 +45,8 @@ def superpod_table(summary: pd.DataFrame) -> pd.DataFrame:
                "infeasible": int((g.status == "infeasible").sum()), "feasible": len(f)}
         if len(f):
             best = f.loc[f.step_time_s.idxmin()]
-            rec.update(best_step_time_s=best.step_time_s, best_mapping=mapping_name(best), best_recompute=best.recompute,
+            rec.update(best_step_time_s=best.step_time_s, best_mapping=mapping_name(best),
+                       best_recompute=best.recompute,
                        best_mfu=best.mfu, best_exposed_comm_s=best.exposed_comm_s, best_bubble_s=best.bubble_s,
                        median_step_time_s=f.step_time_s.median(), worst_step_time_s=f.step_time_s.max())
         rows.append(rec)
