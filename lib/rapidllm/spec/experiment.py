@@ -113,7 +113,8 @@ def raw_cases(exp: Experiment) -> Iterator[tuple[str, dict]]:
     for ci, extra in enumerate(exp.cases):
         for values in itertools.product(*(exp.cross[k] for k in keys)):
             for layout in layouts:
-                case = deep_merge(exp.base, {k: v for k, v in extra.items() if k not in ("label", "meta") and "." not in k})
+                plain = {k: v for k, v in extra.items() if k not in ("label", "meta") and "." not in k}
+                case = deep_merge(exp.base, plain)
                 for k, v in [*((k, v) for k, v in extra.items() if "." in k), *zip(keys, values)]:
                     override(case, k, v, exp.source)
                 for axis, size in layout.items():
@@ -164,7 +165,8 @@ def fault_placements(case: dict, sweep: dict, source: str) -> list[tuple[str, di
     cables = line_cables(dim["topology"], dim["size"], tuple(dim.get("shape", ())))
     if not cables:
         raise SpecError.at(source, "fault_sweep.dimension", f"dimension {d} of {where} is a {dim['topology']!r}; "
-                           "faults are swept over direct-connect dimensions (ring, fully_connected, mesh, torus, kingmesh)")
+                           "faults are swept over direct-connect dimensions "
+                           "(ring, fully_connected, mesh, torus, kingmesh)")
     stride = math.prod(int(x["size"]) for x in dims[:d])
     out: list[tuple[str, dict, dict | None]] = []
     if sweep.get("baseline", True):
