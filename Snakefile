@@ -18,6 +18,7 @@ include: "workflow/rules/components.smk"
 include: "workflow/rules/optimus.smk"
 include: "workflow/rules/explore.smk"
 include: "workflow/rules/search.smk"
+include: "workflow/rules/case_studies.smk"
 
 
 wildcard_constraints:
@@ -40,4 +41,6 @@ rule all:
         expand("results/figures/optimus_{study}.png", study=OPTIMUS_FIGURES),
         expand("results/figures/timeline_{case}.png", case=TIMELINE_CASES),
         expand("results/search/{search}/ranked.csv", search=SEARCHES),
+        expand("results/case_studies/{exp}.png", exp=CASE_STUDIES),
+        "results/case_studies/paper_comparison.csv",
     default_target: True

@@ -7,14 +7,16 @@ own copy of the dimension's base topology. Every link is directed; physical cabl
 """
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.network import DEFAULT_CHUNK_BYTES, DimensionSpec, FaultSpec, NetworkSpec
+from rapidllm.spec.network import (DEFAULT_CHUNK_BYTES, DimensionSpec, FaultSpec, NetworkSpec, grid_shape,
+                                   line_cables)
+
+__all__ = ["TOPOLOGIES", "Topology", "build_topology", "apply_faults", "grid_shape"]
 
 TOPOLOGIES = ("ring", "fully_connected", "switch", "mesh", "torus", "kingmesh", "fat_tree")
 DEFAULT_LEAF_PORTS = 32
@@ -116,63 +118,6 @@ class _Builder:
             self.dim.append(d)
 
 
-def grid_shape(dim: DimensionSpec) -> tuple[int, ...]:
-    """Extents of a mesh/torus/kingmesh dimension (innermost axis first); kingmesh defaults to ~square 2-D."""
-    if dim.shape:
-        return tuple(dim.shape)
-    if dim.topology == "kingmesh":
-        a = int(math.isqrt(dim.size))
-        while dim.size % a:
-            a -= 1
-        return (dim.size // a, a)
-    return (dim.size,)
-
-
-def grid_offsets(topology: str, ndim: int) -> list[tuple[int, ...]]:
-    """Neighbour offsets with a positive leading non-zero entry (each cable listed once)."""
-    if topology == "kingmesh":
-        offs = [o for o in itertools.product((-1, 0, 1), repeat=ndim) if any(o)]
-        return [o for o in offs if next(x for x in o if x) > 0]
-    return [tuple(1 if i == a else 0 for i in range(ndim)) for a in range(ndim)]
-
-
-def _unflatten(i: int, shape: tuple[int, ...]) -> list[int]:
-    out = []
-    for s in shape:
-        out.append(i % s)
-        i //= s
-    return out
-
-
-def _flatten(c: list[int], shape: tuple[int, ...]) -> int:
-    i, stride = 0, 1
-    for ci, s in zip(c, shape):
-        i += ci * stride
-        stride *= s
-    return i
-
-
-def _grid_edges(dim: DimensionSpec) -> list[tuple[int, int]]:
-    shape = grid_shape(dim)
-    if math.prod(shape) != dim.size:
-        raise SpecError(f"{dim.name}: shape {list(shape)} does not multiply to size {dim.size}")
-    edges: set[tuple[int, int]] = set()
-    for i in range(dim.size):
-        c = _unflatten(i, shape)
-        for off in grid_offsets(dim.topology, len(shape)):
-            n = []
-            for a, (ca, oa) in enumerate(zip(c, off)):
-                v = ca + oa
-                if dim.topology == "torus" and shape[a] > 2:
-                    v %= shape[a]
-                n.append(v)
-            if all(0 <= v < s for v, s in zip(n, shape)):
-                j = _flatten(n, shape)
-                if j != i:
-                    edges.add((min(i, j), max(i, j)))
-    return sorted(edges)
-
-
 def _line_members(sizes: tuple[int, ...], d: int) -> list[list[int]]:
     """All dimension-d lines, each as the global rank ids ordered by their coordinate in d."""
     stride = math.prod(sizes[:d])
@@ -211,22 +156,18 @@ def build_topology(net: NetworkSpec) -> Topology:
         if dim.topology == "fat_tree":
             nxt = _build_fat_tree(b, d, dim, lines, switches, labels, fat, nxt)
             continue
-        grid = _grid_edges(dim) if dim.topology in ("mesh", "torus", "kingmesh") else None
+        try:
+            cables = line_cables(dim.topology, n, dim.shape)
+        except SpecError as err:
+            raise SpecError(f"{dim.name}: {err}") from None
         for li, m in enumerate(lines):
-            if dim.topology == "ring":
-                for i in range(n if n > 2 else n - 1):
-                    b.both(m[i], m[(i + 1) % n], bw, lat, d)
-            elif dim.topology == "fully_connected":
-                for i, j in itertools.combinations(range(n), 2):
-                    b.both(m[i], m[j], bw, lat, d)
-            elif dim.topology == "switch":
+            if dim.topology == "switch":
                 s = _add_switch(switches, labels, (d, "switch", li, 0), f"{dim.name} switch line {li}", nxt)
                 nxt += 1
                 for r in m:
                     b.both(r, s, bw, lat, d)
-            else:
-                for i, j in grid:
-                    b.both(m[i], m[j], bw, lat, d)
+            for i, j in cables:
+                b.both(m[i], m[j], bw, lat, d)
     topo = Topology(
         name=net.name, dims=net.dimensions, sizes=sizes, n_ranks=n_ranks, n_nodes=nxt,
         src=np.array(b.src, dtype=np.int32), dst=np.array(b.dst, dtype=np.int32),

@@ -1,4 +1,5 @@
-"""Experiments: a base case crossed with sweep lists and/or parallel-layout factorizations.
+"""Experiments: a base case crossed with sweep lists and/or parallel-layout factorizations, optionally with
+one fault placed on every cable of a network dimension in turn (`fault_sweep`).
 
 Every combination becomes a row. A combination that is not a valid case (tp not dividing heads, batch
 not divisible, ...) stays as a row with status 'invalid' and the reason, so sweeps never lose cases
@@ -17,6 +18,7 @@ from typing import Any, Iterator
 from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
+from rapidllm.spec.network import line_cables
 from rapidllm.spec.paths import config_dir, display, project_root
 from rapidllm.spec.schema import json_safe, knows_key, load_yaml, validate
 
@@ -33,6 +35,7 @@ class Experiment:
     cases: list[dict]
     factorize: dict | None
     shard_size: int
+    fault_sweep: dict | None = None
 
 
 MAX_CASES = 2**20                  # combinations of one experiment (sweep-1000 has 1472)
@@ -44,7 +47,7 @@ def load_experiment(path: str | Path, default_shard_size: int = 64) -> Experimen
     validate(m, "experiment", source)
     exp = Experiment(name=m["name"], source=source, base=m["base"], cross=m.get("cross", {}),
                      cases=m.get("cases", [{}]), factorize=m.get("factorize"),
-                     shard_size=m.get("shard_size", default_shard_size))
+                     shard_size=m.get("shard_size", default_shard_size), fault_sweep=m.get("fault_sweep"))
     check_experiment(exp)
     return exp
 
@@ -69,10 +72,32 @@ def check_experiment(exp: Experiment) -> None:
 
 
 def set_dotted(mapping: dict, key: str, value: Any) -> None:
+    """mapping[a][b][c] = value for key "a.b.c"; a numeric part indexes a list ("dimensions.0.latency")."""
     *parents, leaf = key.split(".")
+    node: Any = mapping
     for p in parents:
-        mapping = mapping.setdefault(p, {})
-    mapping[leaf] = value
+        node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
+    if isinstance(node, list):
+        node[int(leaf)] = value
+    else:
+        node[leaf] = value
+
+
+def override(case: dict, key: str, value: Any, source: str) -> None:
+    """`set_dotted`, reaching into a named model, hardware or network: "hardware.hbm_bandwidth" on
+    `hardware: h100-sxm5-80gb` first inlines that file's mapping, renamed h100-sxm5-80gb+hbm_bandwidth=VALUE
+    so that rows tell the what-if variant from the real device (what-if studies, §6.4 of the paper)."""
+    head, _, rest = key.partition(".")
+    if rest and head in NAMED_KINDS and head in case:
+        if isinstance(case[head], str):
+            case[head], _ = resolve_named(head, case[head], source, head)
+        if not isinstance(value, (dict, list)):
+            case[head]["name"] = f"{case[head].get('name', head)}+{rest}={value}"
+    try:
+        set_dotted(case, key, value)
+    except (IndexError, ValueError, TypeError, AttributeError):
+        raise SpecError.at(source, key, "does not name a field of the case (list items by index: "
+                           "network.dimensions.0.latency)") from None
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -123,15 +148,70 @@ def raw_cases(exp: Experiment) -> Iterator[tuple[str, dict]]:
     for ci, extra in enumerate(exp.cases):
         for values in itertools.product(*(exp.cross[k] for k in keys)):
             for layout in layouts:
-                case = deep_merge(exp.base, {k: v for k, v in extra.items() if k not in ("label", "meta")})
-                for k, v in zip(keys, values):
-                    set_dotted(case, k, v)
+                plain = {k: v for k, v in extra.items() if k not in ("label", "meta") and "." not in k}
+                case = deep_merge(exp.base, plain)
+                for k, v in [*((k, v) for k, v in extra.items() if "." in k), *zip(keys, values)]:
+                    override(case, k, v, exp.source)
                 for axis, size in layout.items():
                     set_dotted(case, f"parallelism.{axis}", size)
+                for key in (exp.factorize or {}).get("per_replica", []):
+                    split_over_replicas(case, key, layout.get("dp", 1))
                 parts = [str(extra.get("label", ci if len(exp.cases) > 1 else ""))] + \
                         [f"{k.split('.')[-1]}={v}" for k, v in zip(keys, values) if not isinstance(v, dict)] + \
                         [f"{a}{s}" for a, s in layout.items()]
-                yield " ".join(p for p in parts if p), {"case": case, "meta": extra.get("meta", {})}
+                label = " ".join(p for p in parts if p)
+                meta = extra.get("meta", {})
+                if not exp.fault_sweep:
+                    yield label, {"case": case, "meta": meta}
+                    continue
+                for tag, fault_meta, fault in fault_placements(case, exp.fault_sweep, exp.source):
+                    placed = {**case, "faults": list(case.get("faults", [])) + ([fault] if fault else [])}
+                    yield f"{label} {tag}", {"case": placed, "meta": {**meta, **fault_meta}}
+
+
+def split_over_replicas(case: dict, key: str, dp: int) -> None:
+    """A total (workload.batch: all requests in flight) -> its share per data-parallel replica, so every layout
+    of a GPU count serves the same load. A total dp does not divide is left as a fraction, which the case
+    schema then rejects: the row stays, invalid, with the reason."""
+    *parents, leaf = key.split(".")
+    node = case
+    for p in parents:
+        node = node.get(p, {})
+    if leaf in node:
+        total = node[leaf]
+        node[leaf] = total // dp if total % dp == 0 else total / dp
+
+
+def fault_placements(case: dict, sweep: dict, source: str) -> list[tuple[str, dict, dict | None]]:
+    """(label part, meta columns, fault or None) for the fault-free case (when `baseline`, the default) and
+    every fault kind on every cable of the first line of the swept dimension (its copy holding rank 0).
+
+    Cables come from the dimension's own topology (`line_cables`), as global rank ids: position k of the
+    line holding rank 0 in dimension d is rank k x (product of the inner dimensions' sizes)."""
+    network, where = resolve_named("network", case.get("network"), source, "network", copy_named=False)
+    dims = network["dimensions"]
+    d = sweep.get("dimension", 0)
+    if d >= len(dims):
+        raise SpecError.at(source, "fault_sweep.dimension", f"{d} is not a dimension of {where} (it has {len(dims)})")
+    dim = dims[d]
+    if dim["size"] == "auto":
+        raise SpecError.at(source, "fault_sweep.dimension", f"dimension {d} of {where} has size 'auto'; "
+                           "sweep faults over a dimension of fixed size")
+    cables = line_cables(dim["topology"], dim["size"], tuple(dim.get("shape", ())))
+    if not cables:
+        raise SpecError.at(source, "fault_sweep.dimension", f"dimension {d} of {where} is a {dim['topology']!r}; "
+                           "faults are swept over direct-connect dimensions "
+                           "(ring, fully_connected, mesh, torus, kingmesh)")
+    stride = math.prod(int(x["size"]) for x in dims[:d])
+    out: list[tuple[str, dict, dict | None]] = []
+    if sweep.get("baseline", True):
+        out.append(("fault=none", {"fault_kind": "none", "fault_link": ""}, None))
+    for kind, fault in sweep["kinds"].items():
+        for i, j in cables:
+            a, b = i * stride, j * stride
+            out.append((f"fault={kind} link={a}-{b}", {"fault_kind": kind, "fault_link": f"{a}-{b}"},
+                        {**fault, "link": [a, b], "dimension": d}))
+    return out
 
 
 def _layouts(exp: Experiment) -> Iterator[dict[str, int]]:
@@ -139,7 +219,8 @@ def _layouts(exp: Experiment) -> Iterator[dict[str, int]]:
     if not exp.factorize:
         return iter([{}])
     f = exp.factorize
-    return factorizations(f["gpus"], tuple(f.get("axes", AXES)), f.get("bounds", {}))
+    counts = f["gpus"] if isinstance(f["gpus"], list) else [f["gpus"]]
+    return (layout for gpus in counts for layout in factorizations(gpus, tuple(f.get("axes", AXES)), f.get("bounds", {})))
 
 
 def count_cases(exp: Experiment) -> int:
@@ -164,6 +245,9 @@ def referenced_spec_files(exp: Experiment) -> list[str]:
     for _, raw in raw_cases(exp):
         for kind in NAMED_KINDS:
             value = raw["case"].get(kind)
+            if isinstance(value, dict) and "+" in str(value.get("name", "")):    # a what-if variant (`override`)
+                value = str(value["name"]).split("+")[0]
+                value = value if (config_dir(kind) / f"{value}.yaml").exists() else None
             if isinstance(value, str):
                 files.add(str((config_dir(kind) / f"{value}.yaml").relative_to(project_root())))
     return sorted(files)

@@ -1,6 +1,7 @@
 """Network spec: ordered dimensions (innermost first), the axis order ranks are flattened in, faults."""
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -106,3 +107,79 @@ class NetworkSpec:
                    utilization=float(m.get("utilization", 1.0)),
                    faults=tuple(FaultSpec.from_mapping(f) for f in m.get("faults", [])),
                    chunk_bytes=q(m.get("chunk_size", DEFAULT_CHUNK_BYTES), "bytes"))
+
+
+DIRECT_TOPOLOGIES = ("ring", "fully_connected", "mesh", "torus", "kingmesh")
+
+
+def grid_shape(dim: DimensionSpec) -> tuple[int, ...]:
+    """Extents of a mesh/torus/kingmesh dimension (innermost axis first); kingmesh defaults to ~square 2-D."""
+    return _shape(dim.topology, dim.size, dim.shape)
+
+
+def _shape(topology: str, size: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    if shape:
+        return tuple(shape)
+    if topology == "kingmesh":
+        a = int(math.isqrt(size))
+        while size % a:
+            a -= 1
+        return (size // a, a)
+    return (size,)
+
+
+def grid_offsets(topology: str, ndim: int) -> list[tuple[int, ...]]:
+    """Neighbour offsets with a positive leading non-zero entry (each cable listed once)."""
+    if topology == "kingmesh":
+        offs = [o for o in itertools.product((-1, 0, 1), repeat=ndim) if any(o)]
+        return [o for o in offs if next(x for x in o if x) > 0]
+    return [tuple(1 if i == a else 0 for i in range(ndim)) for a in range(ndim)]
+
+
+def _unflatten(i: int, shape: tuple[int, ...]) -> list[int]:
+    out = []
+    for s in shape:
+        out.append(i % s)
+        i //= s
+    return out
+
+
+def _flatten(c: list[int], shape: tuple[int, ...]) -> int:
+    i, stride = 0, 1
+    for ci, s in zip(c, shape):
+        i += ci * stride
+        stride *= s
+    return i
+
+
+def line_cables(topology: str, size: int, shape: tuple[int, ...] = ()) -> list[tuple[int, int]]:
+    """The cables of one line of a direct-connect dimension, as position pairs (i, j) along the line, in
+    the order the topology builder numbers them (so link ids, and with them routing ties, are fixed).
+
+    Here in the spec layer so that an experiment can place a fault on every cable in turn
+    (spec/experiment.py `fault_sweep`) without building the fabric; a switch or fat tree has none.
+    """
+    if topology == "ring":
+        return [(i, (i + 1) % size) for i in range(size if size > 2 else size - 1)]
+    if topology == "fully_connected":
+        return list(itertools.combinations(range(size), 2))
+    if topology not in ("mesh", "torus", "kingmesh"):
+        return []
+    extents = _shape(topology, size, shape)
+    if math.prod(extents) != size:
+        raise SpecError(f"shape {list(extents)} does not multiply to size {size}")
+    edges: set[tuple[int, int]] = set()
+    for i in range(size):
+        c = _unflatten(i, extents)
+        for off in grid_offsets(topology, len(extents)):
+            n = []
+            for a, (ca, oa) in enumerate(zip(c, off)):
+                v = ca + oa
+                if topology == "torus" and extents[a] > 2:
+                    v %= extents[a]
+                n.append(v)
+            if all(0 <= v < s for v, s in zip(n, extents)):
+                j = _flatten(n, extents)
+                if j != i:
+                    edges.add((min(i, j), max(i, j)))
+    return sorted(edges)
