@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from rapidllm.spec.experiment import set_dotted
+
 HW: dict[str, Any] = dict(
     name="toy-gpu", sm_count=100, clock="1 GHz", tensor_flops={"bf16": "100 TFLOP/s"}, vector_flops="10 TFLOP/s",
     hbm_capacity="80 GiB", hbm_bandwidth="2 TB/s", l2_size="40 MiB", kernel_launch_overhead="4 us",
@@ -44,14 +46,7 @@ class Bad:
 def with_key(base: dict, dotted: str, value: Any) -> dict:
     """A deep copy of `base` with one dotted key set (list items by index)."""
     out = copy.deepcopy(base)
-    *parents, leaf = dotted.split(".")
-    node: Any = out
-    for p in parents:
-        node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
-    if isinstance(node, list):
-        node[int(leaf)] = value
-    else:
-        node[leaf] = value
+    set_dotted(out, dotted, value)
     return out
 
 

@@ -17,9 +17,9 @@ rule case_study:
         paper="validation/case_studies/rapid_llm_paper.csv",
         code=script_code("case_study"),
     output:
-        table=report("results/case_studies/{exp}.csv", caption="../report/case_study.rst", category="Case studies"),
+        table=report("results/case_studies/{exp}.csv", caption="../report/case_study.rst", category="2. Case studies (paper §6)"),
         comparison="results/case_studies/{exp}_paper.csv",
-        png=report("results/case_studies/{exp}.png", caption="../report/case_study.rst", category="Case studies"),
+        png=report("results/case_studies/{exp}.png", caption="../report/case_study.rst", category="2. Case studies (paper §6)"),
         pdf="results/case_studies/{exp}.pdf",
     log:
         "results/logs/case_studies/{exp}.log",
@@ -39,7 +39,7 @@ rule paper_comparison:
         code=script_code("paper_comparison"),
     output:
         report("results/case_studies/paper_comparison.csv", caption="../report/paper_comparison.rst",
-               category="Case studies"),
+               category="2. Case studies (paper §6)"),
     log:
         "results/logs/case_studies/paper_comparison.log",
     threads: 1

@@ -8,7 +8,7 @@ rule validate_gemm:
         code=script_code("validate_gemm"),
     output:
         rows="results/validation/gemm_kernels.csv",
-        errors=report("results/validation/gemm_errors.csv", caption="../report/gemm.rst", category="4. Components"),
+        errors=report("results/validation/gemm_errors.csv", caption="../report/gemm.rst", category="5. Components"),
     log:
         "results/logs/validate_gemm.log",
     resources:
@@ -47,7 +47,7 @@ rule validate_memory:
         code=script_code("validate_memory"),
     output:
         rows="results/validation/memory_nanotron.csv",
-        summary=report("results/validation/memory_summary.csv", caption="../report/memory.rst", category="4. Components"),
+        summary=report("results/validation/memory_summary.csv", caption="../report/memory.rst", category="5. Components"),
     log:
         "results/logs/validate_memory.log",
     resources:
@@ -64,7 +64,7 @@ rule figure_component:
         table="results/validation/{table}.csv",
         code=script_code("figure_component"),
     output:
-        png=report("results/figures/{table}.png", caption="../report/component_figure.rst", category="4. Components"),
+        png=report("results/figures/{table}.png", caption="../report/component_figure.rst", category="5. Components"),
         pdf="results/figures/{table}.pdf",
     wildcard_constraints:
         table="gemm_errors|collectives_nccl|memory_nanotron",

@@ -6,7 +6,7 @@ rule timeline:
     output:
         json="results/timeline/{case}.json",
         png=report("results/figures/timeline_{case}.png", caption="../report/timeline.rst",
-                   category="2. Step timeline"),
+                   category="3. Step timeline"),
     log:
         "results/logs/timeline/{case}.log",
     threads: 1

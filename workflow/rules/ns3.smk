@@ -41,7 +41,7 @@ rule network_ns3:
         code=script_code("network_ns3"),
     output:
         csv="results/validation/network_ns3.csv",
-        png=report("results/figures/network_ns3.png", category="4. Components"),
+        png=report("results/figures/network_ns3.png", category="5. Components"),
     log:
         "results/logs/validation/network_ns3.log",
     resources:

@@ -21,7 +21,7 @@ rule optimus_flash_gpt2:
         code=script_code("optimus"),
     output:
         table="results/optimus/flash_gpt2.csv",
-        png=report("results/figures/optimus_flash_gpt2.png", caption="../report/optimus.rst", category="Optimus studies"),
+        png=report("results/figures/optimus_flash_gpt2.png", caption="../report/optimus.rst", category="7. Optimus studies"),
     params:
         study="flash_gpt2",
     log:
@@ -41,7 +41,7 @@ rule optimus_flash_batch:
         code=script_code("optimus"),
     output:
         table="results/optimus/flash_batch.csv",
-        png=report("results/figures/optimus_flash_batch.png", caption="../report/optimus.rst", category="Optimus studies"),
+        png=report("results/figures/optimus_flash_batch.png", caption="../report/optimus.rst", category="7. Optimus studies"),
     params:
         study="flash_batch",
     log:
@@ -64,7 +64,7 @@ rule optimus_flash_long:
     output:
         table="results/optimus/flash_long.csv",
         kernels="results/optimus/flash_kernels.csv",
-        png=report("results/figures/optimus_flash_long.png", caption="../report/optimus.rst", category="Optimus studies"),
+        png=report("results/figures/optimus_flash_long.png", caption="../report/optimus.rst", category="7. Optimus studies"),
     params:
         study="flash_long",
     log:
@@ -84,7 +84,7 @@ rule optimus_moe:
         code=script_code("optimus"),
     output:
         table="results/optimus/moe.csv",
-        png=report("results/figures/optimus_moe.png", caption="../report/optimus.rst", category="Optimus studies"),
+        png=report("results/figures/optimus_moe.png", caption="../report/optimus.rst", category="7. Optimus studies"),
     params:
         study="moe",
     log:
@@ -104,7 +104,7 @@ rule optimus_topology:
         code=script_code("optimus"),
     output:
         table="results/optimus/topology.csv",
-        png=report("results/figures/optimus_topology.png", caption="../report/optimus.rst", category="Optimus studies"),
+        png=report("results/figures/optimus_topology.png", caption="../report/optimus.rst", category="7. Optimus studies"),
     params:
         study="topology",
     log:
@@ -129,9 +129,9 @@ rule optimus_cost:
     output:
         table="results/optimus/cost.csv",
         tornado="results/optimus/cost_tornado.csv",
-        png=report("results/figures/optimus_cost.png", caption="../report/optimus.rst", category="Optimus studies"),
+        png=report("results/figures/optimus_cost.png", caption="../report/optimus.rst", category="7. Optimus studies"),
         tornado_png=report("results/figures/optimus_cost_tornado.png", caption="../report/optimus.rst",
-                           category="Optimus studies"),
+                           category="7. Optimus studies"),
     params:
         study="cost",
     log:

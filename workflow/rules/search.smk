@@ -42,10 +42,10 @@ rule search_merge:
         code=script_code("search_merge"),
         prediction=str(LIB / "prediction.py"),
     output:
-        csv=report("results/search/{search}/ranked.csv", caption="../report/search.rst", category="Search"),
+        csv=report("results/search/{search}/ranked.csv", caption="../report/search.rst", category="6. Layout search"),
         parquet="results/search/{search}/ranked.parquet",
         counts="results/search/{search}/counts.json",
-        png=report("results/search/{search}/pareto.png", caption="../report/search.rst", category="Search"),
+        png=report("results/search/{search}/pareto.png", caption="../report/search.rst", category="6. Layout search"),
         pdf="results/search/{search}/pareto.pdf",
     params:
         spec="config/searches/{search}.yaml",

@@ -45,7 +45,7 @@ rule figure_suite:
         suite="validation/suites/{suite}.yaml",
         code=script_code("figure_suite"),
     output:
-        png=report("results/figures/{suite}.png", caption="../report/suite_figure.rst", category="3. Validation suites",
+        png=report("results/figures/{suite}.png", caption="../report/suite_figure.rst", category="4. Validation suites",
                    subcategory="{suite}"),
         pdf="results/figures/{suite}.pdf",
     log:
