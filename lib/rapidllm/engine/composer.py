@@ -120,7 +120,7 @@ def sharded_layer_bytes(case: Case) -> tuple[float, float]:
     if p.dp <= 1 or not (p.zero == 3 or p.fsdp == "full_shard"):
         return 0.0, 0.0
     per_layer = local_parameters(case) / max(case.model.layers / p.pp, 1)
-    w, g, _ = state_bytes_per_param(case.precision, p.fp32_grad_accum)
+    w, g, _ = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)
     return per_layer * w, per_layer * g
 
 
@@ -129,7 +129,7 @@ def p2p_bytes(case: Case) -> float:
     by tp under sequence parallelism (Megatron sends the SP shard)."""
     w, p = case.workload, case.parallelism
     assert isinstance(w, TrainingWorkload)
-    b = DTYPE_BYTES[case.precision]
+    b = DTYPE_BYTES[case.activation_precision]
     return w.micro_batch * w.seq_len // p.cp * case.model.hidden * b / (p.tp if p.sp else 1)
 
 
@@ -209,7 +209,7 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
     p2p_f = np.array([cost.time("pp", "send_recv", act, s) if s + 1 < p.pp or v > 1 else 0.0 for s in range(p.pp)])
     p2p_b = np.array([cost.time("pp", "send_recv", act, max(s - 1, 0)) if s > 0 or v > 1 else 0.0 for s in range(p.pp)])
     cost.count("pp", "send_recv", act, 2 * m * v)
-    wb, gb, _ = state_bytes_per_param(case.precision, p.fp32_grad_accum)
+    wb, gb, _ = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)
     sharded_opt = p.zero in (1, 2) or p.fsdp == "shard_grad_op"
     buckets, bucket_s, gather_s = 0, 0.0, 0.0
     op, bucket_bytes, gather_bytes = "", 0.0, 0.0
