@@ -223,13 +223,37 @@ def attention_forward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int,
     reread = float(batch) * kv_heads * n_qb * kv_head * vis
     kv_hbm = batch * kv_heads * kv_head * vis * _hbm_rereads(hw, ctas, n_qb, kv_head, kv_head * br / kv_len)
     hbm = kv_hbm + float(batch) * q_heads * q_len * ((head_dim_qk + head_dim_v) * b + (4 if training else 0))
+    splits, launches = 1, 1
+    if not training:                # serving kernels split the keys when the grid is too small (Flash-Decoding)
+        splits = kv_splits(hw, ctas, kv_len, br)
+        if splits > 1:              # fp32 partial outputs and log-sum-exps, written then reduced by a second kernel
+            hbm += float(batch) * q_heads * q_len * splits * (head_dim_v + 1) * 4 * 2
+            ctas, launches = ctas * splits, 1
     run = batch * q_heads * executed
     compute = 2.0 * run * (head_dim_qk + head_dim_v) / flash_mma_flops(hw, dtype, impl)
     smem = run * FA2_FWD_WARPS * (head_dim_qk + head_dim_v) / FA2_FWD_QUERIES * b
     math_s = _math_s(hw, impl, compute, _softmax_s(hw, run, VEC_OPS_FWD), smem, ctas)
-    hbm_s = hbm / (hw.hbm_bandwidth * hw.utilization.hbm)
-    t = hw.launch_overhead_s + max(math_s, hbm_s, (reread + hbm - kv_hbm) / hw.l2_bandwidth)
+    rate = hw.hbm_bandwidth * hw.utilization.hbm
+    hbm_s = hbm / (rate if training else min(rate, _load_bandwidth(hw, ctas)))
+    t = launches * hw.launch_overhead_s + max(math_s, hbm_s, (reread + hbm - kv_hbm) / hw.l2_bandwidth)
     return AttentionPrice(t, flops, hbm, compute, hbm_s, br, reread)
+
+
+def kv_splits(hw: HardwareSpec, ctas: int, kv_len: int, block: int) -> int:
+    """Key-range splits of a serving attention kernel whose (sequence, kv head, query block) grid leaves SMs
+    idle: Flash-Decoding (Dao et al. 2023, "Flash-Decoding for long-context inference"; flash-attn's split-KV
+    forward, whose heuristic keeps one split once the grid covers 80% of the SMs), TensorRT-LLM's
+    multi-block mode and FlashInfer split the keys so the grid fills the SMs, at most one split per key
+    block and 128 in all (flash-attn's cap), and combine the partial results in a second kernel."""
+    if ctas >= 0.8 * hw.sm_count:
+        return 1
+    return max(1, min(math.ceil(hw.sm_count / ctas), math.ceil(kv_len / block), 128))
+
+
+def _load_bandwidth(hw: HardwareSpec, ctas: int) -> float:
+    """Bytes/s a grid of `ctas` attention CTAs (one per SM) can pull: each SM's share of the L2 bandwidth,
+    so a grid on a few SMs cannot stream the cache at the full HBM rate."""
+    return min(ctas, hw.sm_count) * hw.l2_bandwidth / hw.sm_count
 
 
 def attention_backward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int,
