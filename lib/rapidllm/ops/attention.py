@@ -223,19 +223,17 @@ def attention_forward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int,
     reread = float(batch) * kv_heads * n_qb * kv_head * vis
     kv_hbm = batch * kv_heads * kv_head * vis * _hbm_rereads(hw, ctas, n_qb, kv_head, kv_head * br / kv_len)
     hbm = kv_hbm + float(batch) * q_heads * q_len * ((head_dim_qk + head_dim_v) * b + (4 if training else 0))
-    splits, launches = 1, 1
-    if not training:                # serving kernels split the keys when the grid is too small (Flash-Decoding)
-        splits = kv_splits(hw, ctas, kv_len, br)
-        if splits > 1:              # fp32 partial outputs and log-sum-exps, written then reduced by a second kernel
-            hbm += float(batch) * q_heads * q_len * splits * (head_dim_v + 1) * 4 * 2
-            ctas, launches = ctas * splits, 1
+    splits = 1 if training else kv_splits(hw, ctas, kv_len, br)   # serving kernels split a small grid's keys
+    if splits > 1:              # fp32 partial outputs and log-sum-exps, written then read back to combine
+        hbm += float(batch) * q_heads * q_len * splits * (head_dim_v + 1) * 4 * 2
+        ctas *= splits
     run = batch * q_heads * executed
     compute = 2.0 * run * (head_dim_qk + head_dim_v) / flash_mma_flops(hw, dtype, impl)
     smem = run * FA2_FWD_WARPS * (head_dim_qk + head_dim_v) / FA2_FWD_QUERIES * b
     math_s = _math_s(hw, impl, compute, _softmax_s(hw, run, VEC_OPS_FWD), smem, ctas)
     rate = hw.hbm_bandwidth * hw.utilization.hbm
     hbm_s = hbm / (rate if training else min(rate, _load_bandwidth(hw, ctas)))
-    t = launches * hw.launch_overhead_s + max(math_s, hbm_s, (reread + hbm - kv_hbm) / hw.l2_bandwidth)
+    t = hw.launch_overhead_s + max(math_s, hbm_s, (reread + hbm - kv_hbm) / hw.l2_bandwidth)
     return AttentionPrice(t, flops, hbm, compute, hbm_s, br, reread)
 
 
@@ -244,7 +242,9 @@ def kv_splits(hw: HardwareSpec, ctas: int, kv_len: int, block: int) -> int:
     idle: Flash-Decoding (Dao et al. 2023, "Flash-Decoding for long-context inference"; flash-attn's split-KV
     forward, whose heuristic keeps one split once the grid covers 80% of the SMs), TensorRT-LLM's
     multi-block mode and FlashInfer split the keys so the grid fills the SMs, at most one split per key
-    block and 128 in all (flash-attn's cap), and combine the partial results in a second kernel."""
+    block and 128 in all (flash-attn's cap). The fp32 partial results are charged as HBM traffic; their
+    reduction is not a second launch, as in TensorRT-LLM's multi-block kernels, where the last block to
+    finish combines them (an atomic counter). flash-attn and FlashInfer launch a separate combine kernel."""
     if ctas >= 0.8 * hw.sm_count:
         return 1
     return max(1, min(math.ceil(hw.sm_count / ctas), math.ceil(kv_len / block), 128))
