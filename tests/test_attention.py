@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rapidllm.ops.attention import (attention, attention_backward, attention_forward, block_rows,
+from rapidllm.ops.attention import (attention, attention_backward, attention_forward, block_rows, kv_splits,
                                     decode_attention, executed_pairs, rank_pairs, visible_pairs)
 from rapidllm.spec.hardware import HardwareSpec
 from rapidllm.validate.kernels import load_hardware
@@ -78,7 +78,11 @@ def test_gqa_mqa_mla_shapes():
     assert mha.flops == gqa.flops == mqa.flops
     # MLA (absorbed): one latent head of 512 + 64 rope dims, V is a slice of the cached latent
     mla = decode_attention(hw, 8, 128, 1, 8192, 576, 512, kv_shared=True)
-    assert mla.hbm_bytes == pytest.approx(8 * 8192 * 576 * 2 + 8 * 128 * (576 + 512) * 2, rel=1e-3)
+    ctas = 8 * -(-128 // mla.block)                       # sequences x query blocks of the 128 packed heads
+    splits = kv_splits(hw, ctas, 8192, mla.block)         # too few CTAs for the SMs: keys split
+    partials = 8 * 128 * splits * (512 + 1) * 4 * 2       # fp32 partial outputs + lse, written and read back
+    assert splits > 1
+    assert mla.hbm_bytes == pytest.approx(8 * 8192 * 576 * 2 + 8 * 128 * (576 + 512) * 2 + partials, rel=1e-3)
     assert mla.flops == 2 * 8 * 128 * 8192 * (576 + 512)
     # MLA training shapes: d_qk = 192, d_v = 128
     f = attention_forward(hw, 1, 128, 128, 4096, 4096, 192, 128, causal=False)

@@ -20,6 +20,7 @@ import pandas as pd
 
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.replay import TemplateResult, replay_template
+from rapidllm.engine.sharding import layer_collectives, layer_comm_seconds
 from rapidllm.graph.comm_nodes import dp_reduced_parameters
 from rapidllm.graph.pipeline_dag import PipelineInputs
 from rapidllm.graph.schedules import interleaving
@@ -114,13 +115,18 @@ class TrainingPlan:
     gather_bytes: float = 0.0            # parameter all-gather after a sharded optimizer
 
 
+def sharded_layer_params(case: Case) -> float:
+    """Parameters of one layer on one rank before ZeRO-3 / FSDP sharding (the layer's share of the stage)."""
+    return local_parameters(case) / max(case.model.layers / case.parallelism.pp, 1)
+
+
 def sharded_layer_bytes(case: Case) -> tuple[float, float]:
     """(all-gather, reduce-scatter) bytes per layer under ZeRO-3 / FSDP full_shard, else (0, 0)."""
     p = case.parallelism
     if p.dp <= 1 or not (p.zero == 3 or p.fsdp == "full_shard"):
         return 0.0, 0.0
-    per_layer = local_parameters(case) / max(case.model.layers / p.pp, 1)
-    w, g, _ = state_bytes_per_param(case.precision, p.fp32_grad_accum)
+    per_layer = sharded_layer_params(case)
+    w, g, _ = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)
     return per_layer * w, per_layer * g
 
 
@@ -129,7 +135,7 @@ def p2p_bytes(case: Case) -> float:
     by tp under sequence parallelism (Megatron sends the SP shard)."""
     w, p = case.workload, case.parallelism
     assert isinstance(w, TrainingWorkload)
-    b = DTYPE_BYTES[case.precision]
+    b = DTYPE_BYTES[case.activation_precision]
     return w.micro_batch * w.seq_len // p.cp * case.model.hidden * b / (p.tp if p.sp else 1)
 
 
@@ -138,7 +144,7 @@ def _sharded_layer_comm(case: Case, cost: CommCost, stage: int) -> tuple[float, 
     gather, scatter = sharded_layer_bytes(case)
     if not gather:
         return 0.0, 0.0
-    return cost.time("dp", "all_gather", gather, stage), cost.time("dp", "reduce_scatter", scatter, stage)
+    return layer_comm_seconds(case, cost, stage, gather, scatter, sharded_layer_params(case))
 
 
 def exposed_param_gather(bucket_s: float, buckets: int, forward_s: float) -> float:
@@ -194,8 +200,9 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
         cost.count(axis, op, nb, k * counts.get(section, 0.0) * m)
     layer_gather, layer_scatter = sharded_layer_bytes(case)
     if layer_gather:
-        cost.count("dp", "all_gather", layer_gather, 2 * m * case.model.layers / p.pp)
-        cost.count("dp", "reduce_scatter", layer_scatter, m * case.model.layers / p.pp)
+        (ng, gb), (ns, sb) = layer_collectives(case, layer_gather, layer_scatter, sharded_layer_params(case))
+        cost.count("dp", "all_gather", gb, 2 * ng * m * case.model.layers / p.pp)
+        cost.count("dp", "reduce_scatter", sb, ns * m * case.model.layers / p.pp)
     f_span, f_comp, b_span, b_comp = _chunk_times(case, replayed, cost, v)
     f_hidden = b_hidden = None
     if p.moe_a2a_overlap:                  # the spec admits it only for MoE training with ep > 1
@@ -209,7 +216,7 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
     p2p_f = np.array([cost.time("pp", "send_recv", act, s) if s + 1 < p.pp or v > 1 else 0.0 for s in range(p.pp)])
     p2p_b = np.array([cost.time("pp", "send_recv", act, max(s - 1, 0)) if s > 0 or v > 1 else 0.0 for s in range(p.pp)])
     cost.count("pp", "send_recv", act, 2 * m * v)
-    wb, gb, _ = state_bytes_per_param(case.precision, p.fp32_grad_accum)
+    wb, gb, _ = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)
     sharded_opt = p.zero in (1, 2) or p.fsdp == "shard_grad_op"
     buckets, bucket_s, gather_s = 0, 0.0, 0.0
     op, bucket_bytes, gather_bytes = "", 0.0, 0.0

@@ -73,7 +73,7 @@ def pass_parts(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overl
     layers = tuple((section, n, r.span(section, "fwd"), r.compute(section, "fwd"))
                    for section, n in layer_counts(case, prefix).items())
     tokens = w.batch * (w.prompt_tokens if prefix.startswith("prefill") else 1)
-    nbytes = tokens * case.model.hidden * DTYPE_BYTES[case.precision]
+    nbytes = tokens * case.model.hidden * DTYPE_BYTES[case.activation_precision]
     return PassParts(p.pp, layers, r.span(f"{prefix}head", "extra_fwd"), r.compute(f"{prefix}head", "extra_fwd"),
                      cost.time("pp", "send_recv", nbytes), float(nbytes), r, tuple(templates))
 

@@ -79,7 +79,7 @@ def dispatch_bytes(case: Case, tokens: int) -> float:
     """
     m, p = case.model, case.parallelism
     routed = moe_tokens(tokens, p.tp, p.expert_tp, p.sp)
-    return float(routed * m.hidden * DTYPE_BYTES[case.precision]) * dispatch_copies(case)
+    return float(routed * m.hidden * DTYPE_BYTES[case.activation_precision]) * dispatch_copies(case)
 
 
 def moe_tp_collectives(case: Case) -> bool:
@@ -111,7 +111,7 @@ def dp_reduced_parameters(case: Case, params: float, experts: float) -> float:
 
 def layer_nodes(case: Case, tokens: int, scope: str) -> list[CommNode]:
     m, p = case.model, case.parallelism
-    b = DTYPE_BYTES[case.precision]
+    b = DTYPE_BYTES[case.activation_precision]
     act = tokens * m.hidden * b
     nodes = []
     moe = scope.endswith("moe") and m.moe is not None
@@ -127,7 +127,7 @@ def layer_nodes(case: Case, tokens: int, scope: str) -> list[CommNode]:
 def communication_nodes(case: Case) -> list[CommNode]:
     m, p = case.model, case.parallelism
     w = case.workload
-    b = DTYPE_BYTES[case.precision]
+    b = DTYPE_BYTES[case.activation_precision]
     if isinstance(w, TrainingWorkload):
         tokens = w.micro_batch * w.seq_len // p.cp
     else:
@@ -138,12 +138,12 @@ def communication_nodes(case: Case) -> list[CommNode]:
         nodes.append(CommNode("pp", "pp", "send_recv", tokens * m.hidden * b / (p.tp if p.sp else 1), 2))
     if isinstance(w, TrainingWorkload) and p.dp > 1:
         reduced = dp_reduced_parameters(case, local_parameters(case), local_expert_parameters(case))
-        grads = reduced * state_bytes_per_param(case.precision, p.fp32_grad_accum)[1]
+        grads = reduced * state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)[1]
         if p.zero >= 2 or p.fsdp != "none":
             nodes += [CommNode("dp", "dp", "reduce_scatter", grads, 1), CommNode("dp", "dp", "all_gather", grads, 1)]
         else:
             nodes.append(CommNode("dp", "dp", "all_reduce", grads, 1))
         if p.zero == 3 or p.fsdp == "full_shard":
-            weights = local_parameters(case) * DTYPE_BYTES[case.precision]
+            weights = local_parameters(case) * DTYPE_BYTES[case.weight_precision]
             nodes.append(CommNode("fsdp", "dp", "all_gather", weights, 1))
     return nodes

@@ -65,7 +65,7 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
     the MLP position has no TP gather / reduce-scatter (unless shared experts need them).
     """
     m, p = case.model, case.parallelism
-    b = DTYPE_BYTES[case.precision]
+    b = DTYPE_BYTES[case.activation_precision]
     act = float(tokens * m.hidden * b)
     mlp_in = ("router", "mlp_up") if moe else ("mlp_up",)
     rules: list[Rule] = []

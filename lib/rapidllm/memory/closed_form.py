@@ -91,7 +91,7 @@ def inflight_microbatches(case: Case) -> float:
 def closed_form_memory(case: Case) -> MemoryResult:
     p, hw, model = case.parallelism, case.hardware, case.model
     params = local_parameters(case)
-    wb, gb, ob = state_bytes_per_param(case.precision, p.fp32_grad_accum)
+    wb, gb, ob = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)
     stage = 3 if p.fsdp == "full_shard" else 2 if p.fsdp == "shard_grad_op" else p.zero
     if case.training:
         w = case.workload
@@ -119,7 +119,7 @@ def kv_cache_bytes(case: Case) -> float:
         per_token = (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
     else:
         per_token = 2 * max(m.kv_heads // p.tp, 1) * m.head_dim
-    return per_token * layers * tokens * DTYPE_BYTES[case.precision]
+    return per_token * layers * tokens * DTYPE_BYTES[case.activation_precision]
 
 
 def inference_transient_bytes(case: Case) -> float:
@@ -128,4 +128,4 @@ def inference_transient_bytes(case: Case) -> float:
     assert isinstance(w, InferenceWorkload)
     tokens = w.batch * w.prompt_tokens
     width = 2 * m.hidden + (m.q_dim + 2 * m.kv_dim) / p.tp + 2 * m.ffn / p.tp
-    return tokens * width * DTYPE_BYTES[case.precision] + tokens * m.vocab / p.tp * 4 / max(w.prompt_tokens, 1)
+    return tokens * width * DTYPE_BYTES[case.activation_precision] + tokens * m.vocab / p.tp * 4 / max(w.prompt_tokens, 1)

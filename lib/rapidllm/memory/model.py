@@ -141,14 +141,14 @@ def kv_cache_per_token(case: Case) -> float:
         width = m.mla.kv_lora_rank + m.mla.qk_rope_head_dim
     else:
         width = 2 * max(m.kv_heads // p.tp, 1) * m.head_dim
-    return width * DTYPE_BYTES[case.precision]
+    return width * DTYPE_BYTES[case.activation_precision]
 
 
 def _inference_stage(case: Case, stage: int, conv: Conventions) -> MemoryResult:
     m, p, hw, w = case.model, case.parallelism, case.hardware, case.workload
     assert isinstance(w, InferenceWorkload)
     sp = stage_params(case, stage, conv)
-    weights = sp.total * DTYPE_BYTES[case.precision]
+    weights = sp.total * DTYPE_BYTES[case.weight_precision]
     kv = kv_cache_per_token(case) * sp.layers * w.batch * (w.prompt_tokens + w.output_tokens)
     shard = wl.prefill_shard(case)
     work = max(forward_working_set(wl.layer_forward(m, shard, is_moe)) for is_moe, _ in layer_kinds(case))

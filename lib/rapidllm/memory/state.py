@@ -157,7 +157,7 @@ def state_bytes(case: Case, stage: int = 0, conv: Conventions = ZERO_PAPER) -> S
     p = case.parallelism
     sp = stage_params(case, stage, conv)
     z = zero_stage(case)
-    wb = float(DTYPE_BYTES[case.precision])
+    wb = float(DTYPE_BYTES[case.weight_precision])
     half = wb if wb < 4 else 0.0
     dp_dense = p.dp * p.cp
     dp_expert = p.edp

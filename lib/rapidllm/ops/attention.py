@@ -223,13 +223,37 @@ def attention_forward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int,
     reread = float(batch) * kv_heads * n_qb * kv_head * vis
     kv_hbm = batch * kv_heads * kv_head * vis * _hbm_rereads(hw, ctas, n_qb, kv_head, kv_head * br / kv_len)
     hbm = kv_hbm + float(batch) * q_heads * q_len * ((head_dim_qk + head_dim_v) * b + (4 if training else 0))
+    splits = 1 if training else kv_splits(hw, ctas, kv_len, br)   # serving kernels split a small grid's keys
+    if splits > 1:              # fp32 partial outputs and log-sum-exps, written then read back to combine
+        hbm += float(batch) * q_heads * q_len * splits * (head_dim_v + 1) * 4 * 2
+        ctas *= splits
     run = batch * q_heads * executed
     compute = 2.0 * run * (head_dim_qk + head_dim_v) / flash_mma_flops(hw, dtype, impl)
     smem = run * FA2_FWD_WARPS * (head_dim_qk + head_dim_v) / FA2_FWD_QUERIES * b
     math_s = _math_s(hw, impl, compute, _softmax_s(hw, run, VEC_OPS_FWD), smem, ctas)
-    hbm_s = hbm / (hw.hbm_bandwidth * hw.utilization.hbm)
+    rate = hw.hbm_bandwidth * hw.utilization.hbm
+    hbm_s = hbm / (rate if training else min(rate, _load_bandwidth(hw, ctas)))
     t = hw.launch_overhead_s + max(math_s, hbm_s, (reread + hbm - kv_hbm) / hw.l2_bandwidth)
     return AttentionPrice(t, flops, hbm, compute, hbm_s, br, reread)
+
+
+def kv_splits(hw: HardwareSpec, ctas: int, kv_len: int, block: int) -> int:
+    """Key-range splits of a serving attention kernel whose (sequence, kv head, query block) grid leaves SMs
+    idle: Flash-Decoding (Dao et al. 2023, "Flash-Decoding for long-context inference"; flash-attn's split-KV
+    forward, whose heuristic keeps one split once the grid covers 80% of the SMs), TensorRT-LLM's
+    multi-block mode and FlashInfer split the keys so the grid fills the SMs, at most one split per key
+    block and 128 in all (flash-attn's cap). The fp32 partial results are charged as HBM traffic; their
+    reduction is not a second launch, as in TensorRT-LLM's multi-block kernels, where the last block to
+    finish combines them (an atomic counter). flash-attn and FlashInfer launch a separate combine kernel."""
+    if ctas >= 0.8 * hw.sm_count:
+        return 1
+    return max(1, min(math.ceil(hw.sm_count / ctas), math.ceil(kv_len / block), 128))
+
+
+def _load_bandwidth(hw: HardwareSpec, ctas: int) -> float:
+    """Bytes/s a grid of `ctas` attention CTAs (one per SM) can pull: each SM's share of the L2 bandwidth,
+    so a grid on a few SMs cannot stream the cache at the full HBM rate."""
+    return min(ctas, hw.sm_count) * hw.l2_bandwidth / hw.sm_count
 
 
 def attention_backward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int,

@@ -16,7 +16,7 @@ from pandas._libs import lib as pd_lib
 from rapidllm.caches import current
 from rapidllm.ops import workload as wl
 from rapidllm.ops.attention import attention_backward, attention_forward
-from rapidllm.ops.gemm import kernel_params, price_gemms
+from rapidllm.ops.gemm import kernel_params, price_gemms, roofline_gemm_time
 from rapidllm.ops.tiles import uses_warpgroup_mma
 from rapidllm.ops.operators import ATTENTION, GEMM, Operator
 from rapidllm.ops.params import mtp_params, parameter_counts
@@ -53,7 +53,7 @@ def _layer_sections(case: Case, shard: wl.Shard, prefix: str, training: bool) ->
     for kind, is_moe in kinds.items():
         if training:
             par = case.parallelism
-            ops = wl.layer_training(model, shard, is_moe, par.recompute, par.recompute_modules)
+            ops = _scaled(case, wl.layer_training(model, shard, is_moe, par.recompute, par.recompute_modules))
         else:
             ops = wl.layer_forward(model, shard, is_moe)
         out += [(f"{prefix}layer_{kind}", o) for o in ops]
@@ -64,7 +64,7 @@ def case_sections(case: Case) -> list[tuple[str, Operator]]:
     """(section, operator) pairs of a case, in execution order within each section."""
     model = case.model
     if case.training:
-        return _training_sections(case) + [_optimizer_section(case)]
+        return _training_sections(case) + _step_sections(case)
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     out = []
@@ -82,13 +82,30 @@ def _training_sections(case: Case) -> list[tuple[str, Operator]]:
     emb = wl.embedding_forward(model, shard)
     head = wl.head_forward(model, shard)
     out += [("first_stage", o) for o in emb + [b for o in emb for b in wl.backward_of(o)]]
-    out += [("last_stage", o) for o in head + [b for o in reversed(head) for b in wl.backward_of(o)]]
+    out += [("last_stage", o) for o in _scaled(case, head + [b for o in reversed(head) for b in wl.backward_of(o)])]
     return out
 
 
-def _optimizer_section(case: Case) -> tuple[str, Operator]:
-    """The optimizer step: the only training section that depends on dp, pp and ZeRO/FSDP sharding."""
-    return ("optimizer", wl.optimizer_step(_optimizer_parameters(case), 16.0))
+def _scaled(case: Case, ops: list[Operator]) -> list[Operator]:
+    """Training operators with TE's FP8 casts under `precision: fp8` (ops/workload.py), else as they are."""
+    return wl.with_fp8_casts(ops) if case.precision == "fp8" else ops
+
+
+def _step_sections(case: Case) -> list[tuple[str, Operator]]:
+    """Once-per-step work, the only training section that depends on dp, pp and ZeRO/FSDP sharding: the
+    optimizer step and, under FP8, the cast of the rank's GEMM weights."""
+    out = [("optimizer", wl.optimizer_step(_optimizer_parameters(case), 16.0))]
+    if case.precision == "fp8":
+        out.append(("optimizer", wl.fp8_weight_cast(_gemm_weights(case))))
+    return out
+
+
+def _gemm_weights(case: Case) -> float:
+    """Weights one rank's GEMMs read: its parameters less the embedding, output head and norms (the
+    router's, part of shared_experts, are few)."""
+    p = case.parallelism
+    c = parameter_counts(case.model)
+    return local_parameters(case) - (c.embedding + c.lm_head) / p.tp / (2 if p.pp > 1 else 1) - c.norms / (p.tp * p.pp)
 
 
 def _optimizer_parameters(case: Case) -> float:
@@ -106,13 +123,18 @@ def operator_times(case: Case, ops: list[Operator], method: str = "tiles") -> np
 
     Pointwise operators are priced by the roofline either way; `method="roofline"` is the Fig 10 ablation.
     """
-    hw, dtype = case.hardware, case.precision
+    hw, dtype = case.hardware, case.activation_precision
+    gemm_dtypes = [_gemm_dtype(case, o.name) if o.kind == GEMM else "" for o in ops]
     times = roofline_times(hw, ops, dtype)
+    for d in sorted(set(gemm_dtypes) - {"", dtype}):    # FP8 GEMMs: FP8 rate, FP8 inputs, BF16 output
+        idx = [i for i, g in enumerate(gemm_dtypes) if g == d]
+        shapes = np.array([ops[i].gemm for i in idx], dtype=np.int64)
+        times[idx] = roofline_gemm_time(hw, shapes[:, 1], shapes[:, 2], shapes[:, 3], d, shapes[:, 0])
     if method == "roofline":
         return times
-    gemm_idx = [i for i, o in enumerate(ops) if o.kind == GEMM]
-    if gemm_idx:
-        times[gemm_idx] = _gemm_times(hw, dtype, [ops[i].gemm for i in gemm_idx])
+    for d in sorted(set(gemm_dtypes) - {""}):
+        idx = [i for i, g in enumerate(gemm_dtypes) if g == d]
+        times[idx] = _gemm_times(hw, d, [ops[i].gemm for i in idx])
     for i, o in enumerate(ops):
         if o.kind == ATTENTION and o.attention is not None:
             a = o.attention
@@ -121,6 +143,11 @@ def operator_times(case: Case, ops: list[Operator], method: str = "tiles") -> np
             times[i] = fn(hw, a.batch, a.q_heads, a.kv_heads, a.q_len, a.kv_len, a.head_dim_qk, a.head_dim_v,
                           a.causal, dtype, case.attention_impl, kv_shared=a.kv_shared, cp=a.cp, **kwargs).time_s
     return times
+
+
+def _gemm_dtype(case: Case, name: str) -> str:
+    """Input type of one GEMM: the case precision, but BF16 for the GEMMs FP8 recipes keep high."""
+    return case.precision if case.precision != "fp8" or wl.fp8_gemm(name) else case.activation_precision
 
 
 _GEMM_LIMIT = 200_000
@@ -161,17 +188,18 @@ def price_case(case: Case, method: str = "tiles") -> pd.DataFrame:
     if not case.training:
         return price_case_reference(case, method)
     key = _layer_pricing_key(case, method)
-    optimizer = _rows(case, [_optimizer_section(case)], method)[0]
-    priced = current().priced_layers                # (frame, its optimizer row); ~50 kB per frame
+    step = _rows(case, _step_sections(case), method)
+    priced = current().priced_layers                # (frame, its step rows); ~50 kB per frame
     hit = priced.get(key)
     if hit is None:
-        hit = priced.put(key, (_frame(_rows(case, _training_sections(case), method) + [optimizer]), optimizer))
-    base, cached_optimizer = hit
+        hit = priced.put(key, (_frame(_rows(case, _training_sections(case), method) + step), step))
+    base, cached_step = hit
     out = base.copy()
-    last = len(out) - 1
-    for j, (value, cached) in enumerate(zip(optimizer, cached_optimizer)):   # the optimizer row is last
-        if value != cached:
-            out.iat[last, j] = value
+    first = len(out) - len(step)
+    for r, (row, cached) in enumerate(zip(step, cached_step)):     # the step rows are last
+        for j, (value, old) in enumerate(zip(row, cached)):
+            if value != old:
+                out.iat[first + r, j] = value
     return out
 
 

@@ -272,12 +272,56 @@ def layer_training(model: ModelSpec, s: Shard, moe_layer: bool, recompute: str,
     return fwd + again + bwd
 
 
+# FP8 as Transformer Engine runs it (TE user guide, "Using FP8 with Transformer Engine"; Micikevicius et
+# al. 2022, arXiv:2209.05433): only the GEMMs of TE's Linear / LayerNormLinear / GroupedLinear modules take
+# FP8 inputs (E4M3 forward, E5M2 gradients, per-tensor scales); everything else stays BF16. The MoE router
+# (Megatron-Core's TopKRouter is a plain torch linear) and the output head (Megatron's output_layer is not
+# a TE module; DeepSeek-V3 §3.3.1 keeps head and gating in BF16; TensorRT-LLM / ModelOpt FP8 checkpoints
+# leave lm_head unquantized) are BF16 GEMMs.
+HIGH_PRECISION_GEMMS = ("router", "lm_head")
+# FP8 cast of one element in training: read it in BF16 (2 B), write the FP8 copy and its transpose (1 B
+# each; Hopper's FP8 wgmma takes only K-major operands, so TE's fused cast-transpose emits both, the
+# transpose for the weight-gradient GEMM). The amax of the tensor is reduced in the same pass.
+CAST_READ_BYTES, CAST_WRITE_BYTES, CAST_FLOPS = 2, 2, 3.0
+
+
+def fp8_gemm(name: str) -> bool:
+    """Whether a GEMM (forward, dgrad or wgrad) runs in FP8 under `precision: fp8`."""
+    return not name.removesuffix("_dgrad").removesuffix("_wgrad").endswith(HIGH_PRECISION_GEMMS)
+
+
+def fp8_cast(name: str, phase: str, elements: float, count: int = 1) -> Operator:
+    """One TE cast-transpose kernel (with its amax): memory bound, priced by the roofline."""
+    return _pointwise(f"{name}_fp8_cast", phase, elements, 1, CAST_READ_BYTES, CAST_WRITE_BYTES, CAST_FLOPS,
+                      count=count)
+
+
+def with_fp8_casts(ops: list[Operator]) -> list[Operator]:
+    """Training operators with TE's per-tensor scaling casts: before every FP8 forward (or recomputed)
+    GEMM its BF16 input X (m x k), before every FP8 dgrad the incoming gradient dY (the dgrad's own m x k);
+    the wgrad reuses the transposes of both, so it needs none. Weights are cast once per step
+    (`fp8_weight_cast`): Megatron-Core passes TE's is_first_microbatch, which caches the FP8 weights over the
+    micro-batches of a step."""
+    out: list[Operator] = []
+    for o in ops:
+        if o.kind == GEMM and o.gemm and fp8_gemm(o.name) and not o.name.endswith("_wgrad"):
+            g, m, _, k = o.gemm
+            out.append(fp8_cast(o.name, o.phase, float(g * m * k), o.count))
+        out.append(o)
+    return out
+
+
+def fp8_weight_cast(weights: float) -> Operator:
+    """The per-step cast of a rank's BF16 GEMM weights to FP8 (and their transposes), in the step section."""
+    return replace(fp8_cast("weights", "optimizer", weights), name="fp8_weight_cast")
+
+
 def training_shard(case: Case) -> Shard:
     w, p = case.workload, case.parallelism
     assert isinstance(w, TrainingWorkload)
     s_local = w.seq_len // p.cp
     return Shard(tokens=w.micro_batch * s_local, batch=w.micro_batch, q_len=s_local, kv_len=w.seq_len,
-                 tp=p.tp, sp=p.sp, ep=p.ep, etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.precision], causal=True,
+                 tp=p.tp, sp=p.sp, ep=p.ep, etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.activation_precision], causal=True,
                  hot_expert_factor=case.moe_hot_expert_factor, cp=p.cp)
 
 
@@ -285,7 +329,7 @@ def prefill_shard(case: Case) -> Shard:
     w, p = case.workload, case.parallelism
     assert isinstance(w, InferenceWorkload)
     return Shard(tokens=w.batch * w.prompt_tokens, batch=w.batch, q_len=w.prompt_tokens, kv_len=w.prompt_tokens,
-                 tp=p.tp, sp=False, ep=p.ep, etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.precision], causal=True,
+                 tp=p.tp, sp=False, ep=p.ep, etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.activation_precision], causal=True,
                  hot_expert_factor=case.moe_hot_expert_factor, last_token_logits=True)
 
 
@@ -294,7 +338,7 @@ def decode_shard(case: Case, context: int) -> Shard:
     w, p = case.workload, case.parallelism
     assert isinstance(w, InferenceWorkload)
     return Shard(tokens=w.batch, batch=w.batch, q_len=1, kv_len=context + 1, tp=p.tp, sp=False, ep=p.ep,
-                 etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.precision], causal=False, decode=True,
+                 etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.activation_precision], causal=False, decode=True,
                  hot_expert_factor=case.moe_hot_expert_factor, last_token_logits=True)
 
 

@@ -161,6 +161,21 @@ class Case:
     def training(self) -> bool:
         return isinstance(self.workload, TrainingWorkload)
 
+    @property
+    def activation_precision(self) -> str:
+        """What everything but the GEMMs runs and moves in: under `precision: fp8` BF16, as Transformer
+        Engine runs FP8 training (only its Linear/GroupedLinear GEMMs take FP8 inputs; attention, norms,
+        softmax, residuals and communication stay BF16; TE user guide, "Using FP8 with Transformer
+        Engine") and FP8 serving engines run inference (TensorRT-LLM FP8: GEMMs FP8, KV cache BF16
+        unless kv_cache_dtype fp8 is configured). Other precisions: the precision itself."""
+        return "bf16" if self.precision == "fp8" else self.precision
+
+    @property
+    def weight_precision(self) -> str:
+        """Element type of the stored weights: FP8 serving checkpoints hold FP8 weights (per-tensor
+        scales); FP8 training keeps BF16 weights with FP32 master copies and casts them per step (TE)."""
+        return self.precision if not self.training else self.activation_precision
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
