@@ -42,5 +42,5 @@ rule all:
         expand("results/figures/timeline_{case}.png", case=TIMELINE_CASES),
         expand("results/search/{search}/ranked.csv", search=SEARCHES),
         expand("results/case_studies/{exp}.png", exp=CASE_STUDIES),
-        "results/case_studies/paper_comparison.csv",
+        *(["results/case_studies/paper_comparison.csv"] if CASE_STUDIES else []),
     default_target: True

@@ -1,14 +1,6 @@
 # The RAPID-LLM paper's case studies (§6.1-6.4, Figs 12-15; docs/case-studies.md): every experiment named
 # case-* in config/config.yaml runs through the ordinary stages (stages.smk), then gets its table, its
 # comparison with the paper's numbers and its figure; paper_comparison.csv gathers the comparisons.
-from rapidllm.validate.case_studies import KINDS
-
-
-def _is_case_study(name):
-    return any(name == f"case-{k}" or name.startswith(f"case-{k}-") for k in KINDS)
-
-
-CASE_STUDIES = [name for name in config["experiments"] if _is_case_study(name)]
 
 
 rule case_study:

@@ -86,3 +86,10 @@ SEARCH_SHARDS = int(config.get("search_shards", 4))
 def search_inputs(w):
     path = f"config/searches/{w.search}.yaml"
     return [path] + search_spec_files(path)
+
+
+# The paper's case studies (workflow/rules/case_studies.smk): every experiment named case-{kind}[-...].
+from rapidllm.validate.case_studies import KINDS as CASE_STUDY_KINDS
+
+CASE_STUDIES = [name for name in config["experiments"]
+                if any(name == f"case-{k}" or name.startswith(f"case-{k}-") for k in CASE_STUDY_KINDS)]
