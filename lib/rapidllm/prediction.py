@@ -88,7 +88,9 @@ def _evaluate(case: Case, engine: str, adjust: Adjust | None,
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Per-GPU bytes of the worst pipeline stage, by component, against the device's capacity."""
+    """Per-GPU bytes of the worst pipeline stage, by component, against the device's capacity: the public,
+    flat view of `memory.closed_form.MemoryResult` (which also carries the stage index and the optimizer's
+    transient buffers that the peak is computed from)."""
     weights: float
     gradients: float
     optimizer: float
@@ -101,6 +103,10 @@ class MemoryBreakdown:
     @property
     def feasible(self) -> bool:
         return self.peak <= self.capacity
+
+    @classmethod
+    def of(cls, mem: MemoryResult) -> MemoryBreakdown:
+        return cls(**{f: float(getattr(mem, f)) for f in MEMORY_FIELDS}, peak=float(mem.peak))
 
 
 @dataclass(frozen=True)
@@ -165,7 +171,6 @@ def predict(case: Case | str | Path | Mapping[str, Any], engine: str = "event",
         raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(ENGINES)}")
     resolved = _as_case(case)
     rec, mem_result = _evaluate(resolved, engine, adjust, trace)
-    mem = memory_record(mem_result)
     ok = rec["status"] == "ok"
 
     def timing(key: str) -> float | None:
@@ -173,8 +178,7 @@ def predict(case: Case | str | Path | Mapping[str, Any], engine: str = "event",
             return None
         return float(rec[key])
 
-    memory = MemoryBreakdown(**{f: float(mem[f"{f}_bytes"]) for f in MEMORY_FIELDS},
-                             peak=float(mem["peak_memory_bytes"]))
+    memory = MemoryBreakdown.of(mem_result)
     return Prediction(case_id=rec["case_id"], mode="training" if resolved.training else "inference",
                       status=rec["status"], reason=rec["reason"],
                       **{k: timing(k) for k in ("step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
