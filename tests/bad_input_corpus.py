@@ -133,6 +133,13 @@ PREDICT = [
     case_bad("tokens-in-flight", "workload", {**INFERENCE, "concurrency": 65536, "prompt_tokens": 4096},
              "tokens in flight", "work"),
     case_bad("output-tokens-zero", "workload", {**INFERENCE, "output_tokens": 0}, "output_tokens"),
+    # an encoder (causal: false) has no KV-cache decode: its inference is one forward pass (output_tokens 0)
+    case_bad("encoder-decode", "workload", INFERENCE, "workload.output_tokens: dinov3-vit7b16 is an encoder",
+             "message", base={**CASE, "model": "dinov3-vit7b16"}),
+    case_bad("encoder-in-flight-batching", "workload", {**INFERENCE, "output_tokens": 0, "concurrency": 8},
+             "workload.concurrency: in-flight batching", "message", base={**CASE, "model": "dinov3-vit7b16"}),
+    case_bad("inline-model-vocab-zero", "model", dict(name="m", hidden=1024, layers=2, heads=16, ffn=4096, vocab=0),
+             "vocab: 0 (no token embedding or output head) needs patch_size > 0", "message"),
     case_bad("inline-model-huge-hidden", "model", dict(name="m", hidden=2**20, layers=2, heads=16, ffn=4096, vocab=32000),
              "hidden: 1048576 is out of range", "work"),
     case_bad("inline-model-huge-vocab", "model", dict(name="m", hidden=1024, layers=2, heads=16, ffn=4096, vocab=10**9),

@@ -6,6 +6,7 @@ also the fallback for schedules the numba builder does not take.)
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
@@ -122,6 +123,9 @@ def case_id_reference(case: Case) -> str:
     """`case_id` through `dataclasses.asdict` (the original definition, kept for tests)."""
     d = case.to_dict()
     d.pop("name")
+    for f in dataclasses.fields(case.model):       # fields added later hash only when set (spec/case.py)
+        if f.name in case.model.HASH_OMITTED_DEFAULTS and getattr(case.model, f.name) == f.default:
+            d["model"].pop(f.name)
     blob = json.dumps(d, sort_keys=True, default=list, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -125,10 +125,12 @@ def compose_inference(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> P
 
     ttft = pass_time("prefill_", 1.0)
     decode_scale = 1.0 / w.prompt_tokens     # decode moves one token per sequence instead of the prompt
-    itl = 0.5 * (pass_time("decode_first_", decode_scale) + pass_time("decode_last_", decode_scale))
-    e2e = ttft + (w.output_tokens - 1) * itl
+    itl = 0.0
+    if w.output_tokens:                      # an encoder's forward pass (output_tokens 0) decodes nothing
+        itl = 0.5 * (pass_time("decode_first_", decode_scale) + pass_time("decode_last_", decode_scale))
+    e2e = ttft + max(w.output_tokens - 1, 0) * itl
     return Prediction(step_time_s=e2e, compute_time_s=e2e, ttft_s=ttft, itl_s=itl, e2e_latency_s=e2e,
-                      tokens_per_s=w.batch * w.output_tokens / e2e)
+                      tokens_per_s=w.rate_tokens / e2e)
 
 
 def compose(case: Case, ops: pd.DataFrame, memory: MemoryResult, nodes: list[CommNode]) -> dict:

@@ -5,7 +5,9 @@ template span, the LM head, and pp-1 activation sends. Decode attention grows li
 context, so the mean decode step is the mean of the first and last step (exact for a linear cost).
 
 Static batching (concurrency <= batch): TTFT = prefill(batch), ITL = decode step(batch),
-e2e = TTFT + (output_tokens - 1) x ITL, throughput = batch x output_tokens / e2e.
+e2e = TTFT + (output_tokens - 1) x ITL, throughput = batch x output_tokens / e2e. An encoder (causal: false,
+output_tokens 0) runs the prefill pass alone: e2e = TTFT, ITL 0, throughput = batch x prompt_tokens / e2e
+(tokens encoded per second).
 In-flight batching (concurrency C > batch, a serving engine such as vLLM/TensorRT-LLM), two models
 (`workload.serving`, docs/engine.md "Serving"):
 - "steady_state" (default): decode steps run with C sequences; every step also absorbs the prefills of the
@@ -86,12 +88,13 @@ def forward_pass(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, ove
 @dataclass(frozen=True)
 class InferenceReplay:
     """A static-batching request as replayed: the prefill pass and the first and last decode passes
-    (`predict(..., trace=True)`); decode step k of the O - 1 interpolates linearly between the two decode passes."""
+    (`predict(..., trace=True)`); decode step k of the O - 1 interpolates linearly between the two decode passes.
+    An encoder's forward pass (output_tokens 0) has no decode passes (None)."""
     case: Case
     cost: CommCost
     prefill: PassParts
-    decode_first: PassParts
-    decode_last: PassParts
+    decode_first: PassParts | None
+    decode_last: PassParts | None
 
 
 def inference_record(case: Case, ops: pd.DataFrame, overlap: bool = True, adjust: Adjust | None = None,
@@ -105,11 +108,18 @@ def inference_record(case: Case, ops: pd.DataFrame, overlap: bool = True, adjust
         rec = serve(case, ops, overlap, adjust)
         return {**rec, "schedule": None} if trace else rec
     cost = CommCost(case)
+    if not w.output_tokens:      # an encoder: one forward pass over the batch, nothing decoded
+        part = pass_parts(case, ops, SECTIONS[0], cost, overlap)
+        ttft = np.array(part.totals())
+        rec = _record(ttft, 0.0 * ttft, ttft, w.rate_tokens / ttft[SPAN], cost.simulated)
+        if trace:
+            rec["schedule"] = InferenceReplay(case, cost, part, None, None)
+        return rec
     parts = [pass_parts(case, ops, s, cost, overlap) for s in SECTIONS]
     prefill, first, last = (np.array(p.totals()) for p in parts)
     ttft, itl = prefill, 0.5 * (first + last)
     e2e = ttft + (w.output_tokens - 1) * itl
-    rec = _record(ttft, itl, e2e, w.batch * w.output_tokens / e2e[SPAN], cost.simulated)
+    rec = _record(ttft, itl, e2e, w.rate_tokens / e2e[SPAN], cost.simulated)
     if trace:
         rec["schedule"] = InferenceReplay(case, cost, *parts)
     return rec

@@ -183,7 +183,8 @@ def inference_trace(r: InferenceReplay) -> TraceBuilder:
     tb = TraceBuilder()
     links = _links(case, r.cost.dims("pp"))
     request = tb.track(process, "request", 0)
-    first, last = _pass_pieces(r.decode_first), _pass_pieces(r.decode_last)
+    decodes = [d for d in (r.decode_first, r.decode_last) if d is not None]   # none: an encoder's pass
+    first, last = (_pass_pieces(d) for d in decodes) if decodes else ([], [])
     steps = max(w.output_tokens - 1, 0)
     passes: list[tuple[str, list[tuple[int, str, str, float, float]]]] = [("prefill", _pass_pieces(r.prefill))]
     for k in range(steps):
@@ -203,13 +204,13 @@ def inference_trace(r: InferenceReplay) -> TraceBuilder:
                          {"pass": label, "compute_s": comp, "exposed_comm_s": dur - comp})
             t += dur
         tb.slice(request, label, "request", t_pass, t - t_pass, {"time_s": t - t_pass})
-    _templates(tb, case, r.cost.dims, r.prefill.templates + r.decode_first.templates,
-               _merged(r.prefill.replayed, r.decode_first.replayed), process)
+    _templates(tb, case, r.cost.dims, r.prefill.templates + sum((d.templates for d in decodes[:1]), ()),
+               _merged(r.prefill.replayed, *(d.replayed for d in decodes[:1])), process)
     return tb
 
 
-def _merged(a: Replayed, b: Replayed) -> Replayed:
-    return Replayed({**a.results, **b.results})
+def _merged(*parts: Replayed) -> Replayed:
+    return Replayed({k: v for p in parts for k, v in p.results.items()})
 
 
 def timeline(result: dict[str, Any] | Prediction) -> dict[str, Any]:

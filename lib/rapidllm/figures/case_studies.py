@@ -100,7 +100,7 @@ def topology(summary: pd.DataFrame, table: pd.DataFrame, stem: str | Path) -> li
             (FC, "fully connected, matched per-GPU injection", "#4c72b0"),
             (FC_TOTAL, "fully connected, matched mesh total", "#8172b2")]
     t = table.set_index(["model", "mode", "network"])
-    fig, ax = plt.subplots(figsize=(12, 4.5))
+    fig, ax = plt.subplots(figsize=(max(12.0, 2.3 * len(groups)), 4.8))
     x = np.arange(len(groups))
     for k, (net, label, color) in enumerate(nets):
         vals = [t.speedup_over_mesh.get((m, d, net), np.nan) for m, d in groups]
@@ -113,7 +113,7 @@ def topology(summary: pd.DataFrame, table: pd.DataFrame, stem: str | Path) -> li
         if not np.isfinite(t.get("best_time_s", pd.Series(dtype=float)).get((m, d, MESH), np.nan)):
             ax.annotate("no memory-feasible\nlayout on 20 x 80 GB", (xi, 0.05), ha="center", fontsize=7)
     ax.axhline(1.0, color="k", lw=0.8, ls=":")
-    ax.set_xticks(x, [f"{m} {d}\nmesh best: {t.best_mapping.get((m, d, MESH), '-')}" for m, d in groups], fontsize=8)
+    ax.set_xticks(x, [f"{m} {d}\nmesh best:\n{t.best_mapping.get((m, d, MESH), '-')}" for m, d in groups], fontsize=8)
     ax.set_ylim(0, max(1.3, 1.15 * float(np.nanmax(table.speedup_over_mesh.to_numpy(dtype=float)))))
     ax.set(ylabel="speedup over the 4 x 5 mesh (best layouts)",
            title="§6.3 20 H100-class GPUs on a wafer: topology vs the 2D mesh (750 GB/s links); "

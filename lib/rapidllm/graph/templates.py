@@ -244,7 +244,9 @@ def case_templates(case: Case, ops: pd.DataFrame | OpsView) -> list[Template]:
     if case.training:
         return layer_templates(case, ops) + extra_templates(case, ops)
     out = []
-    for prefix in ("prefill_", "decode_first_", "decode_last_"):
+    w = case.workload
+    assert isinstance(w, InferenceWorkload)
+    for prefix in ("prefill_", "decode_first_", "decode_last_")[:3 if w.output_tokens else 1]:
         out += layer_templates(case, ops, prefix)
     return out + extra_templates(case, ops)
 

@@ -110,9 +110,12 @@ def closed_form_memory(case: Case) -> MemoryResult:
 
 
 def kv_cache_bytes(case: Case) -> float:
-    """Per-rank KV cache at the end of generation: 2 (K and V) x layers x kv heads x head dim x tokens."""
+    """Per-rank KV cache at the end of generation: 2 (K and V) x layers x kv heads x head dim x tokens;
+    none for an encoder (causal: false), which generates nothing."""
     w, p, m = case.workload, case.parallelism, case.model
     assert isinstance(w, InferenceWorkload)
+    if not m.causal:
+        return 0.0
     tokens = w.batch * (w.prompt_tokens + w.output_tokens)
     layers = float(max(p.stage_layers(m.layers)))         # the heaviest stage
     if m.attention == "mla" and m.mla:

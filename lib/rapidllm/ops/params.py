@@ -9,10 +9,12 @@ from dataclasses import dataclass
 
 from rapidllm.spec.model import ModelSpec
 
+IMAGE_CHANNELS = 3       # RGB input of a vision transformer's patch embedding
+
 
 @dataclass(frozen=True)
 class ParamCounts:
-    embedding: int          # token (+ learned position) embedding
+    embedding: int          # token (+ learned position) embedding, or a ViT's patch projection
     lm_head: int            # 0 when tied to the embedding
     attention: int          # all layers
     dense_mlp: int          # all dense layers
@@ -106,6 +108,8 @@ def parameter_counts(m: ModelSpec) -> ParamCounts:
     moe_layers = m.moe_layer_count()
     dense_layers = m.layers - moe_layers
     embedding = m.vocab * m.hidden + (m.max_seq_len * m.hidden if m.position == "learned" else 0)
+    if m.patch_size:             # patch projection (3·p² -> hidden) and its bias
+        embedding += (IMAGE_CHANNELS * m.patch_size ** 2 + 1) * m.hidden
     experts = shared = 0
     if m.moe:
         shared_one, experts_one = moe_layer_params(m)

@@ -68,8 +68,11 @@ def case_sections(case: Case) -> list[tuple[str, Operator]]:
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     out = []
-    for prefix, shard in (("prefill_", wl.prefill_shard(case)), ("decode_first_", wl.decode_shard(case, w.prompt_tokens)),
-                          ("decode_last_", wl.decode_shard(case, w.prompt_tokens + w.output_tokens - 1))):
+    passes = [("prefill_", wl.prefill_shard(case))]
+    if w.output_tokens:          # an encoder's inference (output_tokens 0) is the prefill pass alone
+        passes += [("decode_first_", wl.decode_shard(case, w.prompt_tokens)),
+                   ("decode_last_", wl.decode_shard(case, w.prompt_tokens + w.output_tokens - 1))]
+    for prefix, shard in passes:
         out += _layer_sections(case, shard, prefix, False)
         out += [(f"{prefix}head", o) for o in wl.embedding_forward(model, shard) + wl.head_forward(model, shard)]
     return out

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, replace
 
 from rapidllm.ops.operators import ATTENTION, GEMM, POINTWISE, AttentionShape, Operator
+from rapidllm.ops.params import IMAGE_CHANNELS
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 from rapidllm.spec.model import ModelSpec
@@ -321,7 +322,8 @@ def training_shard(case: Case) -> Shard:
     assert isinstance(w, TrainingWorkload)
     s_local = w.seq_len // p.cp
     return Shard(tokens=w.micro_batch * s_local, batch=w.micro_batch, q_len=s_local, kv_len=w.seq_len,
-                 tp=p.tp, sp=p.sp, ep=p.ep, etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.activation_precision], causal=True,
+                 tp=p.tp, sp=p.sp, ep=p.ep, etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.activation_precision],
+                 causal=case.model.causal,
                  hot_expert_factor=case.moe_hot_expert_factor, cp=p.cp)
 
 
@@ -329,8 +331,8 @@ def prefill_shard(case: Case) -> Shard:
     w, p = case.workload, case.parallelism
     assert isinstance(w, InferenceWorkload)
     return Shard(tokens=w.batch * w.prompt_tokens, batch=w.batch, q_len=w.prompt_tokens, kv_len=w.prompt_tokens,
-                 tp=p.tp, sp=False, ep=p.ep, etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.activation_precision], causal=True,
-                 hot_expert_factor=case.moe_hot_expert_factor, last_token_logits=True)
+                 tp=p.tp, sp=False, ep=p.ep, etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.activation_precision],
+                 causal=case.model.causal, hot_expert_factor=case.moe_hot_expert_factor, last_token_logits=True)
 
 
 def decode_shard(case: Case, context: int) -> Shard:
@@ -349,10 +351,13 @@ def head_forward(model: ModelSpec, s: Shard) -> list[Operator]:
     last position (the next token), so serving engines gather those rows before the LM head (TensorRT-LLM
     unless context logits are requested, vLLM's logits processor) and sample instead of taking a loss."""
     h, b = model.hidden, s.dtype_bytes
+    final_norm = _pointwise("final_norm", "fwd", s.tokens * h, b, 1, 1, NORM_FLOPS)
+    if not model.vocab:          # an image encoder's output is the normed features (task heads not modelled)
+        return [final_norm]
     v = model.vocab // s.tp
     rows, last, writes = (s.batch, "sampling", 0) if s.last_token_logits else (s.tokens, "cross_entropy", 1)
     ops = [
-        _pointwise("final_norm", "fwd", s.tokens * h, b, 1, 1, NORM_FLOPS),
+        final_norm,
         _gemm("lm_head", "fwd", rows, v, h, b, inputs=("final_norm",)),
         _pointwise(last, "fwd", rows * v, 4, 1, writes, 5.0, inputs=("lm_head",)),
     ]
@@ -378,7 +383,12 @@ def mtp_forward(model: ModelSpec, s: Shard, depth: int, head: list[Operator]) ->
 
 
 def embedding_forward(model: ModelSpec, s: Shard) -> list[Operator]:
-    """Token-embedding gather on the first stage (reads one row per token)."""
+    """Token-embedding gather on the first stage (reads one row per token); for a vision transformer the
+    patch embedding instead, one GEMM from the 3·p² pixels of each patch to hidden (the strided convolution
+    ViTs write it as), every rank computing it whole."""
+    if model.patch_size:
+        return [_gemm("patch_embed", "fwd", s.tokens, model.hidden, IMAGE_CHANNELS * model.patch_size ** 2,
+                      s.dtype_bytes)]
     return [_pointwise("embedding", "fwd", s.tokens * model.hidden, s.dtype_bytes, 1, 1, 0.0)]
 
 

@@ -124,8 +124,8 @@ def optimistic_record(case: Case, work: ShardWork,
         return None
     ttft = forward_compute(case, work, "prefill_") * SLACK
     itl = 0.5 * (forward_compute(case, work, "decode_first_") + forward_compute(case, work, "decode_last_")) * SLACK
-    e2e = ttft + (w.output_tokens - 1) * itl
+    e2e = ttft + max(w.output_tokens - 1, 0) * itl       # output_tokens 0: an encoder's forward pass
     if e2e <= 0:
         return None
     return {"ttft_s": ttft, "itl_s": itl, "e2e_latency_s": e2e, "step_time_s": e2e,
-            "tokens_per_s": w.batch * w.output_tokens / e2e}
+            "tokens_per_s": w.rate_tokens / e2e}

@@ -142,6 +142,12 @@ class InferenceWorkload:
     max_num_tokens: int = 8192
     mode: str = "inference"
 
+    @property
+    def rate_tokens(self) -> int:
+        """Tokens a request batch's throughput counts: those generated, or for an encoder's forward pass
+        (output_tokens 0) those it encodes."""
+        return self.batch * (self.output_tokens or self.prompt_tokens)
+
 
 @dataclass(frozen=True)
 class Case:
@@ -211,13 +217,17 @@ def _spec(cls: Any, value: Any, mapping: dict, source: str) -> Any:
 def _plain(obj: Any) -> Any:
     """What `dataclasses.asdict` gives as far as `json.dumps` can tell: dataclasses become dicts of their
     fields, lists and tuples lists (JSON writes both as arrays), dicts are converted key and value; other
-    values are returned as they are (asdict deep-copies them, which JSON cannot see). Shared named specs
-    reuse the plain form computed when they were built (callers never mutate it)."""
+    values are returned as they are (asdict deep-copies them, which JSON cannot see). Fields a spec names
+    in HASH_OMITTED_DEFAULTS are left out while they hold their default, so adding such a field keeps the
+    ids of every case that does not use it. Shared named specs reuse the plain form computed when they were
+    built (callers never mutate it)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         shared = current().plain_specs.get((type(obj), getattr(obj, "name", None)))
         if shared is not None and shared[0] is obj:
             return shared[1]
-        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        omit = getattr(obj, "HASH_OMITTED_DEFAULTS", ())
+        return {f.name: _plain(v) for f in dataclasses.fields(obj)
+                if not ((v := getattr(obj, f.name)) == f.default and f.name in omit)}
     if isinstance(obj, (list, tuple)):
         return [_plain(v) for v in obj]
     if isinstance(obj, dict):
@@ -305,8 +315,24 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
         if workload.global_batch % (par.dp * workload.micro_batch):
             raise bad("workload.global_batch", f"global_batch {workload.global_batch} is not a multiple of "
                       f"dp x micro_batch = {par.dp} x {workload.micro_batch}")
-    elif par.pp > 1 and par.schedule == "interleaved":
+    else:
+        _check_inference(model, par, workload, bad)
+
+
+def _check_inference(model: ModelSpec, par: Parallelism, workload: InferenceWorkload, bad: Any) -> None:
+    """An encoder (causal: false) keeps no KV cache and generates nothing: its inference is one forward
+    pass over the batch (output_tokens 0), which a decoder's is not."""
+    if par.pp > 1 and par.schedule == "interleaved":
         raise bad("parallelism.schedule", "inference does not use interleaved pipeline schedules")
+    if not model.causal and workload.output_tokens:
+        raise bad("workload.output_tokens", f"{model.name} is an encoder (causal: false): it has no KV-cache "
+                  f"decode; allowed: 0 (inference is one forward pass over the batch), not {workload.output_tokens}")
+    if model.causal and not workload.output_tokens:
+        raise bad("workload.output_tokens", f"0 (a forward pass only) is for encoder models (causal: false); "
+                  f"{model.name} is a decoder: allowed >= 1")
+    if not model.causal and workload.concurrency > workload.batch:
+        raise bad("workload.concurrency", f"in-flight batching interleaves decode steps, which the encoder "
+                  f"{model.name} has none of; allowed: concurrency <= batch ({workload.batch})")
 
 
 def resolve_case(mapping: Any, source: str) -> Case:

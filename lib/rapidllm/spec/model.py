@@ -66,6 +66,16 @@ class ModelSpec:
     # model has experts), a 2h -> h projection and two norms, sharing the embedding and the output head,
     # and one more LM-head pass and loss per training step. 0: none. Not counted in published totals.
     mtp_depth: int = 0
+    # Attention mask: True (decoder, each token sees its prefix) or False (encoder: bidirectional, every
+    # token sees the whole sequence, e.g. a ViT; no KV cache, its inference is one forward pass).
+    causal: bool = True
+    # Image patch side in pixels: > 0 for a vision transformer, whose tokens are patches of an RGB image
+    # embedded by one linear projection (3·p² -> hidden) instead of a vocabulary lookup. 0: token input.
+    patch_size: int = 0
+
+    # Fields added after case ids were first published: omitted from `case_id`'s hash while they hold their
+    # default, so every case that does not use them keeps its id (spec/case.py `_plain`).
+    HASH_OMITTED_DEFAULTS = ("causal", "patch_size")
 
     @property
     def q_dim(self) -> int:
@@ -112,6 +122,9 @@ class ModelSpec:
         if moe and moe.groups_per_token * moe.experts // moe.expert_groups < moe.top_k:
             raise SpecError.at(source, "moe.group_limit",
                                f"group_limit {moe.group_limit} groups hold fewer than top_k {moe.top_k} experts")
+        if m["vocab"] == 0 and not m.get("patch_size"):
+            raise SpecError.at(source, "vocab", "0 (no token embedding or output head) needs patch_size > 0 "
+                               "(an image encoder's tokens are patches); a token model needs vocab >= 1")
         return cls(
             name=m["name"], hidden=m["hidden"], layers=m["layers"], heads=heads, kv_heads=kv_heads,
             head_dim=head_dim, ffn=m["ffn"], vocab=m["vocab"], mlp=m.get("mlp", "gated"),
@@ -120,4 +133,5 @@ class ModelSpec:
             tied_embeddings=m.get("tied_embeddings", False), max_seq_len=m.get("max_seq_len", 4096),
             moe=moe, mla=MLASpec(**m["mla"]) if m.get("mla") else None,
             published_params=m.get("published_params"), mtp_depth=m.get("mtp_depth", 0),
+            causal=m.get("causal", True), patch_size=m.get("patch_size", 0),
         )

@@ -30,7 +30,7 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
     if isinstance(value, str):
         if not NAME.fullmatch(value):
             raise SpecError.at(source, key, f"{short(value)} is not a {kind} name (letters, digits, '.', '_', '-'; "
-                               f"names resolve only inside config/); known: {', '.join(known_names(kind))}")
+                               f"names resolve only inside {display(config_dir(kind))}/, which lists them)")
         path = config_dir(kind) / f"{value}.yaml"
         if not path.is_file():
             names = known_names(kind)

@@ -130,10 +130,12 @@ def faults_claims(summary: pd.DataFrame) -> dict[str, float]:
 # ---- §6.3 Topology on a waferscale-style system ----------------------------------------------------
 
 MESH, TORUS, FC, FC_TOTAL = "wafer-mesh", "wafer-torus", "wafer-fc", "wafer-fc-mesh-total"
+VIT = "dinov3-vit7b16"
 
 
 def metric(row: pd.Series | pd.DataFrame):
-    """What a study minimizes: the step time of a training case, the request latency of an inference one."""
+    """What a study minimizes: the step time of a training case, the request latency of an inference one
+    (an encoder's: the latency of its one forward pass over the batch)."""
     return row.step_time_s.where(row["mode"] == "training", row.e2e_latency_s)
 
 
@@ -175,6 +177,9 @@ def topology_claims(summary: pd.DataFrame) -> dict[str, float]:
         out[f"max_fc_over_mesh_training{tag}"] = float(pd.Series([s(m, "training", net) for m in models]).max())
     out["max_torus_over_mesh_training"] = float(pd.Series([s(m, "training", TORUS) for m in models]).max())
     out["min_torus_over_mesh_inference"] = float(pd.Series([s(m, "inference", TORUS) for m in models]).min())
+    out["torus_over_mesh_inference_vit"] = s(VIT, "inference", TORUS)
+    out["fc_over_mesh_inference_vit"] = s(VIT, "inference", FC)
+    out["torus_inference_vit_over_moe"] = s(VIT, "inference", TORUS) / s("glm-4.5-air", "inference", TORUS)
     return out
 
 
