@@ -1,0 +1,75 @@
+"""Pipeline send overlap (Megatron's overlap_p2p_comm) and the scatter/gather of pipeline sends.
+
+Blocking sends are a rendezvous: the numba and reference builders agree node for node, the graph stays
+acyclic, an idle network gives the closed-form bubble either way, and blocking never makes a step shorter.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from rapidllm.engine.composer import p2p_bytes, p2p_gather_bytes
+from rapidllm.engine.replay import longest_path
+from rapidllm.graph.pipeline_dag import PipelineInputs, build_pipeline, build_pipeline_reference
+from rapidllm.spec.case import load_case
+
+SCHEDULES = [("gpipe", 4, 1, 6), ("1f1b", 4, 1, 8), ("1f1b", 8, 1, 3), ("1f1b", 1, 1, 5),
+             ("interleaved", 4, 2, 8), ("interleaved", 3, 3, 6)]
+
+
+def _inputs(schedule: str, p: int, v: int, m: int, send: float, blocking: bool) -> PipelineInputs:
+    f, b = np.ones((p, v)), 2.0 * np.ones((p, v))
+    return PipelineInputs(schedule, p, v, m, f, f, b, b, np.full(p, send), np.full(p, send), 2, 0.1,
+                          np.zeros(p), 0.0, (1,), (1,), p2p_blocking=blocking)
+
+
+def _step(x: PipelineInputs) -> float:
+    g = build_pipeline(x)
+    return float(longest_path(g.dur, g.dep_ptr, g.dep_idx)[1].max())
+
+
+@pytest.mark.parametrize("schedule,p,v,m", SCHEDULES)
+def test_blocking_sends_builders_agree_and_stay_acyclic(schedule, p, v, m) -> None:
+    x = _inputs(schedule, p, v, m, 0.2, True)
+    fast, ref = build_pipeline(x), build_pipeline_reference(x)
+    assert np.array_equal(fast.dep_ptr, ref.dep_ptr) and np.array_equal(fast.dep_idx, ref.dep_idx)
+    assert np.array_equal(fast.dur, ref.dur)
+    assert np.isfinite(_step(x))
+
+
+@pytest.mark.parametrize("schedule,p,v,m", SCHEDULES)
+def test_blocking_never_shortens_and_is_free_on_an_idle_network(schedule, p, v, m) -> None:
+    for send in (0.1, 0.3):
+        assert _step(_inputs(schedule, p, v, m, send, True)) >= _step(_inputs(schedule, p, v, m, send, False))
+    # free transfers: both give the ideal time plus the closed-form bubble (p-1) x (f + b) / v per chunk
+    ideal = m * v * 3.0 + (p - 1) * 3.0 + 0.1    # last gradient bucket after the final backward
+    free = [_step(_inputs(schedule, p, v, m, 0.0, blocking)) for blocking in (False, True)]
+    assert free[0] == free[1]
+    assert free[0] == pytest.approx(ideal, abs=0.1 + 1e-9)
+
+
+def test_blocking_costs_time_when_transfers_do() -> None:
+    """1F1B, two stages: stage 0's F1 send waits for stage 1 to finish B0 (its receive is posted with
+    that action), so the rendezvous lengthens the step once transfers take time."""
+    send = 0.25
+    assert _step(_inputs("1f1b", 2, 1, 4, send, True)) > _step(_inputs("1f1b", 2, 1, 4, send, False))
+
+
+def test_megatron_default_overlaps_only_the_interleaved_schedule() -> None:
+    c = load_case("examples/gpt175b-tp8-pp8.yaml")
+    par = c.parallelism
+    assert not par.p2p_overlapped                                   # 1f1b: batched blocking send/recv
+    assert dataclasses.replace(par, schedule="interleaved", virtual_stages=2).p2p_overlapped
+    assert dataclasses.replace(par, overlap_p2p_comm=True).p2p_overlapped
+
+
+def test_pipeline_sends_are_scattered_over_the_tensor_parallel_ranks() -> None:
+    """Each TP rank sends 1/tp of a micro-batch's hidden states; without SP the receivers all-gather it
+    (Narayanan et al. 2021 §4.1), with SP the shard is what the next stage consumes."""
+    c = load_case("examples/gpt175b-tp8-pp8.yaml")                 # seq 2048, hidden 12288, bf16, tp 8
+    full = 2048 * 12288 * 2
+    assert p2p_bytes(c) == full / 8 and p2p_gather_bytes(c) == 0.0
+    no_sp = dataclasses.replace(c, parallelism=dataclasses.replace(c.parallelism, sp=False))
+    assert p2p_bytes(no_sp) == full / 8 and p2p_gather_bytes(no_sp) == full
