@@ -1,7 +1,10 @@
-"""Pipeline send overlap (Megatron's overlap_p2p_comm) and the scatter/gather of pipeline sends.
+"""Communication overlap options: pipeline sends (Megatron's overlap_p2p_comm), the scatter/gather of
+pipeline sends, and tensor-parallel userbuffers (Megatron-Core --tp-comm-overlap).
 
 Blocking sends are a rendezvous: the numba and reference builders agree node for node, the graph stays
 acyclic, an idle network gives the closed-form bubble either way, and blocking never makes a step shorter.
+Userbuffers: closed forms, free collectives leave only the GEMM (ring exchange) or the SM margin
+(pipelined reduce-scatter), and the exposed TP time never grows.
 """
 from __future__ import annotations
 
@@ -9,11 +12,24 @@ import dataclasses
 
 import numpy as np
 import pytest
+import yaml
 
+from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import p2p_bytes, p2p_gather_bytes
 from rapidllm.engine.replay import longest_path
+from rapidllm.engine.tp_overlap import (
+    UB_SMS,
+    UB_SPLITS,
+    overlap_durations,
+    pipelined_rs_time,
+    ring_exchange_time,
+)
 from rapidllm.graph.pipeline_dag import PipelineInputs, build_pipeline, build_pipeline_reference
-from rapidllm.spec.case import load_case
+from rapidllm.graph.templates import OpsView, case_templates, compute_durations
+from rapidllm.ops.price import price_case
+from rapidllm.prediction import evaluate
+from rapidllm.spec.case import load_case, resolve_case
+from rapidllm.spec.errors import SpecError
 
 SCHEDULES = [("gpipe", 4, 1, 6), ("1f1b", 4, 1, 8), ("1f1b", 8, 1, 3), ("1f1b", 1, 1, 5),
              ("interleaved", 4, 2, 8), ("interleaved", 3, 3, 6)]
@@ -73,3 +89,60 @@ def test_pipeline_sends_are_scattered_over_the_tensor_parallel_ranks() -> None:
     assert p2p_bytes(c) == full / 8 and p2p_gather_bytes(c) == 0.0
     no_sp = dataclasses.replace(c, parallelism=dataclasses.replace(c.parallelism, sp=False))
     assert p2p_bytes(no_sp) == full / 8 and p2p_gather_bytes(no_sp) == full
+
+
+# --- tensor-parallel overlap (Transformer Engine userbuffers, Megatron-Core --tp-comm-overlap) ---
+
+def test_ring_exchange_and_pipelined_reduce_scatter_closed_forms() -> None:
+    g, tp = 8.0, 8
+    assert ring_exchange_time(g, 0.0, tp) == g                        # free transfers: the GEMM alone
+    assert ring_exchange_time(g, 0.5, tp) == g                        # each step hides behind a chunk
+    assert ring_exchange_time(g, 3.0, tp) == 1.0 + 7 * 3.0            # first chunk local, 7 transfers
+    share = 116 / 132                                                 # H100: 16 of 132 SMs reduce
+    assert pipelined_rs_time(g, 0.0, share) == pytest.approx(g / share)   # only the SM margin remains
+    a = g / share / UB_SPLITS
+    assert pipelined_rs_time(g, 0.1, share) == pytest.approx(4 * a + 0.1)  # the last chunk is exposed
+    assert pipelined_rs_time(g, 5.0, share) == pytest.approx(a + 4 * 5.0)  # reduce-scatter bound
+
+
+def _overlap_case(on: bool):
+    c = load_case("examples/gpt175b-tp8-pp8.yaml")
+    return dataclasses.replace(c, parallelism=dataclasses.replace(c.parallelism, tp_comm_overlap=on))
+
+
+def test_userbuffers_durations_on_free_and_priced_collectives() -> None:
+    case = _overlap_case(True)
+    ops = OpsView(price_case(case))
+    cost = CommCost(case)
+    comm = lambda axis, op, nb: cost.time(axis, op, nb, -1)
+    share = (case.hardware.sm_count - UB_SMS) / case.hardware.sm_count
+    seen = set()
+    for t in case_templates(case, ops):
+        compute = compute_durations(ops, t)
+        dur = dict(zip([i for i, n in enumerate(t.nodes) if n.kind == "compute"], compute))
+        free = overlap_durations(t, compute, lambda *_: 0.0, case.parallelism.tp, case.hardware.sm_count)
+        priced = overlap_durations(t, compute, comm, case.parallelism.tp, case.hardware.sm_count)
+        for i, extra in free.items():
+            n = t.nodes[i]
+            seen.add((t.part, n.op))
+            if n.op == "all_gather":                                  # ring exchange: nothing left to wait
+                assert extra == 0.0
+            else:                                                     # pipeline: the SM margin only
+                assert extra == pytest.approx(dur[n.deps[0]] * (1 / share - 1))
+            # never longer than waiting for the whole collective after (or before) the plain GEMM
+            assert priced[i] <= comm(n.axis, n.op, n.nbytes) + extra
+    assert seen == {("fwd", "all_gather"), ("fwd", "reduce_scatter"), ("bwd", "all_gather")}
+
+
+def test_userbuffers_never_expose_more_tensor_parallel_time() -> None:
+    off, on = evaluate(_overlap_case(False)), evaluate(_overlap_case(True))
+    assert on["compute_time_s"] == off["compute_time_s"]
+    assert on["exposed_comm_s"] < off["exposed_comm_s"]
+    assert on["step_time_s"] < off["step_time_s"]
+
+
+def test_userbuffers_need_sequence_parallelism() -> None:
+    mapping = yaml.safe_load(open("examples/gpt175b-tp8-pp8.yaml"))
+    mapping["parallelism"].update(sp=False, tp_comm_overlap=True)
+    with pytest.raises(SpecError, match="tp_comm_overlap"):
+        resolve_case(mapping, "x.yaml")

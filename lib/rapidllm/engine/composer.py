@@ -21,6 +21,7 @@ import pandas as pd
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.replay import TemplateResult, replay_template
 from rapidllm.engine.sharding import layer_collectives, layer_comm_seconds
+from rapidllm.engine.tp_overlap import overlap_durations
 from rapidllm.graph.comm_nodes import dp_reduced_parameters
 from rapidllm.graph.pipeline_dag import PipelineInputs
 from rapidllm.graph.schedules import interleaving
@@ -63,9 +64,12 @@ def replay_all(case: Case, ops: pd.DataFrame | OpsView, templates: list[Template
     of a span they make)."""
     out = Replayed()
     ops = ops_view(ops)
+    p = case.parallelism
     for t in templates:
         comm = lambda axis, op, nb: 0.0 if axis in silent else cost.time(axis, op, nb, stage)
-        out.results[(t.section, t.part)] = replay_template(t, compute_durations(ops, t), comm, cost.dims, overlap)
+        compute = compute_durations(ops, t)
+        fused = overlap_durations(t, compute, comm, p.tp, case.hardware.sm_count) if p.tp_comm_overlap else None
+        out.results[(t.section, t.part)] = replay_template(t, compute, comm, cost.dims, overlap, fused)
         for n in t.nodes:
             if n.kind == COMM:
                 key = (t.section, t.part, n.axis, n.op, n.nbytes)
