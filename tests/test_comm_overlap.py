@@ -55,6 +55,18 @@ def test_blocking_sends_builders_agree_and_stay_acyclic(schedule, p, v, m) -> No
     assert np.isfinite(_step(x))
 
 
+def test_blocking_sends_never_deadlock() -> None:
+    """The rendezvous adds cross-stage edges: no schedule, stage count or micro-batch count (fewer than
+    the stages included) closes a cycle (a cycle would leave NaN finish times)."""
+    for schedule, vs in (("gpipe", (1,)), ("1f1b", (1,)), ("interleaved", (1, 2, 3))):
+        for p in (2, 3, 4, 8):
+            for v in vs:
+                for m in (1, 2, 3, 5, 8, 12):
+                    if schedule == "interleaved" and v > 1 and m % p:
+                        continue                      # outside the interleaved schedule's contract
+                    assert np.isfinite(_step(_inputs(schedule, p, v, m, 0.2, True))), (schedule, p, v, m)
+
+
 @pytest.mark.parametrize("schedule,p,v,m", SCHEDULES)
 def test_blocking_never_shortens_and_is_free_on_an_idle_network(schedule, p, v, m) -> None:
     for send in (0.1, 0.3):
