@@ -21,6 +21,7 @@ import pandas as pd
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.replay import TemplateResult, replay_template
 from rapidllm.engine.sharding import layer_collectives, layer_comm_seconds
+from rapidllm.engine.tp_overlap import overlap_durations
 from rapidllm.graph.comm_nodes import dp_reduced_parameters
 from rapidllm.graph.pipeline_dag import PipelineInputs
 from rapidllm.graph.schedules import interleaving
@@ -63,9 +64,12 @@ def replay_all(case: Case, ops: pd.DataFrame | OpsView, templates: list[Template
     of a span they make)."""
     out = Replayed()
     ops = ops_view(ops)
+    p = case.parallelism
     for t in templates:
         comm = lambda axis, op, nb: 0.0 if axis in silent else cost.time(axis, op, nb, stage)
-        out.results[(t.section, t.part)] = replay_template(t, compute_durations(ops, t), comm, cost.dims, overlap)
+        compute = compute_durations(ops, t)
+        fused = overlap_durations(t, compute, comm, p.tp, case.hardware.sm_count) if p.tp_comm_overlap else None
+        out.results[(t.section, t.part)] = replay_template(t, compute, comm, cost.dims, overlap, fused)
         for n in t.nodes:
             if n.kind == COMM:
                 key = (t.section, t.part, n.axis, n.op, n.nbytes)
@@ -131,12 +135,21 @@ def sharded_layer_bytes(case: Case) -> tuple[float, float]:
 
 
 def p2p_bytes(case: Case) -> float:
-    """Activation bytes one pipeline send carries: a micro-batch's hidden states on one CP shard, divided
-    by tp under sequence parallelism (Megatron sends the SP shard)."""
+    """Activation bytes one pipeline send carries per rank: a micro-batch's hidden states on one CP shard,
+    divided by tp: under sequence parallelism each rank sends its SP shard; without it each TP rank sends
+    1/tp of the (replicated) tensor and the receivers all-gather it over the TP group (Megatron-LM's
+    scatter/gather optimization, Narayanan et al. 2021 §4.1, `scatter_gather_tensors_in_pipeline`, on by
+    default; `p2p_gather_bytes`)."""
     w, p = case.workload, case.parallelism
     assert isinstance(w, TrainingWorkload)
     b = DTYPE_BYTES[case.activation_precision]
-    return w.micro_batch * w.seq_len // p.cp * case.model.hidden * b / (p.tp if p.sp else 1)
+    return w.micro_batch * w.seq_len // p.cp * case.model.hidden * b / p.tp
+
+
+def p2p_gather_bytes(case: Case) -> float:
+    """Bytes of the TP all-gather that reassembles a scattered pipeline send (tp > 1 without SP), else 0."""
+    p = case.parallelism
+    return p2p_bytes(case) * p.tp if p.tp > 1 and not p.sp else 0.0
 
 
 def _sharded_layer_comm(case: Case, cost: CommCost, stage: int) -> tuple[float, float]:
@@ -212,10 +225,16 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
         share = 1.0 - dispatcher_sms(case) / case.hardware.sm_count
         f_hidden = share * np.maximum(f_span - f_quiet, 0.0)
         b_hidden = share * np.maximum(b_span - b_quiet, 0.0)
-    act = p2p_bytes(case)
-    p2p_f = np.array([cost.time("pp", "send_recv", act, s) if s + 1 < p.pp or v > 1 else 0.0 for s in range(p.pp)])
-    p2p_b = np.array([cost.time("pp", "send_recv", act, max(s - 1, 0)) if s > 0 or v > 1 else 0.0 for s in range(p.pp)])
+    act, regather = p2p_bytes(case), p2p_gather_bytes(case)
+
+    def send(s: int) -> float:
+        gather = cost.time("tp", "all_gather", regather, s) if regather else 0.0
+        return cost.time("pp", "send_recv", act, s) + gather
+    p2p_f = np.array([send(s) if s + 1 < p.pp or v > 1 else 0.0 for s in range(p.pp)])
+    p2p_b = np.array([send(max(s - 1, 0)) if s > 0 or v > 1 else 0.0 for s in range(p.pp)])
     cost.count("pp", "send_recv", act, 2 * m * v)
+    if regather and p.pp > 1:
+        cost.count("tp", "all_gather", regather, 2 * m * v)
     wb, gb, _ = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)
     sharded_opt = p.zero in (1, 2) or p.fsdp == "shard_grad_op"
     buckets, bucket_s, gather_s = 0, 0.0, 0.0
@@ -245,7 +264,7 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
     opt = float(timed[view.sections.get("optimizer", [])].sum()) * (params / params.mean())   # each stage by its share
     inputs = PipelineInputs(p.schedule, p.pp, v, m, f_span, f_comp, b_span, b_comp, p2p_f, p2p_b, buckets,
                             bucket_s, opt, gather_s, cost.dims("pp"), cost.dims("dp"), f_hidden, b_hidden,
-                            grad_overlap=p.overlap_grad_reduce)
+                            grad_overlap=p.overlap_grad_reduce, p2p_blocking=not p.p2p_overlapped)
     extras = sorted(view.sections.get("first_stage", []) + view.sections.get("last_stage", []))
 
     def step_flops(per_row: np.ndarray) -> float:

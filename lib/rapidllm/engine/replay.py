@@ -30,10 +30,13 @@ class TemplateResult:
 
 
 def replay_template(t: Template, compute_s: Sequence[float], comm_s: Callable[[str, str, float], float],
-                    channels: Callable[[str], tuple[int, ...]], overlap: bool = True) -> TemplateResult:
+                    channels: Callable[[str], tuple[int, ...]], overlap: bool = True,
+                    comm_override: dict[int, float] | None = None) -> TemplateResult:
     """Replay one template; compute_s lists the compute nodes' durations in order.
 
     overlap=False serializes every communication node on the compute stream (the no-overlap ablation).
+    comm_override gives some communication nodes (by index) another duration than comm_s's: the time a
+    collective fused into its GEMM holds the consumer (engine/tp_overlap.py).
     """
     n = len(t.nodes)
     start, finish = np.zeros(n), np.zeros(n)
@@ -48,7 +51,7 @@ def replay_template(t: Template, compute_s: Sequence[float], comm_s: Callable[[s
             finish[i] = stream = start[i] + dur
             compute += dur
             continue
-        dur = comm_s(node.axis, node.op, node.nbytes)
+        dur = comm_override[i] if comm_override and i in comm_override else comm_s(node.axis, node.op, node.nbytes)
         chans = channels(node.axis)
         s = max([ready] + [chan_free.get(c, 0.0) for c in chans])
         if not overlap:

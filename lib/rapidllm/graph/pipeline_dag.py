@@ -6,6 +6,8 @@ replayed layer templates of the chunk. Point-to-point sends between stages, the 
 buckets of the last micro-batch (overlapped with the rest of backward, Megatron's overlap_grad_reduce),
 the optimizer step and the parameter all-gather of a sharded optimizer are nodes of their own.
 Streams: one compute stream per stage; channels per (stage, network dimension[, direction]).
+Sends are asynchronous (Megatron-Core's interleaved schedule with overlap_p2p_comm) or, with
+`p2p_blocking`, a rendezvous that holds both the sender and the receiver (its batched send/recv).
 With moe_a2a_overlap, steady-state forward/backward pairs run merged (`merged_partners`) and each action
 of a pair is shortened by the EP all-to-all time its partner's compute hides.
 """
@@ -54,6 +56,12 @@ class PipelineInputs:
     # them after the stage's last action (Megatron-LM 2021-22's local DDP: allreduce_gradients() after
     # forward_backward_func returns)
     grad_overlap: bool = True
+    # Blocking pipeline sends and receives (Megatron's batched send/recv without overlap_p2p_comm): the
+    # sender's next action waits for its send; with one chunk per stage a transfer also starts only once
+    # the receiver has posted its receive, i.e. finished the action before the one that consumes it (the
+    # non-interleaved schedule batches that receive with the preceding action's send). The interleaved
+    # schedule posts its receives ahead of time in its own batches: there only the sender is held.
+    p2p_blocking: bool = False
 
 
 @dataclass
@@ -123,6 +131,7 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
     deps: list[list[int]] = []
     entry: dict[tuple[str, int, int, int], int] = {}
     incoming: dict[tuple[str, int, int, int], int] = {}
+    posted: dict[tuple[str, int, int, int], int] = {}     # task after which the receive is posted
 
     def add(d: float, c: float, k: int, s: int, dp: list[int]) -> int:
         dur.append(d), comp.append(c), kind.append(k), stage.append(s), deps.append(dp)
@@ -140,6 +149,7 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
 
         actions = list(stage_actions(x.schedule, x.pp, s, x.m, x.v))
         partner = _partners(x, actions)
+        sent = -1                                   # a blocking send the next action waits for
         for k, (a, c, i) in enumerate(actions):
             fwd = a == "F"
             span = x.f_span[s, c] if fwd else x.b_span[s, c]
@@ -151,8 +161,10 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
             grads = x.grad_overlap and not fwd and i == x.m - 1 and x.buckets > 0 and x.bucket_s > 0
             pieces = x.buckets if grads else 1
             first = -1
+            posted[(a, s, c, i)] = prev
             for _ in range(pieces):
-                prev = add(span / pieces, cpu / pieces, TASK, s, [prev] if prev >= 0 else [])
+                prev = add(span / pieces, cpu / pieces, TASK, s, ([prev] if prev >= 0 else [])
+                           + ([sent] if first < 0 and sent >= 0 else []))
                 first = prev if first < 0 else first
                 if grads:
                     on_channels(add(x.bucket_s, 0.0, GRAD, s, [prev]), grad_keys)
@@ -163,15 +175,18 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
                 node = add(float(t), 0.0, P2P, s, [prev])
                 on_channels(node, [(d, "f" if fwd else "b") for d in x.pp_dims])
                 incoming[nxt] = node
+            sent = node if x.p2p_blocking and nxt is not None else -1
         if not x.grad_overlap and x.buckets > 0 and x.bucket_s > 0:
             for _ in range(x.buckets * x.v):
                 on_channels(add(x.bucket_s, 0.0, GRAD, s, [prev]), grad_keys)
-        opt_deps = [prev] + [chan[k] for k in grad_keys if k in chan]
+        opt_deps = [prev] + [chan[k] for k in grad_keys if k in chan] + ([sent] if sent >= 0 else [])
         opt = add(float(x.optimizer_s[s]), float(x.optimizer_s[s]), OPT, s, opt_deps)
         if x.param_gather_s > 0:
             on_channels(add(x.param_gather_s, 0.0, PARAM, s, [opt]), grad_keys)
     for key, node in incoming.items():
         deps[entry[key]].append(node)
+        if x.p2p_blocking and x.v == 1 and posted[key] >= 0:
+            deps[node].append(posted[key])
     ptr = np.zeros(len(dur) + 1, np.int64)
     ptr[1:] = np.cumsum([len(d) for d in deps])
     idx = np.fromiter((j for d in deps for j in d), np.int64, count=int(ptr[-1]))
@@ -197,7 +212,8 @@ def _add_node(n, d, c, k, s, prev, channel_last, repeats, dur, comp, kind, stage
 
 @njit(cache=True)
 def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_bwd, buckets, bucket_s,
-                  optimizer_s, param_gather_s, n_pp_dims, n_dp_dims, merge, f_hidden, b_hidden, grad_overlap):
+                  optimizer_s, param_gather_s, n_pp_dims, n_dp_dims, merge, f_hidden, b_hidden, grad_overlap,
+                  blocking):
     """`build_pipeline_reference` on plain arrays: same node numbering, same dependency lists and order.
 
     A stage's channels of one kind (forward sends, backward sends, gradient queue) are always claimed
@@ -206,7 +222,7 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
     """
     split = buckets if (buckets and bucket_s > 0) else 1
     cap = pp * (4 * v * m + 2 * v * split + 2)
-    width = 1 + max(1, n_pp_dims, n_dp_dims)
+    width = 2 + max(2, n_pp_dims, n_dp_dims)
     dur = np.empty(cap)
     comp = np.empty(cap)
     kind = np.empty(cap, np.int8)
@@ -215,6 +231,7 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
     ndep = np.zeros(cap, np.int64)
     entry = np.full((2, pp, v, m), -1, np.int64)
     incoming = np.full((2, pp, v, m), -1, np.int64)
+    posted = np.full((2, pp, v, m), -1, np.int64)
     n = 0
     for s in range(pp):
         prev = -1
@@ -223,6 +240,7 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
         last_dp = -1
         ad, ac, ai = stage_actions_array(code, pp, s, m, v)
         partner = merged_partners(ad == 0, ac, ai) if merge else np.full(len(ad), -1, np.int64)
+        sent = -1
         for k in range(len(ad)):
             a, c, i = ad[k], ac[k], ai[k]
             fwd = a == 0
@@ -236,6 +254,7 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
             grads = grad_overlap and (not fwd) and i == m - 1 and buckets != 0 and bucket_s > 0
             pieces = buckets if grads else 1
             first = -1
+            posted[a, s, c, i] = prev
             for _ in range(pieces):
                 dur[n] = span / pieces
                 comp[n] = cpu / pieces
@@ -244,6 +263,9 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
                 if prev >= 0:
                     deps[n, 0] = prev
                     ndep[n] = 1
+                if first < 0 and sent >= 0:
+                    deps[n, ndep[n]] = sent
+                    ndep[n] += 1
                 prev = n
                 n += 1
                 if first < 0:
@@ -275,7 +297,10 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
                     else:
                         last_b = n
                 incoming[a, ns, nc, i] = n
+                sent = n if blocking else -1
                 n += 1
+            else:
+                sent = -1
         if (not grad_overlap) and buckets != 0 and bucket_s > 0:
             for _ in range(buckets * v):
                 _add_node(n, bucket_s, 0.0, GRAD, s, prev, last_dp, n_dp_dims, dur, comp, kind, stage, deps, ndep)
@@ -285,6 +310,9 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
         opt = n
         _add_node(n, optimizer_s[s], optimizer_s[s], OPT, s, prev, last_dp, n_dp_dims, dur, comp, kind, stage,
                   deps, ndep)
+        if sent >= 0:
+            deps[n, ndep[n]] = sent
+            ndep[n] += 1
         n += 1
         if param_gather_s > 0:
             _add_node(n, param_gather_s, 0.0, PARAM, s, opt, last_dp, n_dp_dims, dur, comp, kind, stage, deps, ndep)
@@ -298,6 +326,9 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
                         e = entry[a, s, c, i]
                         deps[e, ndep[e]] = src
                         ndep[e] += 1
+                        if blocking and v == 1 and posted[a, s, c, i] >= 0:
+                            deps[src, ndep[src]] = posted[a, s, c, i]
+                            ndep[src] += 1
     ptr = np.zeros(n + 1, np.int64)
     for j in range(n):
         ptr[j + 1] = ptr[j] + ndep[j]
@@ -327,5 +358,6 @@ def build_pipeline(x: PipelineInputs) -> PipelineGraph:
         code, int(x.pp), int(x.v), int(x.m), f(x.f_span), f(x.f_compute), f(x.b_span), f(x.b_compute),
         f(x.p2p_fwd), f(x.p2p_bwd), int(x.buckets), float(x.bucket_s), f(x.optimizer_s),
         float(x.param_gather_s), len(x.pp_dims), len(x.dp_dims), merge,
-        f(x.f_hidden) if merge else zeros, f(x.b_hidden) if merge else zeros, bool(x.grad_overlap))
+        f(x.f_hidden) if merge else zeros, f(x.b_hidden) if merge else zeros, bool(x.grad_overlap),
+        bool(x.p2p_blocking))
     return PipelineGraph(dur, comp, kind, stage, ptr, idx)

@@ -80,9 +80,15 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
         full = act
         mlp_tp = not moe or moe_tp_collectives(case)
         if backward:
-            rules += [Rule("residual2_bwd", "+residual2_bwd", "tp", "all_gather", full),
-                      Rule(("mlp_up_dgrad", PREV), "norm2_bwd", "tp", "reduce_scatter", full)] * mlp_tp
+            # the column-parallel GEMMs keep their input sequence-sharded and gather it again for the
+            # weight gradient, launched before the input-gradient GEMM and overlapped with it (Megatron's
+            # LinearWithGradAccumulationAndAsyncCommunication, TE's Linear); their reduce-scatter queues behind
+            # (routed experts take their tokens from the dispatcher and keep them: no re-gather)
+            rules += [Rule("residual2_bwd", "+residual2_bwd", "tp", "all_gather", full)] * mlp_tp
+            rules += [Rule("mlp_act_bwd", "mlp_up_wgrad", "tp", "all_gather", full)] * (not moe)
+            rules += [Rule(("mlp_up_dgrad", PREV), "norm2_bwd", "tp", "reduce_scatter", full)] * mlp_tp
             rules += [Rule("residual1_bwd", "o_proj_dgrad", "tp", "all_gather", full),
+                      Rule("attn_bwd", "qkv_wgrad", "tp", "all_gather", full),
                       Rule("qkv_dgrad", "norm1_bwd", "tp", "reduce_scatter", full)]
         else:
             rules += [Rule("norm1", "qkv", "tp", "all_gather", full),

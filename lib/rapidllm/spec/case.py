@@ -72,6 +72,14 @@ class Parallelism:
     # --overlap-grad-reduce, PyTorch DDP, FSDP's shard_grad_op); false: after the whole backward
     # (Megatron-LM 2021-22's default local DDP, `allreduce_gradients()` after the pipeline schedule)
     overlap_grad_reduce: bool = True
+    # pipeline sends overlapped with compute (Megatron's overlap_p2p_comm: isend/irecv waited just before
+    # use) or blocking batched send/recv; None = Megatron's default: overlapped under the interleaved
+    # schedule only (megatron/training/arguments.py forces it off for the others)
+    overlap_p2p_comm: bool | None = None
+    # Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers, needs sp): the TP all-gathers run
+    # as ring exchanges inside the GEMM that consumes them, the reduce-scatters pipelined behind GEMM
+    # chunks (engine/tp_overlap.py); off by default there, as here
+    tp_comm_overlap: bool = False
     sp: bool = False
     zero: int = 0
     fsdp: str = "none"               # none | full_shard | shard_grad_op
@@ -89,6 +97,12 @@ class Parallelism:
     @property
     def world(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def p2p_overlapped(self) -> bool:
+        """Whether pipeline sends overlap compute: the explicit choice, else Megatron's default (the
+        interleaved schedule only)."""
+        return self.schedule == "interleaved" if self.overlap_p2p_comm is None else self.overlap_p2p_comm
 
     @property
     def expert_tp(self) -> int:
@@ -305,6 +319,9 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
         raise bad("parallelism.overlap_param_gather", "overlaps a sharded optimizer's parameter all-gather: it "
                   "needs training with zero 1 or 2 (or fsdp shard_grad_op); ZeRO-3 / full_shard gathers per "
                   "layer already")
+    if par.tp_comm_overlap and not (par.tp > 1 and par.sp and isinstance(workload, TrainingWorkload)):
+        raise bad("parallelism.tp_comm_overlap", "Transformer Engine's userbuffers overlap the sequence-parallel "
+                  "all-gathers and reduce-scatters of training: it needs tp > 1 and sp: true")
     if par.zero and par.fsdp != "none":
         raise bad("parallelism.fsdp", "set either zero or fsdp, not both (fsdp full_shard is ZeRO-3, shard_grad_op is ZeRO-2)")
     if isinstance(workload, TrainingWorkload):
