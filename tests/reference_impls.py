@@ -123,9 +123,11 @@ def case_id_reference(case: Case) -> str:
     """`case_id` through `dataclasses.asdict` (the original definition, kept for tests)."""
     d = case.to_dict()
     d.pop("name")
-    for f in dataclasses.fields(case.model):       # fields added later hash only when set (spec/case.py)
-        if f.name in case.model.HASH_OMITTED_DEFAULTS and getattr(case.model, f.name) == f.default:
-            d["model"].pop(f.name)
+    for part in ("model", "parallelism", "workload"):  # fields added later hash only when set (spec/case.py)
+        spec = getattr(case, part)
+        for f in dataclasses.fields(spec):
+            if f.name in getattr(spec, "HASH_OMITTED_DEFAULTS", ()) and getattr(spec, f.name) == f.default:
+                d[part].pop(f.name)
     blob = json.dumps(d, sort_keys=True, default=list, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
