@@ -119,9 +119,14 @@ def activation_peak_reference(case: Case, stage: int, layer: LayerLiveness, head
 
 
 def case_id_reference(case: Case) -> str:
-    """`case_id` through `dataclasses.asdict` (the original definition, kept for tests)."""
+    """`case_id` through `dataclasses.asdict` (the original definition, kept for tests), less the fields
+    added later that enter the hash only when set (spec/case.py HASH_WHEN_SET)."""
     d = case.to_dict()
     d.pop("name")
+    for part, key, default in (("parallelism", "redundant_experts", 0), ("workload", "draft_tokens", 0),
+                               ("workload", "draft_acceptance", 0.0)):
+        if d[part].get(key, default) == default:
+            d[part].pop(key, None)
     blob = json.dumps(d, sort_keys=True, default=list, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

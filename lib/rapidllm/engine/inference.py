@@ -12,9 +12,16 @@ In-flight batching (concurrency C > batch, a serving engine such as vLLM/TensorR
   requests that replace finished ones, C / (batch x output_tokens) requests per step on average, so
   ITL = decode(C) + that share of prefill; a new request waits on average half a step before its prefill,
   TTFT = prefill(batch) + ITL / 2; throughput = C / ITL. A mean over desynchronized clients.
+- "disaggregated": the decode instances of a prefill-decode disaggregated deployment (DeepSeek's serving,
+  DistServe, SGLang PD): the same without the prefill share, which runs on separate prefill instances;
+  TTFT = prefill(batch) there + ITL / 2; memory holds the KV cache of the C sequences.
 - "simulated": C closed-loop clients, one sequence per request, run through the iteration-level simulator
   of `engine/serving.py`; its iteration cost is interpolated between forward passes priced here at running
   batches 1, 2, 4, ... and C (prefill of n whole prompts, decode of n sequences at the first and last context).
+Speculative decoding (`workload.draft_tokens`, MTP drafts): a decode step verifies 1 + d queries per
+sequence and runs the MTP modules, and emits `tokens_per_step` = 1 + p + ... + p^d tokens per sequence on
+average, so ITL = step / tokens_per_step and a steady-state step absorbs the prefills of
+C x tokens_per_step / (batch x output_tokens) requests (docs/mla.md, "MTP speculative decoding").
 """
 from __future__ import annotations
 
@@ -72,7 +79,7 @@ def pass_parts(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overl
     r = replay_all(case, ops, templates, cost, -1, overlap)
     layers = tuple((section, n, r.span(section, "fwd"), r.compute(section, "fwd"))
                    for section, n in layer_counts(case, prefix).items())
-    tokens = w.batch * (w.prompt_tokens if prefix.startswith("prefill") else 1)
+    tokens = w.batch * (w.prompt_tokens if prefix.startswith("prefill") else w.step_queries)
     nbytes = tokens * case.model.hidden * DTYPE_BYTES[case.activation_precision]
     return PassParts(p.pp, layers, r.span(f"{prefix}head", "extra_fwd"), r.compute(f"{prefix}head", "extra_fwd"),
                      cost.time("pp", "send_recv", nbytes), float(nbytes), r, tuple(templates))
@@ -107,7 +114,7 @@ def inference_record(case: Case, ops: pd.DataFrame, overlap: bool = True, adjust
     cost = CommCost(case)
     parts = [pass_parts(case, ops, s, cost, overlap) for s in SECTIONS]
     prefill, first, last = (np.array(p.totals()) for p in parts)
-    ttft, itl = prefill, 0.5 * (first + last)
+    ttft, itl = prefill, 0.5 * (first + last) / w.tokens_per_step
     e2e = ttft + (w.output_tokens - 1) * itl
     rec = _record(ttft, itl, e2e, w.batch * w.output_tokens / e2e[SPAN], cost.simulated)
     if trace:
@@ -124,8 +131,8 @@ def _replay_steady_state(case: Case, ops: pd.DataFrame, overlap: bool, adjust: A
     dcase, dops = _at_batch(case, ops, w.concurrency, adjust)
     dcost = CommCost(dcase)
     first, last = (np.array(forward_pass(dcase, dops, s, dcost, overlap)) for s in SECTIONS[1:])
-    share = w.concurrency / (w.batch * max(w.output_tokens, 1))
-    itl = 0.5 * (first + last) + share * prefill
+    share = 0.0 if w.serving == "disaggregated" else w.concurrency * w.tokens_per_step / (w.batch * max(w.output_tokens, 1))
+    itl = (0.5 * (first + last) + share * prefill) / w.tokens_per_step
     ttft = prefill + 0.5 * itl
     e2e = ttft + (w.output_tokens - 1) * itl
     return _record(ttft, itl, e2e, w.concurrency / itl[SPAN], cost.simulated + dcost.simulated)

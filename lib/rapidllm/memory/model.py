@@ -149,7 +149,8 @@ def _inference_stage(case: Case, stage: int, conv: Conventions) -> MemoryResult:
     assert isinstance(w, InferenceWorkload)
     sp = stage_params(case, stage, conv)
     weights = sp.total * DTYPE_BYTES[case.weight_precision]
-    kv = kv_cache_per_token(case) * sp.layers * w.batch * (w.prompt_tokens + w.output_tokens)
+    held = w.concurrency if w.serving == "disaggregated" else w.batch   # decode instances hold every sequence
+    kv = kv_cache_per_token(case) * sp.layers * held * (w.prompt_tokens + w.output_tokens)
     shard = wl.prefill_shard(case)
     work = max(forward_working_set(wl.layer_forward(m, shard, is_moe)) for is_moe, _ in layer_kinds(case))
     if stage == p.pp - 1:

@@ -25,6 +25,11 @@ from rapidllm.spec.schema import load_yaml, validate
 from rapidllm.units import parse_quantity
 
 
+# Field metadata: a field added after case ids were published enters the hash only when it differs from its
+# default, so every case that does not use it keeps its id (`_plain`).
+HASH_WHEN_SET = {"hash_when_set": True}
+
+
 @functools.lru_cache(maxsize=4096)
 def chunk_split(pp: int, v: int, layers: int, embedding_in_split: bool, loss_in_split: bool
                 ) -> tuple[tuple[int, ...], ...]:
@@ -85,6 +90,10 @@ class Parallelism:
     # embedding and the loss (LM head) each take one layer's slot in the split over pipeline chunks
     embedding_in_split: bool = False
     loss_in_split: bool = False
+    # Redundant routed-expert replicas of an inference deployment (DeepSeek's EPLB, num_redundant_experts):
+    # experts + redundant_experts slots over the ep ranks, a replica of a hot expert taking half its tokens
+    # (ops/moe_routing.eplb_rank_load). Hashed only when set, so older case ids stay as they were.
+    redundant_experts: int = dataclasses.field(default=0, metadata=HASH_WHEN_SET)
 
     @property
     def world(self) -> int:
@@ -135,12 +144,30 @@ class InferenceWorkload:
     output_tokens: int
     batch: int = 1
     concurrency: int = 1
-    # serving (concurrency > batch): "steady_state" mean formula or the "simulated" closed-loop iteration
+    # serving (concurrency > batch): "steady_state" mean formula, its "disaggregated" decode-instance form
+    # (prefills run elsewhere) or the "simulated" closed-loop iteration
     # simulator, and the tokens one iteration may schedule (TensorRT-LLM's default max_num_tokens); see
     # docs/engine.md, "Serving"
     serving: str = "steady_state"
     max_num_tokens: int = 8192
     mode: str = "inference"
+    # Speculative decoding with the model's multi-token-prediction modules (DeepSeek-V3 §5.4.3): each
+    # decode step verifies `draft_tokens` drafted tokens per sequence (1 + draft_tokens queries) and runs
+    # the MTP modules for the next draft; each draft token is accepted with probability `draft_acceptance`
+    # given the previous one was. Hashed only when set.
+    draft_tokens: int = dataclasses.field(default=0, metadata=HASH_WHEN_SET)
+    draft_acceptance: float = dataclasses.field(default=0.0, metadata=HASH_WHEN_SET)
+
+    @property
+    def step_queries(self) -> int:
+        """Query tokens per sequence in one decode step: the last token and the drafts it verifies."""
+        return 1 + self.draft_tokens
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Expected tokens a decode step emits per sequence: the verified token plus each draft token
+        accepted with all before it, 1 + p + ... + p^d (1 + p for one MTP module)."""
+        return sum(self.draft_acceptance ** i for i in range(self.draft_tokens + 1))
 
 
 @dataclass(frozen=True)
@@ -171,6 +198,12 @@ class Case:
         return "bf16" if self.precision == "fp8" else self.precision
 
     @property
+    def expert_replication(self) -> float:
+        """Routed-expert weights held per expert: (experts + redundant_experts) / experts (1 without replicas)."""
+        moe, r = self.model.moe, self.parallelism.redundant_experts
+        return (moe.experts + r) / moe.experts if moe and r else 1.0
+
+    @property
     def weight_precision(self) -> str:
         """Element type of the stored weights: FP8 serving checkpoints hold FP8 weights (per-tensor
         scales); FP8 training keeps BF16 weights with FP32 master copies and casts them per step (TE)."""
@@ -183,8 +216,8 @@ class Case:
     def case_id(self) -> str:
         """Stable hash of the fully resolved case (name excluded: it is a label, not physics).
 
-        Hashes the same JSON text as `case_id_reference` (`dataclasses.asdict`), built without asdict's
-        deep copies; computed once per Case (the case is frozen).
+        Hashes the same JSON text as `case_id_reference` (`dataclasses.asdict` less the HASH_WHEN_SET
+        fields at their defaults), built without asdict's deep copies; computed once per Case (the case is frozen).
         """
         d = _plain(self)
         d.pop("name")
@@ -217,12 +250,17 @@ def _plain(obj: Any) -> Any:
         shared = current().plain_specs.get((type(obj), getattr(obj, "name", None)))
         if shared is not None and shared[0] is obj:
             return shared[1]
-        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if not _unset(obj, f)}
     if isinstance(obj, (list, tuple)):
         return [_plain(v) for v in obj]
     if isinstance(obj, dict):
         return {_plain(k): _plain(v) for k, v in obj.items()}
     return obj
+
+
+def _unset(obj: Any, f: dataclasses.Field) -> bool:
+    """A field marked HASH_WHEN_SET that holds its default: left out of the hashed form."""
+    return bool(f.metadata.get("hash_when_set")) and getattr(obj, f.name) == f.default
 
 
 # Bounds on products of keys, which a schema cannot state (docs/limits.md gives the reasons).
@@ -274,10 +312,21 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
     if par.ep > 1:
         if not model.moe:
             raise bad("parallelism.ep", f"ep {par.ep} needs a MoE model; {model.name} is dense")
-        if model.moe.experts % par.ep:
-            raise bad("parallelism.ep", f"ep {par.ep} does not divide experts {model.moe.experts}")
+        slots = model.moe.experts + par.redundant_experts
+        if slots % par.ep:
+            raise bad("parallelism.ep", f"ep {par.ep} does not divide experts {model.moe.experts}"
+                      + (f" + redundant_experts {par.redundant_experts}" if par.redundant_experts else ""))
         if (par.dp * par.cp * par.tp) % par.ep:
             raise bad("parallelism.ep", f"ep {par.ep} must divide dp x cp x tp = {par.dp * par.cp * par.tp} (experts are placed across data-parallel ranks)")
+    if par.redundant_experts and not (model.moe and isinstance(workload, InferenceWorkload)):
+        raise bad("parallelism.redundant_experts", "redundant expert replicas are an inference deployment of a MoE "
+                  "model (DeepSeek's EPLB); allowed: 0 for training or a dense model")
+    if isinstance(workload, InferenceWorkload) and workload.draft_tokens > model.mtp_depth:
+        raise bad("workload.draft_tokens", f"draft_tokens {workload.draft_tokens} needs as many MTP modules; "
+                  f"{model.name} has mtp_depth {model.mtp_depth}")
+    if isinstance(workload, InferenceWorkload) and workload.draft_tokens and workload.serving == "simulated":
+        raise bad("workload.draft_tokens", "speculative decoding is modelled for static batching and serving: "
+                  "steady_state; allowed with serving: simulated: 0")
     if par.expert_tp not in (1, par.tp):
         raise bad("parallelism.etp", f"etp {par.expert_tp} must be 1 or tp {par.tp}: expert TP groups inside the TP group are not modelled")
     if par.expert_tp < par.tp and not (isinstance(workload, TrainingWorkload) and par.sp):
