@@ -131,7 +131,8 @@ def _replay_steady_state(case: Case, ops: pd.DataFrame, overlap: bool, adjust: A
     dcase, dops = _at_batch(case, ops, w.concurrency, adjust)
     dcost = CommCost(dcase)
     first, last = (np.array(forward_pass(dcase, dops, s, dcost, overlap)) for s in SECTIONS[1:])
-    share = 0.0 if w.serving == "disaggregated" else w.concurrency * w.tokens_per_step / (w.batch * max(w.output_tokens, 1))
+    share = 0.0 if w.serving == "disaggregated" else \
+        w.concurrency * w.tokens_per_step / (w.batch * max(w.output_tokens, 1))
     itl = (0.5 * (first + last) + share * prefill) / w.tokens_per_step
     ttft = prefill + 0.5 * itl
     e2e = ttft + (w.output_tokens - 1) * itl
