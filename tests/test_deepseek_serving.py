@@ -79,6 +79,10 @@ def test_layout_rules_for_redundant_experts_and_drafts() -> None:
     assert v3(ep=144, redundant=32).parallelism.redundant_experts == 32
     with pytest.raises(SpecError, match="mtp_depth 0"):
         v3(draft_tokens=1, draft_acceptance=0.8)
+    with pytest.raises(SpecError, match="set workload.draft_tokens"):
+        v3(mtp=1, draft_acceptance=0.8)
+    with pytest.raises(SpecError, match="allowed with serving simulated: 0"):
+        v3(mtp=1, draft_tokens=1, concurrency=8, serving="simulated")
     m = _model("deepseek-v3", 0)
     with pytest.raises(SpecError, match="redundant_experts"):
         resolve_case(dict(model=m, hardware="h800", network="h800-ib",

@@ -91,8 +91,8 @@ class Parallelism:
     embedding_in_split: bool = False
     loss_in_split: bool = False
     # Redundant routed-expert replicas of an inference deployment (DeepSeek's EPLB, num_redundant_experts):
-    # experts + redundant_experts slots over the ep ranks, a replica of a hot expert taking half its tokens
-    # (ops/moe_routing.eplb_rank_load). Hashed only when set, so older case ids stay as they were.
+    # experts + redundant_experts slots over the ep ranks, the replicas of an expert sharing its tokens
+    # (ops/moe_routing.eplb_rank_loads). Hashed only when set, so older case ids stay as they were.
     redundant_experts: int = dataclasses.field(default=0, metadata=HASH_WHEN_SET)
 
     @property
@@ -217,7 +217,8 @@ class Case:
         """Stable hash of the fully resolved case (name excluded: it is a label, not physics).
 
         Hashes the same JSON text as `case_id_reference` (`dataclasses.asdict` less the HASH_WHEN_SET
-        fields at their defaults), built without asdict's deep copies; computed once per Case (the case is frozen).
+        fields at their defaults), built without asdict's deep copies; computed once per Case (the case is
+        frozen).
         """
         d = _plain(self)
         d.pop("name")
@@ -325,8 +326,11 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
         raise bad("workload.draft_tokens", f"draft_tokens {workload.draft_tokens} needs as many MTP modules; "
                   f"{model.name} has mtp_depth {model.mtp_depth}")
     if isinstance(workload, InferenceWorkload) and workload.draft_tokens and workload.serving == "simulated":
-        raise bad("workload.draft_tokens", "speculative decoding is modelled for static batching and serving: "
-                  "steady_state; allowed with serving: simulated: 0")
+        raise bad("workload.draft_tokens", "speculative decoding is modelled with static batching and serving "
+                  "steady_state or disaggregated; allowed with serving simulated: 0")
+    if isinstance(workload, InferenceWorkload) and workload.draft_acceptance and not workload.draft_tokens:
+        raise bad("workload.draft_acceptance", "is the acceptance of draft tokens; set workload.draft_tokens "
+                  "(allowed without it: 0)")
     if par.expert_tp not in (1, par.tp):
         raise bad("parallelism.etp", f"etp {par.expert_tp} must be 1 or tp {par.tp}: expert TP groups inside the TP group are not modelled")
     if par.expert_tp < par.tp and not (isinstance(workload, TrainingWorkload) and par.sp):
