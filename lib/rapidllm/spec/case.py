@@ -316,7 +316,8 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
         slots = model.moe.experts + par.redundant_experts
         if slots % par.ep:
             raise bad("parallelism.ep", f"ep {par.ep} does not divide experts {model.moe.experts}"
-                      + (f" + redundant_experts {par.redundant_experts}" if par.redundant_experts else ""))
+                      + (f" + redundant_experts {par.redundant_experts}" if par.redundant_experts else "")
+                      + "; allowed: a divisor of the expert slots (inference may add parallelism.redundant_experts)")
         if (par.dp * par.cp * par.tp) % par.ep:
             raise bad("parallelism.ep", f"ep {par.ep} must divide dp x cp x tp = {par.dp * par.cp * par.tp} (experts are placed across data-parallel ranks)")
     if par.redundant_experts and not (model.moe and isinstance(workload, InferenceWorkload)):
