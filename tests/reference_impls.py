@@ -123,7 +123,8 @@ def case_id_reference(case: Case) -> str:
     added later that enter the hash only when set (spec/case.py HASH_WHEN_SET)."""
     d = case.to_dict()
     d.pop("name")
-    for part, key, default in (("parallelism", "redundant_experts", 0), ("workload", "draft_tokens", 0),
+    for part, key, default in (("parallelism", "redundant_experts", 0), ("parallelism", "microbatch_overlap", 1),
+                               ("workload", "draft_tokens", 0),
                                ("workload", "draft_acceptance", 0.0)):
         if d[part].get(key, default) == default:
             d[part].pop(key, None)

@@ -22,11 +22,12 @@ Speculative decoding (`workload.draft_tokens`, MTP drafts): a decode step verifi
 sequence and runs the MTP modules, and emits `tokens_per_step` = 1 + p + ... + p^d tokens per sequence on
 average, so ITL = step / tokens_per_step and a steady-state step absorbs the prefills of
 C x tokens_per_step / (batch x output_tokens) requests (docs/mla.md, "MTP speculative decoding").
+With `parallelism.microbatch_overlap: 2` every forward pass runs as two overlapped micro-batches
+(engine/microbatch.py, docs/microbatch-overlap.md); a static-batching trace then has no timeline.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,13 +35,13 @@ import pandas as pd
 
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import Replayed, replay_all
+from rapidllm.engine.microbatch import Adjust, overlap_active, overlapped_pass
 from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, simulate
 from rapidllm.graph.templates import Template, extra_templates, layer_counts, layer_templates
 from rapidllm.ops.price import price_case
 from rapidllm.spec.case import Case, InferenceWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 
-Adjust = Callable[[pd.DataFrame], pd.DataFrame]
 SECTIONS = ("prefill_", "decode_first_", "decode_last_")
 
 
@@ -85,8 +86,12 @@ def pass_parts(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overl
                      cost.time("pp", "send_recv", nbytes), float(nbytes), r, tuple(templates))
 
 
-def forward_pass(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool) -> tuple[float, float]:
-    """(time, compute time) of one forward pass through all stages for a section prefix."""
+def forward_pass(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool,
+                 adjust: Adjust | None = None) -> tuple[float, float]:
+    """(time, compute time) of one forward pass through all stages for a section prefix; as overlapped
+    micro-batches when the case sets `parallelism.microbatch_overlap` (engine/microbatch.py)."""
+    if overlap_active(case):
+        return overlapped_pass(case, ops, prefix, cost, overlap, adjust)
     return pass_parts(case, ops, prefix, cost, overlap).totals()
 
 
@@ -112,13 +117,17 @@ def inference_record(case: Case, ops: pd.DataFrame, overlap: bool = True, adjust
         rec = serve(case, ops, overlap, adjust)
         return {**rec, "schedule": None} if trace else rec
     cost = CommCost(case)
-    parts = [pass_parts(case, ops, s, cost, overlap) for s in SECTIONS]
-    prefill, first, last = (np.array(p.totals()) for p in parts)
+    if overlap_active(case):            # no single-stream timeline of two interleaved micro-batches
+        parts = None
+        prefill, first, last = (np.array(forward_pass(case, ops, s, cost, overlap, adjust)) for s in SECTIONS)
+    else:
+        parts = [pass_parts(case, ops, s, cost, overlap) for s in SECTIONS]
+        prefill, first, last = (np.array(p.totals()) for p in parts)
     ttft, itl = prefill, 0.5 * (first + last) / w.tokens_per_step
     e2e = ttft + (w.output_tokens - 1) * itl
     rec = _record(ttft, itl, e2e, w.batch * w.output_tokens / e2e[SPAN], cost.simulated)
     if trace:
-        rec["schedule"] = InferenceReplay(case, cost, *parts)
+        rec["schedule"] = InferenceReplay(case, cost, *parts) if parts else None
     return rec
 
 
@@ -127,10 +136,10 @@ def _replay_steady_state(case: Case, ops: pd.DataFrame, overlap: bool, adjust: A
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     cost = CommCost(case)
-    prefill = np.array(forward_pass(case, ops, "prefill_", cost, overlap))
+    prefill = np.array(forward_pass(case, ops, "prefill_", cost, overlap, adjust))
     dcase, dops = _at_batch(case, ops, w.concurrency, adjust)
     dcost = CommCost(dcase)
-    first, last = (np.array(forward_pass(dcase, dops, s, dcost, overlap)) for s in SECTIONS[1:])
+    first, last = (np.array(forward_pass(dcase, dops, s, dcost, overlap, adjust)) for s in SECTIONS[1:])
     share = 0.0 if w.serving == "disaggregated" else \
         w.concurrency * w.tokens_per_step / (w.batch * max(w.output_tokens, 1))
     itl = (0.5 * (first + last) + share * prefill) / w.tokens_per_step
@@ -155,7 +164,7 @@ def _iteration_cost(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust
     for n in anchor_batches(w.concurrency):
         ncase, nops = _at_batch(case, ops, n, adjust)
         cost = CommCost(ncase)
-        pf, first, last = (np.array(forward_pass(ncase, nops, s, cost, overlap)) for s in SECTIONS)
+        pf, first, last = (np.array(forward_pass(ncase, nops, s, cost, overlap, adjust)) for s in SECTIONS)
         prefill.append((n * w.prompt_tokens, pf))
         decode.append((n, first, last))
         events += cost.simulated

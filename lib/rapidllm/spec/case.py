@@ -94,6 +94,10 @@ class Parallelism:
     # experts + redundant_experts slots over the ep ranks, the replicas of an expert sharing its tokens
     # (ops/moe_routing.eplb_rank_loads). Hashed only when set, so older case ids stay as they were.
     redundant_experts: int = dataclasses.field(default=0, metadata=HASH_WHEN_SET)
+    # Inference micro-batch overlap (DeepSeek's dual micro-batch overlap, SGLang --enable-two-batch-overlap,
+    # vLLM --enable-dbo; off by default in both): 2 splits each forward pass into two micro-batches whose
+    # communication runs beside the other's compute (engine/microbatch.py); 1 = off. Hashed only when set.
+    microbatch_overlap: int = dataclasses.field(default=1, metadata=HASH_WHEN_SET)
 
     @property
     def world(self) -> int:
@@ -323,6 +327,9 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
     if par.redundant_experts and not (model.moe and isinstance(workload, InferenceWorkload)):
         raise bad("parallelism.redundant_experts", "redundant expert replicas are an inference deployment of a MoE "
                   "model (DeepSeek's EPLB); allowed: 0 for training or a dense model")
+    if par.microbatch_overlap > 1 and not (isinstance(workload, InferenceWorkload) and par.pp == 1):
+        raise bad("parallelism.microbatch_overlap", "the two-micro-batch overlap splits an inference forward "
+                  "pass on one pipeline stage; allowed: 1 for training or pp > 1")
     if isinstance(workload, InferenceWorkload) and workload.draft_tokens > model.mtp_depth:
         raise bad("workload.draft_tokens", f"draft_tokens {workload.draft_tokens} needs as many MTP modules; "
                   f"{model.name} has mtp_depth {model.mtp_depth}")
