@@ -35,7 +35,7 @@ import pandas as pd
 
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import dispatcher_sms
-from rapidllm.engine.replay import replay_template
+from rapidllm.engine.replay import TemplateResult, replay_template
 from rapidllm.graph.templates import COMM, COMPUTE, Node, Template, compute_durations, extra_templates, \
     layer_counts, layer_templates, ops_view
 from rapidllm.ops.price import price_case
@@ -128,13 +128,19 @@ def merged_template(chains: list[tuple[list[Node], list[float]]], section: str) 
     return Template(section, "fwd", out), durations
 
 
-def overlapped_pass(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool = True,
-                    adjust: Adjust | None = None) -> tuple[float, float]:
-    """(time, compute time) of one forward pass (section prefix) run as overlapped micro-batches on the
-    single pipeline stage the spec admits; compute time is the micro-batches' operator time summed."""
+def overlapped_replay(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool = True,
+                      adjust: Adjust | None = None) -> TemplateResult:
+    """The merged micro-batch chains of one forward pass (section prefix) replayed on the single pipeline
+    stage the spec admits: span, compute and communication summed over the micro-batches."""
     chains = [_chain(bcase, bops, prefix) for bcase, bops in micro_cases(case, ops, adjust)]
     template, durations = merged_template(chains, f"{prefix}microbatches")
     share = dispatcher_sms(case) / case.hardware.sm_count if prefix.startswith("prefill") else 0.0
-    r = replay_template(template, durations, lambda axis, op, nb: cost.time(axis, op, nb), cost.dims, overlap,
-                        (lambda axis: share if axis == "ep" else 0.0) if share else None)
+    return replay_template(template, durations, lambda axis, op, nb: cost.time(axis, op, nb), cost.dims, overlap,
+                           (lambda axis: share if axis == "ep" else 0.0) if share else None)
+
+
+def overlapped_pass(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool = True,
+                    adjust: Adjust | None = None) -> tuple[float, float]:
+    """(time, compute time) of one forward pass run as overlapped micro-batches."""
+    r = overlapped_replay(case, ops, prefix, cost, overlap, adjust)
     return r.span, r.compute
