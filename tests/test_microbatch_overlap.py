@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from rapidllm.engine.comm_cost import CommCost
+from rapidllm.engine.inference import forward_pass
 from rapidllm.engine import microbatch
 from rapidllm.engine.microbatch import micro_cases, overlapped_replay, split_batch
 from rapidllm.engine.replay import replay_template
@@ -69,14 +70,22 @@ def test_overlapped_pass_lies_between_the_list_schedule_bounds(prefix: str) -> N
     assert r.span < r.compute + r.comm                   # something is hidden
 
 
-def test_without_communication_the_split_costs_two_half_passes() -> None:
-    """No collectives (one GPU): the two micro-batches run back to back, every weight read twice, so
-    the step is exactly two half-batch steps and never faster than the plain one."""
-    split, plain, half = evaluate(dense(2)), evaluate(dense(1)), evaluate(dense(1, batch=2))
-    for key in ("ttft_s", "itl_s"):
-        assert split[key] == pytest.approx(2 * half[key], rel=1e-9)
-        assert split[key] >= plain[key]
-    assert split["exposed_comm_s"] == pytest.approx(0.0, abs=1e-12)
+@pytest.mark.parametrize("prefix", ("prefill_", "decode_last_"))
+def test_without_communication_the_split_costs_two_half_passes(prefix: str) -> None:
+    """No collectives (one GPU): the two micro-batches' layers run back to back, every weight read twice,
+    then the head once on the whole batch, so the pass is two half-batch passes less one half-batch head
+    plus the whole batch's head, and never faster than the plain pass."""
+    split, plain, half = dense(2), dense(1), dense(1, batch=2)
+
+    def run(case: Case) -> float:
+        return forward_pass(case, price_case(case), prefix, CommCost(case), True)[0]
+
+    def head(case: Case) -> float:
+        ops = price_case(case)
+        return float((ops.time_s * ops["count"])[ops.section == f"{prefix}head"].sum())
+    assert run(split) == pytest.approx(2 * run(half) - 2 * head(half) + head(plain), rel=1e-9)
+    assert run(split) >= run(plain)
+    assert evaluate(split)["exposed_comm_s"] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_one_sequence_does_not_split() -> None:

@@ -10,7 +10,7 @@ engine already prices, nothing fitted:
   does not split and runs the plain pass); each micro-batch is priced as its own case, so GEMM shapes,
   expert loads and all-to-all sizes are those of half the tokens and every weight is read once per
   micro-batch (twice per step where the GEMMs are memory-bound);
-- each micro-batch's layer chain (the layers in model order, then the LM head) is cut into blocks at every
+- each micro-batch's chain of decoder layers (model order) is cut into blocks at every
   compute operator that waits for a collective of its own micro-batch (for an MoE layer: the experts wait
   for the dispatch, the unpermute for the combine); the compute stream runs the blocks alternately, block k
   of micro-batch 0, then block k of micro-batch 1 (DeepSeek's prefill figure: attention 0, attention 1,
@@ -20,7 +20,10 @@ engine already prices, nothing fitted:
   pass adds the fill (the first block before any collective) and the drain;
 - DeepEP's normal kernels (prefill) hold SMs while they run (`composer.DEEPEP_SMS`, the DeepEP default
   vLLM and Megatron-Core use), so compute beside them runs on the rest; the low-latency kernels (decode)
-  hold none (DeepEP README: "hook-based communication-computation overlapping ... does not occupy any SM").
+  hold none (DeepEP README: "hook-based communication-computation overlapping ... does not occupy any SM";
+  DeepSeek's profile-data README: in decoding "all-to-all communication ... does not occupy GPU SMs");
+- the head (final norm, LM head, MTP modules) runs once on the whole batch after the layers, as in SGLang,
+  whose `model_forward_maybe_tbo` wraps the decoder layers only.
 
 Not modelled: DeepSeek's decode splits attention into two steps so a 5-stage pipeline balances better
 (the blocks here are cut only at collectives), and the CPU-side launch and synchronization of the two
@@ -74,28 +77,26 @@ def micro_cases(case: Case, ops: pd.DataFrame, adjust: Adjust | None = None) -> 
 
 
 def _chain(case: Case, ops: pd.DataFrame, prefix: str) -> tuple[list[Node], list[float]]:
-    """One micro-batch's pass as a single node list (layers in model order, dense first, then the head)
-    with its compute durations. A collective launched before a layer's first operator depends on the
-    previous compute node of the chain."""
+    """One micro-batch's decoder layers (model order, dense first) as a single node list with its compute
+    durations. A collective launched before a layer's first operator depends on the previous compute node
+    of the chain."""
     view = ops_view(ops)
     by_section = {t.section: t for t in layer_templates(case, view, prefix)}
-    heads = [t for t in extra_templates(case, view) if t.section == f"{prefix}head"]
-    order: list[Template] = []
-    for section, n in layer_counts(case, prefix).items():
-        order += [by_section[section]] * round(n)
     nodes: list[Node] = []
     durations: list[float] = []
     last_compute = -1
-    for t in order + heads:
-        base, before = len(nodes), last_compute
-        for node in t.nodes:
-            deps = tuple(base + d for d in node.deps)
-            if node.kind == COMM and not deps and before >= 0:
-                deps = (before,)
-            if node.kind == COMPUTE:
-                last_compute = len(nodes)
-            nodes.append(dataclasses.replace(node, deps=deps))
-        durations += compute_durations(view, t)
+    for section, n in layer_counts(case, prefix).items():
+        t = by_section[section]
+        for _ in range(round(n)):
+            base, before = len(nodes), last_compute
+            for node in t.nodes:
+                deps = tuple(base + d for d in node.deps)
+                if node.kind == COMM and not deps and before >= 0:
+                    deps = (before,)
+                if node.kind == COMPUTE:
+                    last_compute = len(nodes)
+                nodes.append(dataclasses.replace(node, deps=deps))
+            durations += compute_durations(view, t)
     return nodes, durations
 
 
@@ -130,8 +131,9 @@ def merged_template(chains: list[tuple[list[Node], list[float]]], section: str) 
 
 def overlapped_replay(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool = True,
                       adjust: Adjust | None = None) -> TemplateResult:
-    """The merged micro-batch chains of one forward pass (section prefix) replayed on the single pipeline
-    stage the spec admits: span, compute and communication summed over the micro-batches."""
+    """The decoder layers of one forward pass (section prefix) as merged micro-batch chains, replayed on
+    the single pipeline stage the spec admits: span, compute and communication summed over the
+    micro-batches."""
     chains = [_chain(bcase, bops, prefix) for bcase, bops in micro_cases(case, ops, adjust)]
     template, durations = merged_template(chains, f"{prefix}microbatches")
     share = dispatcher_sms(case) / case.hardware.sm_count if prefix.startswith("prefill") else 0.0
@@ -141,6 +143,14 @@ def overlapped_replay(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost
 
 def overlapped_pass(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool = True,
                     adjust: Adjust | None = None) -> tuple[float, float]:
-    """(time, compute time) of one forward pass run as overlapped micro-batches."""
-    r = overlapped_replay(case, ops, prefix, cost, overlap, adjust)
-    return r.span, r.compute
+    """(time, compute time) of one forward pass: the layers as overlapped micro-batches, then the head
+    (final norm, LM head, MTP modules) once on the whole batch."""
+    layers = overlapped_replay(case, ops, prefix, cost, overlap, adjust)
+    view = ops_view(ops)
+    span, compute = layers.span, layers.compute
+    for t in extra_templates(case, view):
+        if t.section == f"{prefix}head":
+            head = replay_template(t, compute_durations(view, t), lambda axis, op, nb: cost.time(axis, op, nb),
+                                   cost.dims, overlap)
+            span, compute = span + head.span, compute + head.compute
+    return span, compute
