@@ -49,7 +49,8 @@ def replay_template(t: Template, compute_s: Sequence[float], comm_s: Callable[[s
         if node.kind == COMPUTE:
             dur = float(next(it))
             start[i] = max(ready, stream)
-            holding = [h for h in holding if h[1] > start[i]]
+            if holding:
+                holding = [h for h in holding if h[1] > start[i]]
             finish[i] = stream = _slowed_finish(start[i], dur, holding) if holding else start[i] + dur
             compute += dur
             continue
