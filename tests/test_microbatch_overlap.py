@@ -59,10 +59,11 @@ def test_micro_batches_conserve_tokens_and_all_to_all_bytes(prefix: str) -> None
 
 
 @pytest.mark.parametrize("prefix", PREFIXES)
-def test_overlapped_pass_lies_between_the_list_schedule_bounds(prefix: str) -> None:
+@pytest.mark.parametrize("batch", [2, 5])
+def test_overlapped_pass_lies_between_the_list_schedule_bounds(prefix: str, batch: int) -> None:
     """Compute (one stream) and the all-to-alls (one set of channels) each run one at a time, so the pass
     is never shorter than the longer of the two sums, and with nothing idle never longer than both."""
-    case = moe()
+    case = moe(batch=batch)
     r = overlapped_replay(case, price_case(case), prefix, CommCost(case))
     assert r.comm > 0 and r.compute > 0
     assert r.span >= max(r.compute, r.comm) * (1 - 1e-12)
