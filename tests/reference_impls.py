@@ -120,7 +120,8 @@ def activation_peak_reference(case: Case, stage: int, layer: LayerLiveness, head
 
 
 def case_id_reference(case: Case) -> str:
-    """`case_id` through `dataclasses.asdict` (the original definition, kept for tests)."""
+    """`case_id` through `dataclasses.asdict` (the original definition, kept for tests), less the fields
+    added later that enter the hash only when set (HASH_OMITTED_DEFAULTS in spec/)."""
     d = case.to_dict()
     d.pop("name")
     for part in ("model", "parallelism", "workload"):  # fields added later hash only when set (spec/case.py)

@@ -102,7 +102,7 @@ def test_inference_workload_judged_against_its_own_branch(tmp_path, gpt_case, ca
                          "serving": "queue"}}
     code, err = _run(tmp_path, case, capsys)
     assert code == 2 and len(err.splitlines()) == 1
-    assert err.endswith("workload.serving: 'queue' is not allowed; allowed: steady_state, simulated")
+    assert err.endswith("workload.serving: 'queue' is not allowed; allowed: steady_state, disaggregated, simulated")
 
 
 def test_expert_tp_between_one_and_tp_rejected(tmp_path, gpt_case, capsys) -> None:

@@ -81,7 +81,9 @@ rule figure_component:
 
 rule validate_deepseek:
     input:
-        refs=["validation/references/kernel_flashmla_h800.csv", "validation/references/training_deepseek_v3_h800.csv"],
+        refs=["validation/references/kernel_flashmla_h800.csv", "validation/references/training_deepseek_v3_h800.csv",
+              "validation/references/inference_deepseek_v3_h800.csv",
+              "validation/references/profile_deepseek_v3_train_h800.csv"],
         specs=["config/hardware/h800.yaml", "config/networks/h800-ib.yaml", "config/models/deepseek-v3.yaml"],
         code=script_code("validate_deepseek"),
     output:

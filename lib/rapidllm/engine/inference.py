@@ -14,14 +14,22 @@ In-flight batching (concurrency C > batch, a serving engine such as vLLM/TensorR
   requests that replace finished ones, C / (batch x output_tokens) requests per step on average, so
   ITL = decode(C) + that share of prefill; a new request waits on average half a step before its prefill,
   TTFT = prefill(batch) + ITL / 2; throughput = C / ITL. A mean over desynchronized clients.
+- "disaggregated": the decode instances of a prefill-decode disaggregated deployment (DeepSeek's serving,
+  DistServe, SGLang PD): the same without the prefill share, which runs on separate prefill instances;
+  TTFT = prefill(batch) there + ITL / 2; memory holds the KV cache of the C sequences.
 - "simulated": C closed-loop clients, one sequence per request, run through the iteration-level simulator
   of `engine/serving.py`; its iteration cost is interpolated between forward passes priced here at running
   batches 1, 2, 4, ... and C (prefill of n whole prompts, decode of n sequences at the first and last context).
+Speculative decoding (`workload.draft_tokens`, MTP drafts): a decode step verifies 1 + d queries per
+sequence and runs the MTP modules, and emits `tokens_per_step` = 1 + p + ... + p^d tokens per sequence on
+average, so ITL = step / tokens_per_step and a steady-state step absorbs the prefills of
+C x tokens_per_step / (batch x output_tokens) requests (docs/mla.md, "MTP speculative decoding").
+With `parallelism.microbatch_overlap: 2` every forward pass runs as two overlapped micro-batches
+(engine/microbatch.py, docs/microbatch-overlap.md); a static-batching trace then has no timeline.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,13 +37,13 @@ import pandas as pd
 
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import Replayed, replay_all
+from rapidllm.engine.microbatch import Adjust, overlap_active, overlapped_pass
 from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, simulate
 from rapidllm.graph.templates import Template, extra_templates, layer_counts, layer_templates
 from rapidllm.ops.price import price_case
 from rapidllm.spec.case import Case, InferenceWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 
-Adjust = Callable[[pd.DataFrame], pd.DataFrame]
 SECTIONS = ("prefill_", "decode_first_", "decode_last_")
 
 
@@ -74,14 +82,18 @@ def pass_parts(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overl
     r = replay_all(case, ops, templates, cost, -1, overlap)
     layers = tuple((section, n, r.span(section, "fwd"), r.compute(section, "fwd"))
                    for section, n in layer_counts(case, prefix).items())
-    tokens = w.batch * (w.prompt_tokens if prefix.startswith("prefill") else 1)
+    tokens = w.batch * (w.prompt_tokens if prefix.startswith("prefill") else w.step_queries)
     nbytes = tokens * case.model.hidden * DTYPE_BYTES[case.activation_precision]
     return PassParts(p.pp, layers, r.span(f"{prefix}head", "extra_fwd"), r.compute(f"{prefix}head", "extra_fwd"),
                      cost.time("pp", "send_recv", nbytes), float(nbytes), r, tuple(templates))
 
 
-def forward_pass(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool) -> tuple[float, float]:
-    """(time, compute time) of one forward pass through all stages for a section prefix."""
+def forward_pass(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool,
+                 adjust: Adjust | None = None) -> tuple[float, float]:
+    """(time, compute time) of one forward pass through all stages for a section prefix; as overlapped
+    micro-batches when the case sets `parallelism.microbatch_overlap` (engine/microbatch.py)."""
+    if overlap_active(case):
+        return overlapped_pass(case, ops, prefix, cost, overlap, adjust)
     return pass_parts(case, ops, prefix, cost, overlap).totals()
 
 
@@ -115,13 +127,17 @@ def inference_record(case: Case, ops: pd.DataFrame, overlap: bool = True, adjust
         if trace:
             rec["schedule"] = InferenceReplay(case, cost, part, None, None)
         return rec
-    parts = [pass_parts(case, ops, s, cost, overlap) for s in SECTIONS]
-    prefill, first, last = (np.array(p.totals()) for p in parts)
-    ttft, itl = prefill, 0.5 * (first + last)
+    if overlap_active(case):            # no single-stream timeline of two interleaved micro-batches
+        parts = None
+        prefill, first, last = (np.array(forward_pass(case, ops, s, cost, overlap, adjust)) for s in SECTIONS)
+    else:
+        parts = [pass_parts(case, ops, s, cost, overlap) for s in SECTIONS]
+        prefill, first, last = (np.array(p.totals()) for p in parts)
+    ttft, itl = prefill, 0.5 * (first + last) / w.tokens_per_step
     e2e = ttft + (w.output_tokens - 1) * itl
     rec = _record(ttft, itl, e2e, w.rate_tokens / e2e[SPAN], cost.simulated)
     if trace:
-        rec["schedule"] = InferenceReplay(case, cost, *parts)
+        rec["schedule"] = InferenceReplay(case, cost, *parts) if parts else None
     return rec
 
 
@@ -130,12 +146,13 @@ def _replay_steady_state(case: Case, ops: pd.DataFrame, overlap: bool, adjust: A
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     cost = CommCost(case)
-    prefill = np.array(forward_pass(case, ops, "prefill_", cost, overlap))
+    prefill = np.array(forward_pass(case, ops, "prefill_", cost, overlap, adjust))
     dcase, dops = _at_batch(case, ops, w.concurrency, adjust)
     dcost = CommCost(dcase)
-    first, last = (np.array(forward_pass(dcase, dops, s, dcost, overlap)) for s in SECTIONS[1:])
-    share = w.concurrency / (w.batch * max(w.output_tokens, 1))
-    itl = 0.5 * (first + last) + share * prefill
+    first, last = (np.array(forward_pass(dcase, dops, s, dcost, overlap, adjust)) for s in SECTIONS[1:])
+    share = 0.0 if w.serving == "disaggregated" else \
+        w.concurrency * w.tokens_per_step / (w.batch * max(w.output_tokens, 1))
+    itl = (0.5 * (first + last) + share * prefill) / w.tokens_per_step
     ttft = prefill + 0.5 * itl
     e2e = ttft + (w.output_tokens - 1) * itl
     return _record(ttft, itl, e2e, w.concurrency / itl[SPAN], cost.simulated + dcost.simulated)
@@ -157,7 +174,7 @@ def _iteration_cost(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust
     for n in anchor_batches(w.concurrency):
         ncase, nops = _at_batch(case, ops, n, adjust)
         cost = CommCost(ncase)
-        pf, first, last = (np.array(forward_pass(ncase, nops, s, cost, overlap)) for s in SECTIONS)
+        pf, first, last = (np.array(forward_pass(ncase, nops, s, cost, overlap, adjust)) for s in SECTIONS)
         prefill.append((n * w.prompt_tokens, pf))
         decode.append((n, first, last))
         events += cost.simulated

@@ -31,24 +31,30 @@ class TemplateResult:
 
 def replay_template(t: Template, compute_s: Sequence[float], comm_s: Callable[[str, str, float], float],
                     channels: Callable[[str], tuple[int, ...]], overlap: bool = True,
-                    comm_override: dict[int, float] | None = None) -> TemplateResult:
+                    comm_override: dict[int, float] | None = None,
+                    sm_share: Callable[[str], float] | None = None) -> TemplateResult:
     """Replay one template; compute_s lists the compute nodes' durations in order.
 
     overlap=False serializes every communication node on the compute stream (the no-overlap ablation).
     comm_override gives some communication nodes (by index) another duration than comm_s's: the time a
     collective fused into its GEMM holds the consumer (engine/tp_overlap.py).
+    sm_share(axis) is the fraction of the SMs a running collective of that axis holds (DeepEP's normal
+    kernels): compute progresses at 1 - (sum over running collectives) of its rate meanwhile. None: none.
     """
     n = len(t.nodes)
     start, finish = np.zeros(n), np.zeros(n)
     stream, chan_free = 0.0, {}
     it = iter(compute_s)
     compute = comm = 0.0
+    holding: list[tuple[float, float, float]] = []      # (start, finish, share) of SM-holding collectives
     for i, node in enumerate(t.nodes):
         ready = max((finish[d] for d in node.deps), default=0.0)
         if node.kind == COMPUTE:
             dur = float(next(it))
             start[i] = max(ready, stream)
-            finish[i] = stream = start[i] + dur
+            if holding:
+                holding = [h for h in holding if h[1] > start[i]]
+            finish[i] = stream = _slowed_finish(start[i], dur, holding) if holding else start[i] + dur
             compute += dur
             continue
         dur = comm_override[i] if comm_override and i in comm_override else comm_s(node.axis, node.op, node.nbytes)
@@ -61,9 +67,25 @@ def replay_template(t: Template, compute_s: Sequence[float], comm_s: Callable[[s
             chan_free[c] = finish[i]
         if not overlap:
             stream = finish[i]
+        share = sm_share(node.axis) if sm_share else 0.0
+        if share > 0.0 and dur > 0.0:
+            holding.append((s, s + dur, share))
         comm += dur
     span = float(finish.max() - start.min()) if n else 0.0
     return TemplateResult(span, compute, comm, start, finish)
+
+
+def _slowed_finish(t: float, work: float, holding: list[tuple[float, float, float]]) -> float:
+    """Finish of `work` seconds of compute started at t while the collectives in `holding` (each known
+    before the compute starts: a collective launches after the compute it follows) hold their SM shares."""
+    bounds = sorted({b for s, f, _ in holding for b in (s, f) if b > t})
+    for b in bounds + [np.inf]:
+        rate = max(1.0 - sum(sh for s, f, sh in holding if s <= t < f), 1e-3)
+        if work <= (b - t) * rate:
+            return t + work / rate
+        work -= (b - t) * rate
+        t = b
+    return t
 
 
 @njit(cache=True)

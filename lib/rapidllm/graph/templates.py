@@ -55,7 +55,7 @@ def layer_tokens(case: Case, prefix: str) -> int:
     if isinstance(w, TrainingWorkload):
         return w.micro_batch * w.seq_len // p.cp
     assert isinstance(w, InferenceWorkload)
-    return w.batch * w.prompt_tokens if prefix.startswith("prefill") else w.batch
+    return w.batch * w.prompt_tokens if prefix.startswith("prefill") else w.batch * w.step_queries
 
 
 def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule]:

@@ -149,8 +149,10 @@ def _inference_stage(case: Case, stage: int, conv: Conventions) -> MemoryResult:
     assert isinstance(w, InferenceWorkload)
     sp = stage_params(case, stage, conv)
     weights = sp.total * DTYPE_BYTES[case.weight_precision]
-    # an encoder (causal: false) keeps no cache: a layer's K and V live in its forward working set only
-    kv = kv_cache_per_token(case) * sp.layers * w.batch * (w.prompt_tokens + w.output_tokens) * m.causal
+    # an encoder (causal: false) keeps no cache: a layer's K and V live in its forward working set only;
+    # disaggregated decode instances hold every running sequence's cache
+    held = w.concurrency if w.serving == "disaggregated" else w.batch
+    kv = kv_cache_per_token(case) * sp.layers * held * (w.prompt_tokens + w.output_tokens) * m.causal
     shard = wl.prefill_shard(case)
     work = max(forward_working_set(wl.layer_forward(m, shard, is_moe)) for is_moe, _ in layer_kinds(case))
     if stage == p.pp - 1:

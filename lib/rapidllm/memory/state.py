@@ -124,7 +124,8 @@ def layer_params(model: ModelSpec, tp: int, expert_shards: int) -> tuple[float, 
 
 
 def stage_params(case: Case, stage: int, conv: Conventions = ZERO_PAPER) -> StageParams:
-    """Parameters of one rank of `stage` (embedding first, head last, tied head duplicated when pp > 1)."""
+    """Parameters of one rank of `stage` (embedding first, head last, tied head duplicated when pp > 1;
+    routed experts with their redundant replicas, `Case.expert_replication`)."""
     m, p = case.model, case.parallelism
     layers = stage_layer_counts(case, conv)[stage]
     dense_l, expert_l = layer_params(m, p.tp, p.expert_tp * p.ep)
@@ -143,7 +144,7 @@ def stage_params(case: Case, stage: int, conv: Conventions = ZERO_PAPER) -> Stag
         mtp_dense, mtp_experts = mtp_params(m)
         dense += mtp_dense / p.tp
         experts += mtp_experts / (p.expert_tp * p.ep)
-    return StageParams(dense=dense, experts=experts, layers=layers)
+    return StageParams(dense=dense, experts=experts * case.expert_replication, layers=layers)
 
 
 def zero_stage(case: Case) -> int:

@@ -8,11 +8,13 @@ to at most M nodes. The auxiliary-loss-free balancing (V3 §2.1.2: a per-expert 
 for selection only) changes which experts win, not how many tokens each receives on average, so the
 operator model keeps its balanced-routing load and prices no extra work for it.
 
+`eplb_rank_loads` places redundant expert replicas as DeepSeek's serving does (inference).
 `expected_units` is the closed form the communication model uses (how many distinct nodes or ranks a
 token is sent to, averaged over balanced routing); `route` is the routing rule itself, for checks.
 """
 from __future__ import annotations
 
+import heapq
 from functools import lru_cache
 from itertools import combinations
 from math import comb
@@ -67,3 +69,38 @@ def route(scores: np.ndarray, top_k: int, groups: int = 1, group_limit: int = 0,
     np.put_along_axis(mask, keep, True, axis=1)
     eligible = np.where(np.repeat(mask, experts // groups, axis=1), scores, -np.inf)
     return np.argsort(-eligible, axis=1, kind="stable")[:, :top_k]
+
+
+@lru_cache(maxsize=256)
+def eplb_rank_loads(experts: int, redundant: int, ranks: int, hot_factor: float = 1.0) -> tuple[float, ...]:
+    """Routed-token load of each of `ranks` EP ranks, in units of the mean expert load, when
+    `experts` + `redundant` expert slots are placed as DeepSeek's expert-parallel load balancer (EPLB,
+    github.com/deepseek-ai/EPLB; "DeepSeek-V3/R1 Inference System Overview", 2025) places them.
+
+    Loads: one hot expert carries `hot_factor` x the mean, the others share the rest equally (the total,
+    `experts` means, is what the tokens bring and is conserved). Replication: each redundant slot goes to
+    the expert whose load per replica is highest, and its replicas split its tokens evenly. Placement:
+    every rank holds (experts + redundant) / ranks slots; slots go, heaviest first, to the least-loaded
+    rank with room (longest-processing-time packing). Without redundant slots and with balanced routing
+    every rank carries experts / ranks means.
+    """
+    slots = experts + redundant
+    if slots % ranks:
+        raise ValueError(f"ranks {ranks} must divide experts + redundant = {slots}")
+    hot = min(hot_factor, float(experts))
+    load = np.full(experts, (experts - hot) / max(experts - 1, 1))
+    load[0] = hot
+    count = np.ones(experts, dtype=np.int64)
+    for _ in range(redundant):
+        count[int(np.argmax(load / count))] += 1
+    weights = sorted(np.repeat(load / count, count).tolist(), reverse=True)
+    per_rank = slots // ranks
+    rank_load, room = [0.0] * ranks, [per_rank] * ranks
+    heap = [(0.0, r) for r in range(ranks)]
+    for w in weights:
+        _, r = heapq.heappop(heap)
+        rank_load[r] += w
+        room[r] -= 1
+        if room[r]:
+            heapq.heappush(heap, (rank_load[r], r))
+    return tuple(rank_load)

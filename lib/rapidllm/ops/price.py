@@ -39,10 +39,11 @@ def local_parameters(case: Case) -> float:
 
 
 def local_expert_parameters(case: Case) -> float:
-    """Routed-expert parameters of one rank (MTP modules' included): split over pp x ep x etp ranks."""
+    """Routed-expert parameters of one rank (MTP modules' included): split over pp x ep x etp ranks, with
+    the redundant replicas of an inference deployment on top."""
     p = case.parallelism
     experts = parameter_counts(case.model).experts + mtp_params(case.model)[1]
-    return experts / (p.expert_tp * p.pp * p.ep)
+    return experts * case.expert_replication / (p.expert_tp * p.pp * p.ep)
 
 
 def _layer_sections(case: Case, shard: wl.Shard, prefix: str, training: bool) -> list[tuple[str, Operator]]:

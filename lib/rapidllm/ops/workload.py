@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from rapidllm.ops.moe_routing import eplb_rank_loads
 from rapidllm.ops.operators import ATTENTION, GEMM, POINTWISE, AttentionShape, Operator
 from rapidllm.ops.params import IMAGE_CHANNELS
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
@@ -38,6 +39,8 @@ class Shard:
     hot_expert_factor: float = 1.0
     last_token_logits: bool = False   # inference: the LM head runs on each sequence's last position only
     cp: int = 1                       # context parallelism: q_len = kv_len / cp in load-balanced chunks
+    redundant_experts: int = 0        # inference: extra routed-expert replicas over the ep ranks (EPLB)
+    draft_tokens: int = 0             # decode: drafts verified per sequence (q_len = 1 + draft_tokens)
 
     @property
     def moe_tokens(self) -> int:
@@ -193,13 +196,26 @@ def expert_load(model: ModelSpec, s: Shard) -> tuple[int, int]:
     """
     moe = model.moe
     assert moe is not None
-    local = moe.experts // s.ep
     group_tokens = s.moe_tokens * s.ep * moe.top_k
+    if s.redundant_experts:
+        return _replicated_expert_load(moe.experts, moe.top_k, s, group_tokens)
+    local = moe.experts // s.ep
     hot = min(group_tokens / moe.experts * s.hot_expert_factor, group_tokens)
     rest = (group_tokens - hot) / max(moe.experts - 1, 1)
     hit = 1.0 - (1.0 - moe.top_k / moe.experts) ** (s.moe_tokens * s.ep)
     active = min(local, max(1, round(1 + (local - 1) * hit)))
     return max(math.ceil((hot + (local - 1) * rest) / active - 1e-9), 1), active
+
+
+def _replicated_expert_load(experts: int, top_k: int, s: Shard, group_tokens: int) -> tuple[int, int]:
+    """`expert_load` with redundant replicas: the busiest rank's tokens as EPLB places the experts +
+    redundant slots (ops/moe_routing.eplb_rank_loads), over its (experts + redundant) / ep slots, of which
+    those whose expert any of the N routed tokens picks receive tokens (as in `expert_load`)."""
+    local = (experts + s.redundant_experts) // s.ep
+    busiest = max(eplb_rank_loads(experts, s.redundant_experts, s.ep, s.hot_expert_factor)) * group_tokens / experts
+    hit = 1.0 - (1.0 - top_k / experts) ** (s.moe_tokens * s.ep)
+    active = min(local, max(1, round(1 + (local - 1) * hit)))
+    return max(math.ceil(busiest / active - 1e-9), 1), active
 
 
 def layer_forward(model: ModelSpec, s: Shard, moe_layer: bool) -> list[Operator]:
@@ -332,16 +348,20 @@ def prefill_shard(case: Case) -> Shard:
     assert isinstance(w, InferenceWorkload)
     return Shard(tokens=w.batch * w.prompt_tokens, batch=w.batch, q_len=w.prompt_tokens, kv_len=w.prompt_tokens,
                  tp=p.tp, sp=False, ep=p.ep, etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.activation_precision],
-                 causal=case.model.causal, hot_expert_factor=case.moe_hot_expert_factor, last_token_logits=True)
+                 causal=case.model.causal, hot_expert_factor=case.moe_hot_expert_factor, last_token_logits=True,
+                 redundant_experts=p.redundant_experts, draft_tokens=w.draft_tokens)
 
 
 def decode_shard(case: Case, context: int) -> Shard:
-    """One decode step with `context` tokens already in the KV cache."""
+    """One decode step with `context` tokens already in the KV cache; with speculative decoding each
+    sequence brings its last token and the draft tokens to verify (q_len = 1 + draft_tokens)."""
     w, p = case.workload, case.parallelism
     assert isinstance(w, InferenceWorkload)
-    return Shard(tokens=w.batch, batch=w.batch, q_len=1, kv_len=context + 1, tp=p.tp, sp=False, ep=p.ep,
+    q = w.step_queries
+    return Shard(tokens=w.batch * q, batch=w.batch, q_len=q, kv_len=context + q, tp=p.tp, sp=False, ep=p.ep,
                  etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.activation_precision], causal=False, decode=True,
-                 hot_expert_factor=case.moe_hot_expert_factor, last_token_logits=True)
+                 hot_expert_factor=case.moe_hot_expert_factor, last_token_logits=True,
+                 redundant_experts=p.redundant_experts, draft_tokens=w.draft_tokens)
 
 
 def head_forward(model: ModelSpec, s: Shard) -> list[Operator]:
@@ -349,27 +369,39 @@ def head_forward(model: ModelSpec, s: Shard) -> list[Operator]:
 
     Training needs logits at every position for the loss. Inference needs them only at each sequence's
     last position (the next token), so serving engines gather those rows before the LM head (TensorRT-LLM
-    unless context logits are requested, vLLM's logits processor) and sample instead of taking a loss."""
+    unless context logits are requested, vLLM's logits processor) and sample instead of taking a loss.
+    Speculative decoding needs them at every verified position of a decode step, and runs the MTP modules
+    after the head (prefill: over the prompt, for the first draft; decode: over the step's tokens), each
+    drafting one token per sequence from its own head pass (`mtp_forward`)."""
+    if not s.last_token_logits:
+        ops = _head(model, s, s.tokens, "cross_entropy", 1)
+        return ops + [o for depth in range(1, model.mtp_depth + 1) for o in mtp_forward(model, s, depth, ops)]
+    ops = _head(model, s, s.tokens if s.decode else s.batch, "sampling", 0)
+    if not s.draft_tokens:
+        return ops
+    draft = _head(model, s, s.batch, "sampling", 0)
+    return ops + [o for depth in range(1, s.draft_tokens + 1) for o in mtp_forward(model, s, depth, draft)]
+
+
+def _head(model: ModelSpec, s: Shard, rows: int, last: str, writes: int) -> list[Operator]:
+    """Final norm over the shard's tokens, the LM head over `rows` of them, then `last` (loss or sampling)."""
     h, b = model.hidden, s.dtype_bytes
     final_norm = _pointwise("final_norm", "fwd", s.tokens * h, b, 1, 1, NORM_FLOPS)
     if not model.vocab:          # an image encoder's output is the normed features (task heads not modelled)
         return [final_norm]
     v = model.vocab // s.tp
-    rows, last, writes = (s.batch, "sampling", 0) if s.last_token_logits else (s.tokens, "cross_entropy", 1)
-    ops = [
+    return [
         final_norm,
         _gemm("lm_head", "fwd", rows, v, h, b, inputs=("final_norm",)),
         _pointwise(last, "fwd", rows * v, 4, 1, writes, 5.0, inputs=("lm_head",)),
     ]
-    if s.last_token_logits:
-        return ops
-    return ops + [o for depth in range(1, model.mtp_depth + 1) for o in mtp_forward(model, s, depth, ops)]
 
 
 def mtp_forward(model: ModelSpec, s: Shard, depth: int, head: list[Operator]) -> list[Operator]:
-    """One multi-token-prediction module in training (DeepSeek-V3 §2.2): RMSNorm of the previous depth's
-    hidden state and of the next token's embedding, their concatenation projected 2h -> h, one
-    transformer layer (MoE where the model has experts), and the shared output head with its own loss.
+    """One multi-token-prediction module (DeepSeek-V3 §2.2; the drafter in speculative decoding): RMSNorm
+    of the previous depth's hidden state and of the next token's embedding, their concatenation projected
+    2h -> h, one transformer layer (MoE where the model has experts), and the shared output head with its
+    own loss (training) or sampling (inference).
     Runs on the last pipeline stage after the main head (where DeepSeek-V3 places it, §3.2.1)."""
     h, b = model.hidden, s.dtype_bytes
     p = f"mtp{depth}_"

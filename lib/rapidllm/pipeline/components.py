@@ -14,7 +14,7 @@ import pandas as pd
 from rapidllm.validate.nccl import MIN_BYTES, TABLES, nccl_rows, network_utilization
 from rapidllm.pipeline.io import write_table
 from rapidllm.validate.calibrate import collective_calibration_rows
-from rapidllm.validate import deepseek, kernels
+from rapidllm.validate import deepseek, deepseek_profile, kernels
 from rapidllm.validate.memory import validate_mpt, validate_nanotron
 
 
@@ -69,8 +69,9 @@ def run_memory_validation(references: str | Path, rows_out: str | Path, summary_
 
 
 def run_deepseek_validation(out: str | Path) -> pd.DataFrame:
-    """FlashMLA's published decode rates and DeepSeek-V3's pre-training tokens/s per GPU against the model
-    (validate/deepseek.py), one table: check, published, predicted, error."""
+    """FlashMLA's published decode rates, DeepSeek-V3's pre-training tokens/s per GPU, its online inference
+    tokens/s per node and its training profile's per-layer kernel times against the model
+    (validate/deepseek.py, validate/deepseek_profile.py), one table: check, published, predicted, error."""
     fm = deepseek.flashmla_check()
     rows = [{"check": f"flashmla_{r.release}_{r.regime}", "unit": r.unit, "measured": r.measured,
              "predicted": r.predicted_reported_clock, "error_pct": r.error_pct} for r in fm.itertuples()]
@@ -80,6 +81,15 @@ def run_deepseek_validation(out: str | Path) -> pd.DataFrame:
             rows.append({"check": f"{r.model}_pretraining_{precision}", "unit": "tokens/s per GPU",
                          "measured": r.measured_tokens_per_s_per_gpu, "predicted": predicted,
                          "error_pct": getattr(r, f"error_pct_{precision}")})
+    for r in deepseek.inference_system_check().itertuples():
+        suffix = f"_acceptance_{r.acceptance:.2f}" if r.phase == "decode" else ""
+        for tag in ("", "_no_overlap"):          # scored: DeepSeek's two overlapped micro-batches
+            rows.append({"check": f"deepseek-v3_{r.phase}_per_node{suffix}{tag}", "unit": "tokens/s per node",
+                         "measured": r.measured_per_node, "predicted": getattr(r, f"predicted_per_node{tag}"),
+                         "error_pct": getattr(r, f"error_pct{tag}")})
+    for r in deepseek_profile.profile_check().itertuples():
+        rows.append({"check": f"deepseek-v3_train_profile_{r.category}", "unit": "us per layer",
+                     "measured": r.measured_us, "predicted": r.predicted_us, "error_pct": r.error_pct})
     table = pd.DataFrame(rows)
     write_table(table, out)
     return table

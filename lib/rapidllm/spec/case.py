@@ -25,6 +25,8 @@ from rapidllm.spec.schema import load_yaml, validate
 from rapidllm.units import parse_quantity
 
 
+# Field metadata: a field added after case ids were published enters the hash only when it differs from its
+# default, so every case that does not use it keeps its id (`_plain`).
 @functools.lru_cache(maxsize=4096)
 def chunk_split(pp: int, v: int, layers: int, embedding_in_split: bool, loss_in_split: bool
                 ) -> tuple[tuple[int, ...], ...]:
@@ -93,9 +95,17 @@ class Parallelism:
     # embedding and the loss (LM head) each take one layer's slot in the split over pipeline chunks
     embedding_in_split: bool = False
     loss_in_split: bool = False
+    # Redundant routed-expert replicas of an inference deployment (DeepSeek's EPLB, num_redundant_experts):
+    # experts + redundant_experts slots over the ep ranks, the replicas of an expert sharing its tokens
+    # (ops/moe_routing.eplb_rank_loads). Hashed only when set, so older case ids stay as they were.
+    redundant_experts: int = 0
+    # Inference micro-batch overlap (DeepSeek's dual micro-batch overlap, SGLang --enable-two-batch-overlap,
+    # vLLM --enable-dbo; off by default in both): 2 splits each forward pass into two micro-batches whose
+    # communication runs beside the other's compute (engine/microbatch.py); 1 = off. Hashed only when set.
+    microbatch_overlap: int = 1
 
     # added after cases were first hashed: left out of case_id while at their defaults (see `_plain`)
-    HASH_OMITTED_DEFAULTS = ("overlap_p2p_comm", "tp_comm_overlap")
+    HASH_OMITTED_DEFAULTS = ("overlap_p2p_comm", "tp_comm_overlap", "redundant_experts", "microbatch_overlap")
 
     @property
     def world(self) -> int:
@@ -152,12 +162,33 @@ class InferenceWorkload:
     output_tokens: int
     batch: int = 1
     concurrency: int = 1
-    # serving (concurrency > batch): "steady_state" mean formula or the "simulated" closed-loop iteration
+    # serving (concurrency > batch): "steady_state" mean formula, its "disaggregated" decode-instance form
+    # (prefills run elsewhere) or the "simulated" closed-loop iteration
     # simulator, and the tokens one iteration may schedule (TensorRT-LLM's default max_num_tokens); see
     # docs/engine.md, "Serving"
     serving: str = "steady_state"
     max_num_tokens: int = 8192
     mode: str = "inference"
+    # Speculative decoding with the model's multi-token-prediction modules (DeepSeek-V3 §5.4.3): each
+    # decode step verifies `draft_tokens` drafted tokens per sequence (1 + draft_tokens queries) and runs
+    # the MTP modules for the next draft; each draft token is accepted with probability `draft_acceptance`
+    # given the previous one was. Hashed only when set.
+    draft_tokens: int = 0
+    draft_acceptance: float = 0.0
+
+    # added after cases were first hashed: left out of case_id while at their defaults (see `_plain`)
+    HASH_OMITTED_DEFAULTS = ("draft_tokens", "draft_acceptance")
+
+    @property
+    def step_queries(self) -> int:
+        """Query tokens per sequence in one decode step: the last token and the drafts it verifies."""
+        return 1 + self.draft_tokens
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Expected tokens a decode step emits per sequence: the verified token plus each draft token
+        accepted with all before it, 1 + p + ... + p^d (1 + p for one MTP module)."""
+        return sum(self.draft_acceptance ** i for i in range(self.draft_tokens + 1))
 
     @property
     def rate_tokens(self) -> int:
@@ -194,6 +225,12 @@ class Case:
         return "bf16" if self.precision == "fp8" else self.precision
 
     @property
+    def expert_replication(self) -> float:
+        """Routed-expert weights held per expert: (experts + redundant_experts) / experts (1 without replicas)."""
+        moe, r = self.model.moe, self.parallelism.redundant_experts
+        return (moe.experts + r) / moe.experts if moe and r else 1.0
+
+    @property
     def weight_precision(self) -> str:
         """Element type of the stored weights: FP8 serving checkpoints hold FP8 weights (per-tensor
         scales); FP8 training keeps BF16 weights with FP32 master copies and casts them per step (TE)."""
@@ -206,8 +243,9 @@ class Case:
     def case_id(self) -> str:
         """Stable hash of the fully resolved case (name excluded: it is a label, not physics).
 
-        Hashes the same JSON text as `case_id_reference` (`dataclasses.asdict`), built without asdict's
-        deep copies; computed once per Case (the case is frozen).
+        Hashes the same JSON text as `case_id_reference` (`dataclasses.asdict` less the HASH_OMITTED_DEFAULTS
+        fields at their defaults), built without asdict's deep copies; computed once per Case (the case is
+        frozen).
         """
         d = _plain(self)
         d.pop("name")
@@ -301,10 +339,28 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
     if par.ep > 1:
         if not model.moe:
             raise bad("parallelism.ep", f"ep {par.ep} needs a MoE model; {model.name} is dense")
-        if model.moe.experts % par.ep:
-            raise bad("parallelism.ep", f"ep {par.ep} does not divide experts {model.moe.experts}")
+        slots = model.moe.experts + par.redundant_experts
+        if slots % par.ep:
+            raise bad("parallelism.ep", f"ep {par.ep} does not divide experts {model.moe.experts}"
+                      + (f" + redundant_experts {par.redundant_experts}" if par.redundant_experts else "")
+                      + "; allowed: a divisor of the expert slots (inference may add parallelism.redundant_experts)")
         if (par.dp * par.cp * par.tp) % par.ep:
             raise bad("parallelism.ep", f"ep {par.ep} must divide dp x cp x tp = {par.dp * par.cp * par.tp} (experts are placed across data-parallel ranks)")
+    if par.redundant_experts and not (model.moe and isinstance(workload, InferenceWorkload)):
+        raise bad("parallelism.redundant_experts", "redundant expert replicas are an inference deployment of a MoE "
+                  "model (DeepSeek's EPLB); allowed: 0 for training or a dense model")
+    if par.microbatch_overlap > 1 and not (isinstance(workload, InferenceWorkload) and par.pp == 1):
+        raise bad("parallelism.microbatch_overlap", "the two-micro-batch overlap splits an inference forward "
+                  "pass on one pipeline stage; allowed: 1 for training or pp > 1")
+    if isinstance(workload, InferenceWorkload) and workload.draft_tokens > model.mtp_depth:
+        raise bad("workload.draft_tokens", f"draft_tokens {workload.draft_tokens} needs as many MTP modules; "
+                  f"{model.name} has mtp_depth {model.mtp_depth}")
+    if isinstance(workload, InferenceWorkload) and workload.draft_tokens and workload.serving == "simulated":
+        raise bad("workload.draft_tokens", "speculative decoding is modelled with static batching and serving "
+                  "steady_state or disaggregated; allowed with serving simulated: 0")
+    if isinstance(workload, InferenceWorkload) and workload.draft_acceptance and not workload.draft_tokens:
+        raise bad("workload.draft_acceptance", "is the acceptance of draft tokens; set workload.draft_tokens "
+                  "(allowed without it: 0)")
     if par.expert_tp not in (1, par.tp):
         raise bad("parallelism.etp", f"etp {par.expert_tp} must be 1 or tp {par.tp}: expert TP groups inside the TP group are not modelled")
     if par.expert_tp < par.tp and not (isinstance(workload, TrainingWorkload) and par.sp):

@@ -18,6 +18,15 @@ forward/backward with the EP all-to-alls beside the other micro-batch's compute 
 nearest schedule the engine has. The report trains with FP8 GEMMs but keeps attention, norms, embedding,
 output head and gating in BF16/FP32 (§3.3.1), which is what `precision: fp8` prices (docs/fp8.md); the
 all-BF16 prediction is shown beside it.
+
+DeepSeek-V3/R1 online inference (validation/references/inference_deepseek_v3_h800.csv; DeepSeek's "Inference
+System Overview", 2025-03-01): per-H800-node throughput, prefill on EP 32 and decode on EP 144, both with
+DP attention and 32 redundant experts, FP8 GEMMs, MTP speculative decoding, two overlapped micro-batches
+(DeepSeek's dual micro-batch overlap, in both phases; engine/microbatch.py). Prefill: the profile-data
+operating point (4K prompts, 16K tokens per GPU) against the published rate less its on-disk cache hits
+(those tokens are not computed). Decode: a disaggregated decode instance at the published mean KV length
+with the concurrency the published figures imply (per-GPU rate / per-sequence speed), at the published MTP
+acceptance bounds; the scored figure is tokens/s per node, equivalently the per-sequence speed.
 """
 from __future__ import annotations
 
@@ -34,6 +43,7 @@ from rapidllm.validate.kernels import load_hardware
 
 FLASHMLA_CSV = "validation/references/kernel_flashmla_h800.csv"
 TRAINING_CSV = "validation/references/training_deepseek_v3_h800.csv"
+INFERENCE_CSV = "validation/references/inference_deepseek_v3_h800.csv"
 # Megatron-Core --recompute-modules equivalent of DeepSeek-V3 §3.3.2 (recompute all RMSNorms and the MLA
 # up-projections in backward) plus the experts' activation, which DeepSeek keeps in FP8 instead.
 V3_RECOMPUTE = ["layernorm", "mla_up_proj", "moe_act"]
@@ -112,12 +122,67 @@ def v3_training_check() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def v3_inference_case(row: pd.Series, acceptance: float, microbatches: int = 2) -> Case:
+    """One phase of DeepSeek's online deployment as a case: tp 1, attention data-parallel over the EP
+    group (dp = ep), the redundant experts, DeepEP dispatch, FP8 GEMMs with BF16 MLA, the V3 checkpoint's
+    one MTP module drafting one token, and the two overlapped micro-batches DeepSeek runs in both phases
+    (`microbatches` 1: without them). Prefill: batch of whole prompts per GPU; decode: a disaggregated
+    decode instance holding `concurrency_per_gpu_derived` sequences at the mean KV length."""
+    model, _ = resolve_named("model", row.model, INFERENCE_CSV, "model")
+    drafts = int(row.draft_tokens)
+    if row.phase == "prefill":
+        workload = {"mode": "inference", "batch": int(row.tokens_per_gpu) // int(row.prompt_tokens),
+                    "prompt_tokens": int(row.prompt_tokens), "output_tokens": 1}
+    else:
+        workload = {"mode": "inference", "batch": 1, "concurrency": int(row.concurrency_per_gpu_derived),
+                    "serving": "disaggregated", "prompt_tokens": int(row.mean_kv_length), "output_tokens": 2}
+    mapping = {
+        "model": dict(model, mtp_depth=drafts), "hardware": "h800", "network": "h800-ib", "precision": "fp8",
+        "attention_impl": "flash3",
+        "workload": dict(workload, draft_tokens=drafts, draft_acceptance=acceptance),
+        "parallelism": {"tp": 1, "dp": int(row.dp_attention), "ep": int(row.ep),
+                        "redundant_experts": int(row.redundant_experts), "moe_dispatcher": "deepep",
+                        "microbatch_overlap": microbatches},
+    }
+    return resolve_case(mapping, INFERENCE_CSV)
+
+
+def inference_system_check() -> pd.DataFrame:
+    """Per-node tokens/s of each phase at both published MTP acceptance bounds, against the published
+    figure (prefill: less the cache hits, which are not computed); scored with the two overlapped
+    micro-batches DeepSeek runs, shown beside the same case without them."""
+    ref = pd.read_csv(project_root() / INFERENCE_CSV)
+    rows = []
+    for _, r in ref.iterrows():
+        bounds = [float(r.acceptance_low)] + ([float(r.acceptance_high)] if r.phase == "decode" else [])
+        for acceptance in bounds:          # prefill drafts once per prompt: acceptance does not enter
+            rec: dict = {"phase": r.phase, "acceptance": acceptance}
+            for microbatches, tag in ((2, ""), (1, "_no_overlap")):
+                out = evaluate(v3_inference_case(r, acceptance, microbatches))
+                if r.phase == "prefill":
+                    measured = float(r.computed_tokens_per_s_per_node_derived)
+                    predicted = r.gpus_per_node * int(r.tokens_per_gpu) / out["ttft_s"]
+                    per_sequence = None
+                else:
+                    measured = float(r.published_tokens_per_s_per_node)
+                    predicted = r.gpus_per_node * int(r.concurrency_per_gpu_derived) / out["itl_s"]
+                    per_sequence = 1.0 / out["itl_s"]
+                rec.update({"measured_per_node": measured, f"predicted_per_node{tag}": predicted,
+                            f"error_pct{tag}": 100.0 * (predicted / measured - 1.0)})
+                if not tag:
+                    rec.update(predicted_tokens_per_s_per_sequence=per_sequence,
+                               peak_memory_gib=out["peak_memory_bytes"] / 2**30)
+            rows.append(rec)
+    return pd.DataFrame(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rapidllm.validate.deepseek", description=__doc__.split("\n")[0])
-    parser.add_argument("--skip-training", action="store_true", help="only the FlashMLA kernel check")
+    parser.add_argument("--skip-training", action="store_true", help="only the FlashMLA kernel and inference checks")
     args = parser.parse_args(argv)
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 1):
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 2):
         print(flashmla_check().to_string(index=False))
+        print(inference_system_check().to_string(index=False))
         if not args.skip_training:
             print(v3_training_check().to_string(index=False))
     return 0

@@ -1,0 +1,166 @@
+"""DeepSeek-style serving: redundant expert replicas (EPLB), MTP speculative decoding, disaggregated decode,
+and the component checks against DeepSeek's inference-system figures and training profile."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rapidllm.memory.model import kv_cache_per_token, memory_for_case
+from rapidllm.ops import workload as wl
+from rapidllm.ops.moe_routing import eplb_rank_loads
+from rapidllm.ops.price import local_expert_parameters
+from rapidllm.prediction import evaluate
+from rapidllm.spec.case import Case, _plain, resolve_case
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.named import resolve_named
+from rapidllm.validate import deepseek, deepseek_profile
+
+EXPERT_PARAMS = 3 * 7168 * 2048          # one DeepSeek-V3 routed expert (gate, up, down)
+
+
+def _model(name: str, mtp: int) -> dict:
+    m, _ = resolve_named("model", name, "test", "model")
+    return dict(m, mtp_depth=mtp)
+
+
+def v3(ep: int = 32, redundant: int = 0, mtp: int = 0, **workload) -> Case:
+    w = {"mode": "inference", "batch": 4, "prompt_tokens": 1024, "output_tokens": 2, **workload}
+    return resolve_case(dict(model=_model("deepseek-v3", mtp), hardware="h800", network="h800-ib", precision="fp8",
+                             attention_impl="flash3", workload=w,
+                             parallelism=dict(tp=1, dp=ep, ep=ep, redundant_experts=redundant)), "test")
+
+
+def lite(**workload) -> Case:
+    w = {"mode": "inference", "batch": 8, "prompt_tokens": 512, "output_tokens": 64, **workload}
+    return resolve_case(dict(model=_model("deepseek-v2-lite", 1), hardware="h100-sxm5-80gb", network="dgx-h100",
+                             precision="bf16", attention_impl="flash3", workload=w), "test")
+
+
+@pytest.mark.parametrize("experts,redundant,ranks,hot", [(256, 32, 144, 1.0), (256, 32, 32, 4.0), (256, 0, 32, 4.0),
+                                                         (64, 16, 16, 7.5), (256, 32, 9, 1.0)])
+def test_eplb_placement_conserves_routed_tokens(experts: int, redundant: int, ranks: int, hot: float) -> None:
+    loads = np.array(eplb_rank_loads(experts, redundant, ranks, hot))
+    assert loads.sum() == pytest.approx(experts, rel=1e-12)
+    assert loads.max() >= experts / ranks - 1e-9
+
+
+def test_eplb_without_replicas_is_the_hot_expert_closed_form() -> None:
+    """No replicas: the rank holding the hot expert carries hot + (local - 1) x rest (`expert_load`)."""
+    for hot in (1.0, 2.0, 4.0):
+        rest = (256 - hot) / 255
+        assert max(eplb_rank_loads(256, 0, 32, hot)) == pytest.approx(hot + 7 * rest, rel=1e-12)
+
+
+def test_replicas_relieve_a_hot_expert_and_balanced_prefill_layout_is_even() -> None:
+    assert max(eplb_rank_loads(256, 32, 32, 4.0)) < max(eplb_rank_loads(256, 0, 32, 4.0))
+    assert set(eplb_rank_loads(256, 32, 32, 1.0)) == {8.0}           # 9 slots per GPU, 8 means each
+    # EP 144, 2 slots per GPU: a GPU with two unreplicated experts carries 2 means (the mean is 1.78)
+    assert max(eplb_rank_loads(256, 32, 144, 1.0)) == pytest.approx(2.0)
+
+
+def test_redundant_experts_raise_memory_by_the_replica_weights() -> None:
+    """32 extra replicas over EP 32: one more expert per GPU in each of the 58 MoE layers, FP8 weights."""
+    plain, replicated = v3(), v3(redundant=32)
+    extra = 58 * EXPERT_PARAMS
+    assert local_expert_parameters(replicated) - local_expert_parameters(plain) == pytest.approx(extra, rel=1e-12)
+    assert memory_for_case(replicated).weights - memory_for_case(plain).weights == pytest.approx(extra * 1.0, rel=1e-9)
+    # the busiest rank routes the same tokens under balanced routing (9 slots holding 8 experts' load)
+    s0, s1 = wl.decode_shard(plain, 1024), wl.decode_shard(replicated, 1024)
+    t0, a0 = wl.expert_load(plain.model, s0)
+    t1, a1 = wl.expert_load(replicated.model, s1)
+    assert a1 >= a0 and t1 * a1 >= t0 * a0 * 0.99 and t1 * a1 <= t0 * a0 * 1.15
+
+
+def test_layout_rules_for_redundant_experts_and_drafts() -> None:
+    with pytest.raises(SpecError, match="does not divide experts 256"):
+        v3(ep=144)
+    assert v3(ep=144, redundant=32).parallelism.redundant_experts == 32
+    with pytest.raises(SpecError, match="mtp_depth 0"):
+        v3(draft_tokens=1, draft_acceptance=0.8)
+    with pytest.raises(SpecError, match="set workload.draft_tokens"):
+        v3(mtp=1, draft_acceptance=0.8)
+    with pytest.raises(SpecError, match="allowed with serving simulated: 0"):
+        v3(mtp=1, draft_tokens=1, concurrency=8, serving="simulated")
+    m = _model("deepseek-v3", 0)
+    with pytest.raises(SpecError, match="redundant_experts"):
+        resolve_case(dict(model=m, hardware="h800", network="h800-ib",
+                          workload=dict(mode="training", seq_len=4096, global_batch=64),
+                          parallelism=dict(dp=64, ep=64, redundant_experts=64)), "test")
+
+
+def test_new_fields_enter_the_case_id_only_when_set() -> None:
+    plain = v3()
+    assert "redundant_experts" not in _plain(plain.parallelism) and "draft_tokens" not in _plain(plain.workload)
+    assert v3(redundant=32).case_id != plain.case_id
+    assert v3(mtp=1, draft_tokens=1, draft_acceptance=0.5).case_id != v3(mtp=1).case_id
+
+
+def test_tokens_per_step_closed_form() -> None:
+    for p in (0.0, 0.5, 0.85, 1.0):
+        assert lite(draft_tokens=1, draft_acceptance=p).workload.tokens_per_step == pytest.approx(1 + p)
+    assert lite().workload.tokens_per_step == 1.0
+
+
+def test_speculative_decode_step_verifies_the_drafts_and_runs_the_mtp_module() -> None:
+    case = lite(draft_tokens=1, draft_acceptance=0.85)
+    s = wl.decode_shard(case, 512)
+    assert (s.q_len, s.tokens, s.kv_len) == (2, 16, 514)
+    head = {o.name: o for o in wl.head_forward(case.model, s)}
+    assert head["lm_head"].gemm[1] == 16 and head["mtp1_lm_head"].gemm[1] == 8
+    assert "mtp1_attn" in head and not any(n.startswith("mtp") for n in
+                                           (o.name for o in wl.head_forward(case.model, wl.decode_shard(lite(), 512))))
+
+
+def test_speculation_with_zero_acceptance_is_never_faster_and_full_acceptance_halves_steps() -> None:
+    plain = evaluate(lite())
+    none = evaluate(lite(draft_tokens=1, draft_acceptance=0.0))
+    full = evaluate(lite(draft_tokens=1, draft_acceptance=1.0))
+    assert none["itl_s"] >= plain["itl_s"]
+    assert none["tokens_per_s"] <= plain["tokens_per_s"]
+    assert full["itl_s"] == pytest.approx(none["itl_s"] / 2, rel=1e-12)
+
+
+def test_disaggregated_decode_drops_the_prefill_share_and_holds_every_sequence() -> None:
+    mixed = lite(batch=1, concurrency=32)
+    decode_only = lite(batch=1, concurrency=32, serving="disaggregated")
+    a, b = evaluate(mixed), evaluate(decode_only)
+    assert b["itl_s"] < a["itl_s"]
+    kv = kv_cache_per_token(decode_only) * decode_only.model.layers * 32 * (512 + 64)
+    assert memory_for_case(decode_only).kv_cache == pytest.approx(kv)
+
+
+def test_inference_system_per_node_throughput() -> None:
+    """Scored with DeepSeek's two overlapped micro-batches: decode within 15% of the published rate and
+    closer than without the overlap (which exposes every EP all-to-all). Prefill is not held to a
+    tolerance (+78%, docs/mla.md gives the reasons); both phases must gain from the overlap."""
+    out = deepseek.inference_system_check()
+    prefill = out[out.phase == "prefill"]
+    decode = out[out.phase == "decode"]
+    assert len(prefill) == 1 and len(decode) == 2
+    assert all(abs(e) < 15 for e in decode.error_pct)
+    assert all(abs(e) < abs(e0) for e, e0 in zip(decode.error_pct, decode.error_pct_no_overlap))
+    assert all(out.predicted_per_node > out.predicted_per_node_no_overlap)
+    assert decode.predicted_per_node.iloc[1] > decode.predicted_per_node.iloc[0]     # higher acceptance, faster
+
+
+def test_profile_trace_summary_on_a_synthetic_trace(tmp_path) -> None:
+    events = [{"cat": "kernel", "name": "flash::compute_attn_ws<...>", "dur": 40.0},
+              {"cat": "kernel", "name": "cutlass::device_kernel<flash::FlashAttnBwd<...>>", "dur": 100.0},
+              {"cat": "kernel", "name": "dpsk::grouped_gemm::GemmKernel", "dur": 20.0},
+              {"cat": "kernel", "name": "sm90_xmma_gemm_bf16", "dur": 4.0},
+              {"cat": "kernel", "name": "dpsk::ep::internode::dispatch", "dur": 8.0},
+              {"cat": "cpu_op", "name": "aten::mm", "dur": 1000.0}]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    got = deepseek_profile.summarize_trace(path, layers=4).set_index("category").measured_us_per_layer.to_dict()
+    assert got == {"attn_bwd": 25.0, "attn_fwd": 10.0, "ep_comm": 2.0, "gemm": 6.0}
+
+
+def test_training_profile_per_layer_kernels() -> None:
+    """DeepSeek's train.json, one layer's forward + backward: attention backward within 15%, GEMMs within
+    25% (they ran on 112 of 132 SMs), the compared sum within 15%; the FA3 forward is 49% slower in the model."""
+    out = deepseek_profile.profile_check().set_index("category").error_pct
+    assert abs(out["attn_bwd"]) < 15 and abs(out["gemm"]) < 25 and abs(out["sum"]) < 15
+    assert out["attn_fwd"] > 0
