@@ -80,6 +80,10 @@ def test_transferred_applies_the_own_microbenchmark_tables_unless_strict():
     assert transfer.stream_fraction(A100) == pytest.approx(1.70e12 / 2.039e12)
     assert transfer.stream_fraction(H100) == pytest.approx(2.97e12 / 3.35e12)
     assert transfer.stream_fraction("h200") is None
+    own = transfer.own_table_constants(A100)                   # no donor: the tables alone
+    assert own == pytest.approx([round(transfer.gemm_fraction(A100), 3), round(transfer.stream_fraction(A100), 3),
+                                 fit_network_on_collectives(A100)])
+    assert transfer.own_table_constants("h200") is None
     u, note = transferred(A100, fitted, strict=False)
     assert u[0] == pytest.approx(round(0.5 * transfer.gemm_fraction(A100) / transfer.gemm_fraction(H100), 3))
     assert u[1] == pytest.approx(round(0.7 * transfer.stream_fraction(A100) / transfer.stream_fraction(H100), 3))

@@ -8,7 +8,9 @@ tabulation, nanotron) scores as in-sample. Leave-one-device-out removes every ca
 and gives it the constants the transfer rule (validate/transfer.py) picks from the remaining devices, then
 predicts all of its suites: `leave_device_out` applies the device's own microbenchmark tables where
 published (the rule: nccl-tests for the network constant, the GEMM tables' ratio for compute),
-`leave_device_out_strict` transfers all three as they are. A user with a device that has no rows gets the strict number.
+`leave_device_out_strict` transfers all three as they are, `leave_device_out_tables` takes all three from the
+device's own microbenchmark tables alone (no donor: what the kernels reach, without the software's share).
+A user with a device that has no rows gets the strict number.
 
 Every scheme's rows go through the same errors table as the validation stage (validate/metrics.py), so the
 per-suite, per-group and overall MAPEs are comparable line by line (split `all`: every scored row).
@@ -25,9 +27,9 @@ from rapidllm.spec.experiment import expand_with_cases
 from rapidllm.validate.calibrate import CONSTANTS, Entry, calibration_entries, fit_device, with_utilization
 from rapidllm.validate.metrics import errors_table
 from rapidllm.validate.suites import Suite, compare
-from rapidllm.validate.transfer import donor, with_own_tables
+from rapidllm.validate.transfer import donor, own_table_constants, with_own_tables
 
-SCHEMES = ("in_sample", "leave_suite_out", "leave_device_out", "leave_device_out_strict")
+SCHEMES = ("in_sample", "leave_suite_out", "leave_device_out", "leave_device_out_strict", "leave_device_out_tables")
 REPORT_COLUMNS = ["scheme", "scope", "name", "basis", "rows", "entries", "mape_pct", "max_error_pct", "constants"]
 
 
@@ -109,15 +111,21 @@ def transfer_report(suites: list[Suite], grid: int = 5, iters: int = 120,
         frames.append(suite_rows(s, constants))
     out += _summary("leave_suite_out", pd.concat(frames, ignore_index=True), notes)
 
-    for strict in (False, True):
-        scheme = "leave_device_out_strict" if strict else "leave_device_out"
+    for scheme in SCHEMES[2:]:
         frames, notes = [], {}
         for device in sorted(fitted):
-            u, note = transferred(device, {d: v for d, v in fitted.items() if d != device}, strict)
+            if scheme == "leave_device_out_tables":
+                u, note = own_table_constants(device), "own GEMM, STREAM and nccl-tests tables alone"
+                if u is None:
+                    continue
+            else:
+                u, note = transferred(device, {d: v for d, v in fitted.items() if d != device},
+                                      scheme == "leave_device_out_strict")
             log(f"{scheme} {device}: {_describe(u, note)}")
             for s in suites:
                 if device in devices[s.name]:
                     frames.append(suite_rows(s, {device: u}))
                     notes[s.name] = _describe(u, note)
-        out += _summary(scheme, pd.concat(frames, ignore_index=True), notes)
+        if frames:
+            out += _summary(scheme, pd.concat(frames, ignore_index=True), notes)
     return pd.DataFrame(out, columns=REPORT_COLUMNS)

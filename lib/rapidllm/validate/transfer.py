@@ -133,6 +133,16 @@ def with_own_tables(device: str, source: str, u: np.ndarray) -> tuple[np.ndarray
     return u, notes
 
 
+def own_table_constants(device: str) -> np.ndarray | None:
+    """All three constants from the device's own microbenchmark tables alone, no donor and no end-to-end row:
+    compute = its GEMM-table fraction, HBM = its STREAM fraction, network = its nccl-tests fit. None unless
+    all three tables exist. What the kernels reach, without the software's end-to-end share (docs/transfer.md)."""
+    from rapidllm.validate.calibrate import fit_network_on_collectives
+
+    parts = (gemm_fraction(device), stream_fraction(device), fit_network_on_collectives(device))
+    return None if any(x is None for x in parts) else np.round(np.array(parts, float), 3)
+
+
 def transferred_constants(fitted: Mapping[str, np.ndarray]) -> list[tuple[str, str, np.ndarray]]:
     """(device, donor, constants) for every device of config/hardware that declares `utilization_from`.
 
