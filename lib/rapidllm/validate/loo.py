@@ -13,7 +13,8 @@ device's own microbenchmark tables alone (no donor: what the kernels reach, with
 A user with a device that has no rows gets the strict number.
 
 Every scheme's rows go through the same errors table as the validation stage (validate/metrics.py), so the
-per-suite, per-group and overall MAPEs are comparable line by line (split `all`: every scored row).
+per-suite, per-group and overall MAPEs are comparable line by line (split `all`: every scored row); scope
+`device` pools the entries of the suites in the overall MAPE by the device they run on.
 """
 from __future__ import annotations
 
