@@ -76,10 +76,20 @@ def test_transferred_applies_the_own_microbenchmark_tables_unless_strict():
     assert transfer.gemm_fraction(A100) == pytest.approx(0.980, abs=5e-4)     # model / measured kernel time
     assert transfer.gemm_fraction(H100) == pytest.approx(0.897, abs=5e-4)
     assert transfer.gemm_fraction("h200") is None
+    # BabelStream Triad over the datasheet bandwidth, as published (validation/references/SOURCES.md)
+    assert transfer.stream_fraction(A100) == pytest.approx(1.70e12 / 2.039e12)
+    assert transfer.stream_fraction(H100) == pytest.approx(2.97e12 / 3.35e12)
+    assert transfer.stream_fraction("h200") is None
+    own = transfer.own_table_constants(A100)                   # no donor: the tables alone
+    assert own == pytest.approx([round(transfer.gemm_fraction(A100), 3), round(transfer.stream_fraction(A100), 3),
+                                 fit_network_on_collectives(A100)])
+    assert transfer.own_table_constants("h200") is None
     u, note = transferred(A100, fitted, strict=False)
     assert u[0] == pytest.approx(round(0.5 * transfer.gemm_fraction(A100) / transfer.gemm_fraction(H100), 3))
-    assert u[1] == 0.7 and u[2] == pytest.approx(fit_network_on_collectives(A100))
+    assert u[1] == pytest.approx(round(0.7 * transfer.stream_fraction(A100) / transfer.stream_fraction(H100), 3))
+    assert u[2] == pytest.approx(fit_network_on_collectives(A100))
     assert "from h100-sxm5-80gb" in note and "own collective table" in note and "GEMM tables" in note
+    assert "STREAM tables" in note
     u, note = transferred(A100, fitted, strict=True)
     assert u == pytest.approx([0.5, 0.7, 0.65]) and "collective" not in note
 

@@ -20,6 +20,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--transfer-report", metavar="CSV",
                    help="do not calibrate: write in-sample, leave-one-suite-out and leave-one-device-out MAPE "
                         "per suite, group and overall to CSV (docs/transfer.md); config/hardware is not touched")
+    p.add_argument("--implied", metavar="CSV",
+                   help="do not calibrate: write, for every scored row, the compute constant at which the model "
+                        "would match it (docs/transfer.md); config/hardware is not touched")
     p.set_defaults(func=run)
 
 
@@ -50,6 +53,14 @@ def run(args: argparse.Namespace) -> int:
         report = transfer_report([load_suite(p) for p in paths], grid=args.grid, iters=args.iters)
         write_output(lambda p: write_table(report, p), report_out, "transfer report")
         print(report[report.scope != "group"].to_string(index=False))
+        return 0
+    if args.implied:
+        from rapidllm.validate.implied import implied_report
+        from rapidllm.validate.suites import load_suite
+
+        implied_out = output_path(args.implied, "implied-constant table")
+        table = implied_report([load_suite(p) for p in paths])
+        write_output(lambda p: write_table(table, p), implied_out, "implied-constant table")
         return 0
     results = calibrate(paths, grid=args.grid, iters=args.iters, write=not args.dry_run)
     if out is not None:

@@ -15,12 +15,17 @@ fitted device lands at 0.5-0.8 on compute and HBM. The rule, in order:
    (sm_90) constants as a prior; nothing published in this project measures B200 kernels.
 
 Where the device has its own published microbenchmark tables, they come first (no such table of A100-40GB,
-H200 or B200 is used in this project, so today this only matters when a fitted device is left out):
+H200 or B200 is used in this project, so today this only matters when a fitted device is left out; the
+published H200 and B200 GEMM, collective and bandwidth tables are kept aside for independent checks):
 - network: fitted on its nccl-tests table (validate/calibrate.py: fit_network_on_collectives);
 - compute: the donor's constant x (the device's GEMM-table fraction / the donor's), where a GEMM-table
   fraction is the operator model's summed datasheet time over the summed measured time of a device's bf16
   GEMM kernels (validate/kernels.py: A100 Nsight Compute 0.980, H100 XLA 0.897): what the end-to-end
-  constant carries across devices is then the software's share, not the kernels'.
+  constant carries across devices is then the software's share, not the kernels';
+- HBM: the donor's constant x (the device's STREAM fraction / the donor's), where a STREAM fraction is the
+  Triad bandwidth of its BabelStream table (validation/references/hbm_babelstream_azure.csv, one harness
+  on both devices) over its datasheet HBM bandwidth (A100-80GB 1.70 / 2.039 = 0.834, H100 2.97 / 3.35 =
+  0.887). Triad, McCalpin's STREAM figure of sustainable bandwidth, chosen before any LODO run.
 
 Each transferred device says so in its hardware file (`utilization_from: <donor>`); `rapidllm calibrate`
 checks that the declared donor is the one this rule picks and copies the donor's fitted values, and every
@@ -87,9 +92,29 @@ def gemm_fraction(device: str) -> float | None:
     return None
 
 
+STREAM_TABLE = "hbm_babelstream_azure.csv"
+STREAM_KERNEL = "triad"
+
+
+@functools.cache
+def stream_fraction(device: str) -> float | None:
+    """The device's BabelStream Triad bandwidth over its datasheet HBM bandwidth (module doc); None without
+    a table."""
+    import pandas as pd
+
+    from rapidllm.validate.kernels import references_dir
+
+    table = pd.read_csv(references_dir() / STREAM_TABLE)
+    rows = table[(table.device == device) & (table.kernel == STREAM_KERNEL)]
+    if rows.empty:
+        return None
+    return float(rows.bandwidth_TBps.iloc[0]) * 1e12 / device_spec(device).hbm_bandwidth
+
+
 def with_own_tables(device: str, source: str, u: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """The donor's constants u, with the device's own microbenchmark tables applied where published (module
-    doc): the network constant from its collective table, compute scaled by the GEMM-table fractions."""
+    doc): the network constant from its collective table, compute scaled by the GEMM-table fractions, HBM by
+    the STREAM fractions."""
     from rapidllm.validate.calibrate import fit_network_on_collectives
 
     u, notes = np.array(u, float), []
@@ -97,11 +122,25 @@ def with_own_tables(device: str, source: str, u: np.ndarray) -> tuple[np.ndarray
     if mine is not None and theirs is not None:
         u[0] = round(u[0] * mine / theirs, 3)
         notes.append(f"compute x GEMM tables {mine:.3f}/{theirs:.3f}")
+    mine, theirs = stream_fraction(device), stream_fraction(source)
+    if mine is not None and theirs is not None:
+        u[1] = round(u[1] * mine / theirs, 3)
+        notes.append(f"hbm x STREAM tables {mine:.3f}/{theirs:.3f}")
     network = fit_network_on_collectives(device)
     if network is not None:
         u[2] = network
         notes.append("network from own collective table")
     return u, notes
+
+
+def own_table_constants(device: str) -> np.ndarray | None:
+    """All three constants from the device's own microbenchmark tables alone, no donor and no end-to-end row:
+    compute = its GEMM-table fraction, HBM = its STREAM fraction, network = its nccl-tests fit. None unless
+    all three tables exist. What the kernels reach, without the software's end-to-end share (docs/transfer.md)."""
+    from rapidllm.validate.calibrate import fit_network_on_collectives
+
+    parts = (gemm_fraction(device), stream_fraction(device), fit_network_on_collectives(device))
+    return None if any(x is None for x in parts) else np.round(np.array(parts, float), 3)
 
 
 def transferred_constants(fitted: Mapping[str, np.ndarray]) -> list[tuple[str, str, np.ndarray]]:
