@@ -1,7 +1,7 @@
 """The NeMo / Megatron-Bridge performance-summary suite (issue 22): held out of calibration, every row
 predicted or skipped with a reason, B200 rows flagged as a device without rows of its own.
 
-One sweep of its 30 scored rows (~20 s CPU)."""
+One sweep of its 34 scored rows (~20 s CPU)."""
 import math
 
 import pandas as pd
@@ -52,7 +52,7 @@ def test_every_row_predicted_or_listed_with_a_reason(suite, rows):
     skipped = rows[rows.status == "skipped"]
     assert (skipped.reason.str.len() > 0).all()
     scored = rows[rows.status != "skipped"]
-    assert len(scored) == 30
+    assert len(scored) == 34
     for r in scored.itertuples():
         assert (r.status == "ok" and math.isfinite(r.predicted) and r.predicted > 0) or r.reason, r
     table = pd.read_csv(suite.reference)
@@ -64,5 +64,5 @@ def test_b200_rows_carry_device_validated_false(summary):
     """B200 has no rows of its own: its constants are transferred (docs/transfer.md) and every B200 row says
     so; the H100 rows run on fitted constants."""
     b200 = summary[summary.hardware == "b200"]
-    assert len(b200) == 14 and not b200.device_validated.astype(bool).any()
+    assert len(b200) == 16 and not b200.device_validated.astype(bool).any()
     assert summary[summary.hardware == "h100-sxm5-80gb"].device_validated.astype(bool).all()
