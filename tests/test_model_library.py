@@ -31,6 +31,8 @@ PUBLISHED_ACTIVE = {
     "qwen2-57b-a14b": (14e9, 1e9, ""),
     # Qwen Team 2025, Qwen3 Technical Report (arXiv:2505.09388) Table 2: 22B activated.
     "qwen3-235b-a22b": (22e9, 1e9, ""),
+    # Qwen/Qwen3-30B-A3B model card: "Number of Activated Parameters: 3.3B".
+    "qwen3-30b-a3b": (3.3e9, 0.1e9, ""),
     # GLM-4.5 Team 2025 (arXiv:2508.06471) Table 1: 12B activated. The figure matches the count without the
     # input embedding and output layer (12.18B; 13.42B with them), so GLM evidently excludes them.
     "glm-4.5-air": (12e9, 1e9, "embeddings"),

@@ -1,0 +1,68 @@
+"""The NeMo / Megatron-Bridge performance-summary suite (issue 22): held out of calibration, every row
+predicted or skipped with a reason, B200 rows flagged as a device without rows of its own.
+
+One sweep of its 34 scored rows (~20 s CPU)."""
+import math
+
+import pandas as pd
+import pytest
+
+from rapidllm.prediction import sweep
+from rapidllm.spec.paths import project_root
+from rapidllm.validate.calibrate import calibration_entries
+from rapidllm.validate.suites import compare, load_suite
+
+SUITE = project_root() / "validation" / "suites" / "nemo_perf_summary.yaml"
+
+
+@pytest.fixture(scope="module")
+def suite():
+    return load_suite(SUITE)
+
+
+@pytest.fixture(scope="module")
+def summary(suite):
+    return sweep(suite.experiment, progress=False)
+
+
+@pytest.fixture(scope="module")
+def rows(suite, summary):
+    return compare(suite, summary)
+
+
+def test_held_out_of_calibration_and_of_the_overall_mape(suite):
+    assert suite.calibration_rows == () and not suite.in_overall
+    assert calibration_entries([suite]) == {}          # `rapidllm calibrate` never fits on these rows
+
+
+def test_measured_throughput_is_the_published_rate_times_gpus(suite):
+    table = pd.read_csv(suite.reference)
+    case = next(c for c in suite.experiment.cases if c["label"] == "25.11 DGX-H100 LLAMA3_70B primary 64")
+    row = table.iloc[case["meta"]["row"]]
+    assert (row.tokens_per_s_per_gpu, row.num_gpus) == (1602, 64)
+    assert case["meta"]["measured_tokens_per_s"] == 1602 * 64
+    # the layout as published and the recipe defaults the table omits
+    assert case["parallelism"] == {"tp": 4, "pp": 8, "cp": 1, "ep": 1, "virtual_stages": 5, "dp": 2, "sp": True,
+                                   "tp_comm_overlap": True, "schedule": "interleaved"}
+    assert case["hardware"] == "h100-sxm5-80gb" and case["precision"] == "fp8"
+
+
+def test_every_row_predicted_or_listed_with_a_reason(suite, rows):
+    assert set(rows.row) == set(range(suite.rows))
+    skipped = rows[rows.status == "skipped"]
+    assert (skipped.reason.str.len() > 0).all()
+    scored = rows[rows.status != "skipped"]
+    assert len(scored) == 34
+    for r in scored.itertuples():
+        assert (r.status == "ok" and math.isfinite(r.predicted) and r.predicted > 0) or r.reason, r
+    table = pd.read_csv(suite.reference)
+    gb = table.index[table.system.isin(["DGX-GB200", "DGX-GB300"])]
+    assert set(gb) <= set(skipped.row)                 # no Grace-Blackwell config: skipped, never guessed
+
+
+def test_b200_rows_carry_device_validated_false(summary):
+    """B200 has no rows of its own: its constants are transferred (docs/transfer.md) and every B200 row says
+    so; the H100 rows run on fitted constants."""
+    b200 = summary[summary.hardware == "b200"]
+    assert len(b200) == 16 and not b200.device_validated.astype(bool).any()
+    assert summary[summary.hardware == "h100-sxm5-80gb"].device_validated.astype(bool).all()
