@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from numba import njit
 
 from rapidllm.engine import baseline
 from rapidllm.engine.comm_cost import CommCost
@@ -35,6 +34,7 @@ from rapidllm.graph.pipeline_dag import (
     build_pipeline,
 )
 from rapidllm.graph.templates import Template
+from rapidllm.jit import njit
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.spec.case import Case, TrainingWorkload
 

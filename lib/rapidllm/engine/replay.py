@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from rapidllm.graph.templates import COMPUTE, Template
+from rapidllm.jit import njit
 
 
 @dataclass(frozen=True)
