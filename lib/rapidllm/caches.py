@@ -46,7 +46,7 @@ class Caches:
     named_specs: Memo = _memo(256)        # (spec class, name) -> (the named file's mapping, built spec)
     plain_specs: Memo = _memo(256)        # built named spec -> its JSON-able plain form (case ids)
     gemm_times: Memo = _memo(64)          # (kernel parameters, tile catalog key) -> {(b, m, n, k): s}
-    priced_layers: Memo = _memo(512)      # layer pricing key -> (operator frame, its optimizer row)
+    priced_layers: Memo = _memo(512)      # layer pricing key -> priced rows of the layer sections
     sized_networks: Memo = _memo(1024)    # (unsized NetworkSpec, world) -> the fabric sized for that world
     topologies: Memo = _memo(64)          # NetworkSpec -> (Topology, Router)
     collectives: Memo = _memo(20000)      # (network, util, framework, op, bytes, groups) -> (s, events, n)

@@ -6,9 +6,8 @@ GPT-175B on 64 GPUs (~2,000 pipeline nodes, ~450 link events). So a kernel writt
 `@njit(cache=True)` with this module's `njit` is a `Kernel`: numba is imported and the kernel compiled (or
 loaded from the cache) on its first compiled call, never at import time. Inside `interpret_budget(n)`
 (what `rapidllm predict` runs under), kernel calls run the kernel's own Python function on the same arrays
-instead, as long as their estimated work (loop iterations) adds up to at most n; a kernel already
-compiled in this process, or a call that would pass the budget, runs compiled. A kernel called from an
-interpreted kernel is interpreted with it.
+instead, as long as their estimated work (loop iterations) adds up to at most n; a call that would pass
+the budget runs compiled. A kernel called from an interpreted kernel is interpreted with it.
 
 Numba compiles Python semantics: the same integer and IEEE double operations in the same order, so both
 ways give the same numbers (tests/test_jit.py compares every kernel of the predict path, and whole
@@ -63,29 +62,37 @@ class Kernel:
         global _budget, _interpreting
         if _interpreting:
             return self.py_func(*args)
-        if self._dispatcher is None and _budget > 0:
+        if _budget > 0:
             work = self.work(*args)
             if work <= _budget:
                 _budget -= work
                 _interpreting = True
                 try:
-                    return self.py_func(*args)
+                    return _boxed(self.py_func(*args))
                 finally:
                     _interpreting = False
         return self.compiled()(*args)
 
 
-def njit(fn: Callable | None = None, *, work: Callable[..., int] | None = None, **options: Any) -> Any:
-    """`numba.njit` compiled lazily: `@njit(cache=True)` or `@njit(cache=True, work=estimate)`, where
-    `estimate(*args)` is the kernel's work in loop iterations (default: elements of its array arguments)."""
-    if fn is not None:
-        return Kernel(fn, options, work)
-    return lambda f: Kernel(f, options, work)
+def _boxed(value: Any) -> Any:
+    """What numba returns to Python for a kernel's result: numpy scalars as Python numbers (np.float64 ->
+    float), tuples element by element, arrays as they are."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return tuple(_boxed(v) for v in value)
+    return value
+
+
+def njit(*, work: Callable[..., int] | None = None, **options: Any) -> Callable[[Callable], Kernel]:
+    """`numba.njit(**options)`, compiled lazily: `@njit(cache=True)` or `@njit(cache=True, work=estimate)`,
+    where `estimate(*args)` is the kernel's work in loop iterations (default: elements of its arrays)."""
+    return lambda fn: Kernel(fn, options, work)
 
 
 @contextlib.contextmanager
 def interpret_budget(work: int) -> Iterator[None]:
-    """Run kernels not yet compiled as Python until their estimated work adds up to `work` iterations
+    """Run kernel calls as Python until their estimated work adds up to `work` iterations
     (interpreted, one iteration costs ~1-5 us: 50,000 is ~0.1-0.25 s, a third of numba's start-up)."""
     global _budget
     old, _budget = _budget, work

@@ -21,19 +21,23 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import Replayed, replay_all
 from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, simulate
-from rapidllm.graph.templates import Template, extra_templates, layer_counts, layer_templates
-from rapidllm.ops.price import price_case
+from rapidllm.graph.templates import OpsView, Template, extra_templates, layer_counts, layer_templates, ops_view
+from rapidllm.ops.price import OperatorTable, as_frame, price_table
 from rapidllm.spec.case import Case, InferenceWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 
-Adjust = Callable[[pd.DataFrame], pd.DataFrame]
+if TYPE_CHECKING:
+    import pandas as pd
+
+Adjust = Callable[["pd.DataFrame"], "pd.DataFrame"]
+Ops = "pd.DataFrame | OperatorTable | OpsView"
 SECTIONS = ("prefill_", "decode_first_", "decode_last_")
 
 
@@ -63,10 +67,11 @@ class PassParts:
         return span, compute
 
 
-def pass_parts(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool) -> PassParts:
+def pass_parts(case: Case, ops: Ops, prefix: str, cost: CommCost, overlap: bool) -> PassParts:
     """Replay the templates of one forward pass (section prefix) and keep its pieces."""
     w, p = case.workload, case.parallelism
     assert isinstance(w, InferenceWorkload)
+    ops = ops_view(ops)
     heads = [t for t in extra_templates(case, ops) if t.section == f"{prefix}head"]
     templates = layer_templates(case, ops, prefix) + heads
     r = replay_all(case, ops, templates, cost, -1, overlap)
@@ -78,7 +83,7 @@ def pass_parts(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overl
                      cost.time("pp", "send_recv", nbytes), float(nbytes), r, tuple(templates))
 
 
-def forward_pass(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool) -> tuple[float, float]:
+def forward_pass(case: Case, ops: Ops, prefix: str, cost: CommCost, overlap: bool) -> tuple[float, float]:
     """(time, compute time) of one forward pass through all stages for a section prefix."""
     return pass_parts(case, ops, prefix, cost, overlap).totals()
 
@@ -94,7 +99,7 @@ class InferenceReplay:
     decode_last: PassParts
 
 
-def inference_record(case: Case, ops: pd.DataFrame, overlap: bool = True, adjust: Adjust | None = None,
+def inference_record(case: Case, ops: Ops, overlap: bool = True, adjust: Adjust | None = None,
                       trace: bool = False) -> dict:
     """The inference record; with trace=True also the replay under "schedule" (None when serving: a mean
     over desynchronized or simulated clients is not one request's timeline)."""
@@ -115,7 +120,7 @@ def inference_record(case: Case, ops: pd.DataFrame, overlap: bool = True, adjust
     return rec
 
 
-def _replay_steady_state(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> dict:
+def _replay_steady_state(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None) -> dict:
     """Mean in-flight batching over desynchronized clients: decode at batch C plus its share of prefills."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
@@ -131,7 +136,7 @@ def _replay_steady_state(case: Case, ops: pd.DataFrame, overlap: bool, adjust: A
     return _record(ttft, itl, e2e, w.concurrency / itl[SPAN], cost.simulated + dcost.simulated)
 
 
-def _replay_serving(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> dict:
+def _replay_serving(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None) -> dict:
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     table, events = _iteration_cost(case, ops, overlap, adjust)
@@ -139,7 +144,7 @@ def _replay_serving(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust
     return _record(r.ttft_s, r.itl_s, r.e2e_latency_s, r.tokens_per_s, events)
 
 
-def _iteration_cost(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> tuple[IterationCost, int]:
+def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None) -> tuple[IterationCost, int]:
     """Serving iteration cost from forward passes at the anchor batches; also the link events simulated."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
@@ -162,14 +167,14 @@ def anchor_batches(concurrency: int) -> list[int]:
     return out + [concurrency] if concurrency > 1 else out
 
 
-def _at_batch(case: Case, ops: pd.DataFrame, batch: int, adjust: Adjust | None) -> tuple[Case, pd.DataFrame]:
+def _at_batch(case: Case, ops: Ops, batch: int, adjust: Adjust | None) -> tuple[Case, Ops]:
     """The case and its priced operators with `batch` sequences (the given ones when the batch matches)."""
     w = case.workload
     if batch == w.batch:
         return case, ops
     bcase = dataclasses.replace(case, workload=dataclasses.replace(w, batch=batch))
-    bops = price_case(bcase)
-    return bcase, adjust(bops) if adjust else bops
+    bops = price_table(bcase)
+    return bcase, adjust(as_frame(bops)) if adjust else bops
 
 
 def _record(ttft: np.ndarray, itl: np.ndarray, e2e: np.ndarray, rate: float, events: int) -> dict:

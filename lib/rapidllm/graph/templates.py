@@ -10,13 +10,17 @@ async TP) overlaps it. Compute nodes carry operator names; durations come from t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from rapidllm.graph.comm_nodes import dispatch_bytes, moe_tp_collectives
+from rapidllm.ops.price import OperatorTable
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COMPUTE, COMM = "compute", "comm"
 PREV = ""          # launch right before the consumer (after the preceding operator)
@@ -147,6 +151,8 @@ def weave(ops: list[tuple[str, str]], rules: list[Rule]) -> list[Node]:
 
 def operator_frame(case: Case) -> pd.DataFrame:
     """(section, name, phase) of every operator in execution order, without pricing (the trace stage)."""
+    import pandas as pd
+
     from rapidllm.ops.price import case_sections
     return pd.DataFrame([(s, o.name, o.phase) for s, o in case_sections(case)], columns=["section", "name", "phase"])
 
@@ -155,17 +161,24 @@ class OpsView:
     """Row lookup of an operator table by section, built once per table (pandas masks cost ~1 ms each).
 
     `ops_of` and `durations` return exactly what the boolean-mask selections of the table return, in
-    table order: names/phases, and time_s x count products (same elementwise numpy products).
+    table order: names/phases, and time_s x count products (same elementwise numpy products). An
+    `OperatorTable` (rows, no pandas) gives the same lists and arrays as its DataFrame: its numeric columns
+    become arrays of the dtype pandas infers for them (int64 when all values are ints, else float64).
     """
 
-    def __init__(self, ops: pd.DataFrame) -> None:
-        self.frame = ops
-        self.names = ops["name"].tolist()
-        self.phases = ops["phase"].tolist()
+    def __init__(self, ops: pd.DataFrame | OperatorTable) -> None:
+        if isinstance(ops, OperatorTable):
+            column, numeric = ops.column, lambda name: _numeric(ops.column(name))
+        else:
+            column, numeric = (lambda name: ops[name].tolist()), (lambda name: ops[name].to_numpy())
+        self.names = column("name")
+        self.phases = column("phase")
         self.sections: dict[str, list[int]] = {}
-        for i, sec in enumerate(ops["section"].tolist()):
+        for i, sec in enumerate(column("section")):
             self.sections.setdefault(sec, []).append(i)
-        self._durations: np.ndarray | None = None
+        count = numeric("count")
+        self.timed = numeric("time_s") * count          # seconds per row and micro-batch
+        self.work = numeric("flops") * count            # FLOPs per row and micro-batch
 
     def rows(self, section: str, phases: tuple[str, ...] | set[str]) -> list[int]:
         return [i for i in self.sections.get(section, ()) if self.phases[i] in phases]
@@ -174,32 +187,31 @@ class OpsView:
         return [(self.names[i], self.phases[i]) for i in self.rows(section, phases)]
 
     def durations(self, section: str, phases: tuple[str, ...] | set[str]) -> list[float]:
-        if self._durations is None:
-            self._durations = self.frame.time_s.to_numpy() * self.frame["count"].to_numpy()
-        return list(self._durations[self.rows(section, phases)])
+        return list(self.timed[self.rows(section, phases)])
 
 
-def ops_view(ops: pd.DataFrame | OpsView) -> OpsView:
+def _numeric(values: list) -> np.ndarray:
+    """A column of Python numbers as pandas stores it: int64 if every value is an int, else float64."""
+    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
+        return np.array(values, dtype=np.int64)
+    return np.array(values, dtype=np.float64)
+
+
+def ops_view(ops: pd.DataFrame | OperatorTable | OpsView) -> OpsView:
     return ops if isinstance(ops, OpsView) else OpsView(ops)
 
 
-def compute_durations(ops: pd.DataFrame | OpsView, t: Template) -> list[float]:
+def compute_durations(ops: pd.DataFrame | OperatorTable | OpsView, t: Template) -> list[float]:
     """Durations (time per launch x launches) of a template's compute nodes, in order."""
     phases = {n.phase for n in t.nodes if n.kind == COMPUTE}
-    if isinstance(ops, OpsView):
-        return ops.durations(t.section, phases)
-    sel = ops[(ops.section == t.section) & ops.phase.isin(phases)]
-    return list(sel.time_s.to_numpy() * sel["count"].to_numpy())
+    return ops_view(ops).durations(t.section, phases)
 
 
-def _ops_of(ops: pd.DataFrame | OpsView, section: str, phases: tuple[str, ...]) -> list[tuple[str, str]]:
-    if isinstance(ops, OpsView):
-        return ops.ops_of(section, phases)
-    sel = ops[(ops.section == section) & ops.phase.isin(phases)]
-    return list(zip(sel.name, sel.phase))
+def _ops_of(ops: pd.DataFrame | OperatorTable | OpsView, section: str, phases: tuple[str, ...]) -> list[tuple[str, str]]:
+    return ops_view(ops).ops_of(section, phases)
 
 
-def layer_templates(case: Case, ops: pd.DataFrame | OpsView, prefix: str = "") -> list[Template]:
+def layer_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, prefix: str = "") -> list[Template]:
     """Forward (and for training, recompute + backward) templates of each layer kind of a case."""
     ops = ops_view(ops)
     out = []
@@ -224,7 +236,7 @@ def layer_templates(case: Case, ops: pd.DataFrame | OpsView, prefix: str = "") -
     return out
 
 
-def extra_templates(case: Case, ops: pd.DataFrame | OpsView) -> list[Template]:
+def extra_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsView) -> list[Template]:
     """Embedding / LM-head work of the first and last stage, the optimizer step, the inference heads."""
     ops = ops_view(ops)
     out = []
@@ -238,7 +250,7 @@ def extra_templates(case: Case, ops: pd.DataFrame | OpsView) -> list[Template]:
     return out
 
 
-def case_templates(case: Case, ops: pd.DataFrame | OpsView) -> list[Template]:
+def case_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsView) -> list[Template]:
     """All templates of a case: the compact graph the trace stage stores."""
     ops = ops_view(ops)
     if case.training:
