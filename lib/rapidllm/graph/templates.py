@@ -9,6 +9,7 @@ async TP) overlaps it. Compute nodes carry operator names; durations come from t
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -167,18 +168,27 @@ class OpsView:
     """
 
     def __init__(self, ops: pd.DataFrame | OperatorTable) -> None:
-        if isinstance(ops, OperatorTable):
-            column, numeric = ops.column, lambda name: _numeric(ops.column(name))
-        else:
-            column, numeric = (lambda name: ops[name].tolist()), (lambda name: ops[name].to_numpy())
+        self._ops = ops
+        column = ops.column if isinstance(ops, OperatorTable) else (lambda name: ops[name].tolist())
         self.names = column("name")
         self.phases = column("phase")
         self.sections: dict[str, list[int]] = {}
         for i, sec in enumerate(column("section")):
             self.sections.setdefault(sec, []).append(i)
-        count = numeric("count")
-        self.timed = numeric("time_s") * count          # seconds per row and micro-batch
-        self.work = numeric("flops") * count            # FLOPs per row and micro-batch
+
+    def _numeric(self, name: str) -> np.ndarray:
+        ops = self._ops
+        return _numeric(ops.column(name)) if isinstance(ops, OperatorTable) else ops[name].to_numpy()
+
+    @functools.cached_property
+    def timed(self) -> np.ndarray:
+        """Seconds per row and micro-batch (time per launch x launches); priced tables only."""
+        return self._numeric("time_s") * self._numeric("count")
+
+    @functools.cached_property
+    def work(self) -> np.ndarray:
+        """FLOPs per row and micro-batch."""
+        return self._numeric("flops") * self._numeric("count")
 
     def rows(self, section: str, phases: tuple[str, ...] | set[str]) -> list[int]:
         return [i for i in self.sections.get(section, ()) if self.phases[i] in phases]
