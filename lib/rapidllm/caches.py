@@ -51,6 +51,7 @@ class Caches:
     topologies: Memo = _memo(64)          # NetworkSpec -> (Topology, Router)
     collectives: Memo = _memo(20000)      # (network, util, framework, op, bytes, groups) -> (s, events, n)
     groups: Memo = _memo(4096)            # (layout, axis, stage) -> parallel groups, contending groups, dims
+    templates: Memo = _memo(1024)         # (operator rows, layer-rule inputs) -> the case's layer templates
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Caches]:

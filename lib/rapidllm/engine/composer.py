@@ -28,10 +28,10 @@ from rapidllm.graph.templates import (
     COMM,
     OpsView,
     Template,
-    case_templates,
     compute_durations,
     layer_counts,
     ops_view,
+    shared_case_templates,
 )
 from rapidllm.memory.closed_form import state_bytes_per_param
 from rapidllm.memory.state import conventions, stage_params
@@ -195,7 +195,7 @@ def training_plan(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, cost:
     m = max(w.microbatches(p.dp), 1)
     v = interleaving(p.schedule, p.pp, p.virtual_stages, m)
     view = ops_view(ops)
-    templates = templates if templates is not None else case_templates(case, view)
+    templates = templates if templates is not None else shared_case_templates(case, view)
     stages = range(p.pp) if not cost.symmetric else [0]
     replayed = [replay_all(case, view, templates, cost, s if not cost.symmetric else -1, overlap) for s in stages]
     counts = layer_counts(case)

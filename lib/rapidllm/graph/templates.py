@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rapidllm.caches import current
 from rapidllm.graph.comm_nodes import dispatch_bytes, moe_tp_collectives
 from rapidllm.ops.price import OperatorTable
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
@@ -202,9 +203,8 @@ class OpsView:
 
 def _numeric(values: list) -> np.ndarray:
     """A column of Python numbers as pandas stores it: int64 if every value is an int, else float64."""
-    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
-        return np.array(values, dtype=np.int64)
-    return np.array(values, dtype=np.float64)
+    arr = np.array(values)
+    return arr if arr.dtype in (np.int64, np.float64) else arr.astype(np.float64)
 
 
 def ops_view(ops: pd.DataFrame | OperatorTable | OpsView) -> OpsView:
@@ -269,6 +269,30 @@ def case_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsView) -> l
     for prefix in ("prefill_", "decode_first_", "decode_last_"):
         out += layer_templates(case, ops, prefix)
     return out + extra_templates(case, ops)
+
+
+def shared_case_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsView) -> list[Template]:
+    """`case_templates`, built once per distinct input in `Caches.templates` (sweep-1000: 64 distinct of
+    1,142 simulated cases). The key is everything the templates are made of: the table's (section, name,
+    phase) rows and what `layer_rules` reads (model, tp, sp, cp, ep, etp, activation precision, the tokens
+    of each layer section and, for MoE, the dispatch bytes, which can depend on the fabric). Templates
+    are read-only once built."""
+    view = ops_view(ops)
+    sections = [""] * len(view.names)
+    for sec, rows in view.sections.items():
+        for i in rows:
+            sections[i] = sec
+    p = case.parallelism
+    prefixes = ("",) if case.training else ("prefill_", "decode_first_", "decode_last_")
+    tokens = tuple(layer_tokens(case, prefix) for prefix in prefixes)
+    moe = tuple(dispatch_bytes(case, n) for n in tokens) if case.model.moe and p.ep > 1 else ()
+    key = (tuple(zip(sections, view.names, view.phases)), case.model, case.training, p.tp, p.sp, p.cp, p.ep,
+           p.expert_tp, case.activation_precision, tokens, moe)
+    table = current().templates
+    hit = table.get(key)
+    if hit is None:
+        hit = table.put(key, case_templates(case, view))
+    return list(hit)
 
 
 def layer_counts(case: Case, prefix: str = "") -> dict[str, float]:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +33,15 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
         if not NAME.fullmatch(value):
             raise SpecError.at(source, key, f"{short(value)} is not a {kind} name (letters, digits, '.', '_', '-'; "
                                f"names resolve only inside config/); known: {', '.join(known_names(kind))}")
-        path = config_dir(kind) / f"{value}.yaml"
-        if not path.is_file():
+        path = os.path.join(config_dir(kind), f"{value}.yaml")   # one stat per lookup, no pathlib objects
+        try:
+            info = os.stat(path)
+        except OSError:
+            info = None
+        if info is None or not stat.S_ISREG(info.st_mode):
             names = known_names(kind)
             raise SpecError.at(source, key, f"unknown {kind} {value!r}; known: {', '.join(names)}")
-        mapping, where = _load_named(kind, value, path, path.stat().st_mtime_ns)
+        mapping, where = _load_named(kind, value, path, info.st_mtime_ns)
         return (copy.deepcopy(mapping) if copy_named else mapping), where
     elif isinstance(value, dict):
         mapping, where = dict(value), f"{source}: {key}"
@@ -59,9 +65,9 @@ def _validate_inline(mapping: dict, kind: str, where: str) -> None:
 
 
 @functools.lru_cache(maxsize=256)
-def _load_named(kind: str, name: str, path: Path, mtime_ns: int) -> tuple[Any, str]:
+def _load_named(kind: str, name: str, path: str, mtime_ns: int) -> tuple[Any, str]:
     """Parse and validate one named spec file; the modification time in the key invalidates edits."""
-    mapping = load_yaml(path)
+    mapping = load_yaml(Path(path))
     where = display(path)
     mapping = {"name": name, **(mapping or {})} if isinstance(mapping, dict) else mapping
     validate(mapping, kind, where)
