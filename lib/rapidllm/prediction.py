@@ -221,7 +221,7 @@ def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: s
     with (caches or Caches()).active():
         exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
         out = []
-        for row, case in tqdm(expand_with_cases(exp), desc=exp.name, unit="case", disable=not progress):
+        for row, case in tqdm(expand_with_cases(exp, case_json=False), desc=exp.name, unit="case", disable=not progress):
             if row["status"] != "ok" or case is None:
                 out.append(row)
                 continue
@@ -229,4 +229,4 @@ def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: s
                 out.append({**row, **evaluate(case, engine)})
             except SpecError as err:            # a limit met while predicting: the row says so, the sweep goes on
                 out.append({**row, "case_id": "", "status": "invalid", "reason": str(err)})
-    return pd.DataFrame(out).drop(columns=["case_json"])
+    return pd.DataFrame(out)
