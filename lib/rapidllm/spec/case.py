@@ -319,7 +319,7 @@ def resolve_case(mapping: Any, source: str) -> Case:
     hardware = _spec(HardwareSpec, mapping["hardware"], hw_m, hw_src)
     if "clock" in mapping:
         hardware = hardware.at_clock(parse_quantity(mapping["clock"], "frequency"))
-    network = NetworkSpec.from_mapping(net_m, net_src)
+    network = _spec(NetworkSpec, mapping["network"], net_m, net_src)
     w = dict(mapping["workload"])
     mode = w.pop("mode")
     if mode == "training":
@@ -333,7 +333,7 @@ def resolve_case(mapping: Any, source: str) -> Case:
     par = Parallelism(**par_m)
     _check_bounds(hardware, par, workload, mapping.get("precision", "bf16"), source)
     _check_layout(model, par, workload, source)
-    network = network.sized_for(par.world, source)
+    network = _sized(network, par.world, source)
     extra = tuple(FaultSpec.from_mapping(f) for f in mapping.get("faults", []))
     if extra:
         network = dataclasses.replace(network, faults=network.faults + extra)
