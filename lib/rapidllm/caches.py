@@ -43,6 +43,7 @@ def _memo(limit: int) -> Any:
 class Caches:
     """The memo tables of one owner (a sweep, a validation run, a pipeline job, a test)."""
     inline_specs: Memo = _memo(4096)      # (kind, schema dir, repr(mapping)) -> True: passed validation
+    valid_values: Memo = _memo(16384)     # (kind, schema dir, key, repr(value)) -> True: in a valid mapping
     named_specs: Memo = _memo(256)        # (spec class, name) -> (the named file's mapping, built spec)
     plain_specs: Memo = _memo(256)        # built named spec -> its JSON-able plain form (case ids)
     gemm_times: Memo = _memo(64)          # (kernel parameters, tile catalog key) -> {(b, m, n, k): s}

@@ -18,10 +18,10 @@ from rapidllm.caches import current
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.hardware import HardwareSpec
 from rapidllm.spec.model import ModelSpec
-from rapidllm.spec.named import resolve_named
+from rapidllm.spec.named import resolve_named, validate_by_key
 from rapidllm.spec.network import FaultSpec, NetworkSpec
 from rapidllm.spec.paths import display
-from rapidllm.spec.schema import load_yaml, validate
+from rapidllm.spec.schema import load_yaml
 from rapidllm.units import parse_quantity
 
 
@@ -311,7 +311,7 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
 
 def resolve_case(mapping: Any, source: str) -> Case:
     """Validate a case mapping against workflow/schemas/case and resolve names into specs."""
-    validate(mapping, "case", source)
+    validate_by_key(mapping, "case", source)
     model_m, model_src = resolve_named("model", mapping["model"], source, "model", copy_named=False)
     hw_m, hw_src = resolve_named("hardware", mapping["hardware"], source, "hardware", copy_named=False)
     net_m, net_src = resolve_named("network", mapping["network"], source, "network", copy_named=False)
