@@ -8,7 +8,9 @@ JIT (or its on-disk cache) is loaded outside the timing; then the in-process res
 every repeat starts as a fresh sweep would. Each repeat times `sweep(exp, progress=False)` end to end
 (expansion included) and prints combinations/s (all rows) and evaluated configurations/s (rows that were
 priced, checked for memory and, if feasible, simulated). The median over repeats is the number to quote.
-Peak RSS is the process maximum (ru_maxrss). Results go to docs/performance.md by hand.
+CPU seconds of the process (`time.process_time`) are printed beside wall seconds: on a shared machine
+they are the number to compare. Peak RSS is the process maximum (ru_maxrss). Results go to
+docs/performance.md by hand.
 """
 from __future__ import annotations
 
@@ -37,21 +39,24 @@ def main() -> None:
     t_expand = time.perf_counter() - t0
     first = next(r for r in rows if r["status"] == "ok")
     evaluate(resolve_case(json.loads(first["case_json"]), first["label"]))      # JIT warm-up
-    walls = []
+    walls, cpus = [], []
     for _ in range(args.repeat):            # each sweep runs with fresh memo tables of its own
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         df = sweep(exp, progress=False)
         walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
     n = len(df)
     evaluated = int((df.status != "invalid").sum())
     simulated = int((df.status == "ok").sum())
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    wall = statistics.median(walls)
+    wall, cpu = statistics.median(walls), statistics.median(cpus)
     print(f"experiment {exp.name}: {n} combinations, {evaluated} valid ({simulated} feasible and simulated, "
           f"{evaluated - simulated} infeasible), {n - evaluated} invalid; expand alone {t_expand:.2f} s")
     print("run_sweep wall s: " + ", ".join(f"{w:.2f}" for w in walls) + f" (median {wall:.2f})")
     print(f"throughput (median): {n / wall:.0f} combinations/s, {evaluated / wall:.0f} valid configurations/s, "
           f"{simulated / wall:.0f} simulated/s; peak RSS {rss:.0f} MiB")
+    print("run_sweep CPU s: " + ", ".join(f"{c:.2f}" for c in cpus) + f" (median {cpu:.2f}): "
+          f"{evaluated / cpu:.0f} valid configurations per CPU second, {simulated / cpu:.0f} simulated")
 
 
 if __name__ == "__main__":

@@ -177,17 +177,25 @@ def test_groups_equal_rank_by_rank_definition(gpt_case, par, order) -> None:
 
 
 def test_ops_view_matches_pandas_selections(gpt_case) -> None:
-    from rapidllm.graph.templates import compute_durations
-    from rapidllm.graph.templates import OpsView, _ops_of, case_templates
+    """OpsView of the DataFrame and of the pandas-free OperatorTable select what boolean masks select."""
+    from rapidllm.graph.templates import OpsView, case_templates, compute_durations
+    from rapidllm.ops.price import price_table
     for recompute in ("selective", "full"):
         case = resolve_case({**gpt_case, "parallelism": {**gpt_case["parallelism"], "recompute": recompute}}, "x")
         ops = price_case(case)
-        view = OpsView(ops)
-        for t in case_templates(case, ops):
-            assert compute_durations(view, t) == compute_durations(ops, t)
-        for section in sorted(set(ops.section)):
-            for phases in (("fwd",), ("bwd",), ("recompute",), ("optimizer",), ("fwd", "bwd")):
-                assert view.ops_of(section, phases) == _ops_of(ops, section, phases)
+        views = (OpsView(ops), OpsView(price_table(case)))
+        for view in views:
+            assert view.timed.dtype == np.float64 and view.work.dtype == np.float64
+            assert np.array_equal(view.timed, ops.time_s.to_numpy() * ops["count"].to_numpy())
+            assert np.array_equal(view.work, ops.flops.to_numpy() * ops["count"].to_numpy())
+            for t in case_templates(case, ops):
+                phases = {n.phase for n in t.nodes if n.kind == "compute"}
+                sel = ops[(ops.section == t.section) & ops.phase.isin(phases)]
+                assert compute_durations(view, t) == list(sel.time_s.to_numpy() * sel["count"].to_numpy())
+            for section in sorted(set(ops.section)):
+                for phases in (("fwd",), ("bwd",), ("recompute",), ("optimizer",), ("fwd", "bwd")):
+                    sel = ops[(ops.section == section) & ops.phase.isin(phases)]
+                    assert view.ops_of(section, phases) == list(zip(sel.name, sel.phase))
 
 
 def test_sweep_expansion_equals_expand(gpt_case) -> None:

@@ -14,7 +14,7 @@ from rapidllm.spec.paths import project_root
 LIB = project_root() / "lib"
 
 TIERS = (
-    ("units", "spec", "caches"),
+    ("units", "spec", "caches", "jit"),
     ("ops", "memory", "network"),
     ("graph",),
     ("engine",),
@@ -26,6 +26,7 @@ TIER = {pkg: level for level, names in enumerate(TIERS) for pkg in names}
 SIDEWAYS = {
     ("spec", "units"),          # specs parse unit strings
     ("spec", "caches"),         # named specs are built once per owner's memo tables
+    ("spec", "jit"),            # the schedule order is a (lazily compiled) kernel
     ("memory", "ops"),          # the memory walk runs over the operator model's own lists
     ("figures", "validate"),    # validation figures draw the error metrics
     ("pipeline", "validate"),   # the validation stages of the workflow

@@ -43,14 +43,16 @@ def _memo(limit: int) -> Any:
 class Caches:
     """The memo tables of one owner (a sweep, a validation run, a pipeline job, a test)."""
     inline_specs: Memo = _memo(4096)      # (kind, schema dir, repr(mapping)) -> True: passed validation
+    valid_values: Memo = _memo(16384)     # (kind, schema dir, key, repr(value)) -> True: in a valid mapping
     named_specs: Memo = _memo(256)        # (spec class, name) -> (the named file's mapping, built spec)
     plain_specs: Memo = _memo(256)        # built named spec -> its JSON-able plain form (case ids)
     gemm_times: Memo = _memo(64)          # (kernel parameters, tile catalog key) -> {(b, m, n, k): s}
-    priced_layers: Memo = _memo(512)      # layer pricing key -> (operator frame, its optimizer row)
+    priced_layers: Memo = _memo(512)      # layer pricing key -> priced rows of the layer sections
     sized_networks: Memo = _memo(1024)    # (unsized NetworkSpec, world) -> the fabric sized for that world
     topologies: Memo = _memo(64)          # NetworkSpec -> (Topology, Router)
     collectives: Memo = _memo(20000)      # (network, util, framework, op, bytes, groups) -> (s, events, n)
     groups: Memo = _memo(4096)            # (layout, axis, stage) -> parallel groups, contending groups, dims
+    templates: Memo = _memo(1024)         # (operator rows, layer-rule inputs) -> the case's layer templates
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Caches]:

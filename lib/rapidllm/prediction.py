@@ -16,20 +16,21 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from rapidllm.caches import Caches
 from rapidllm.engine.engine import ENGINES, simulate
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.model import memory_for_case
-from rapidllm.ops.price import price_case
+from rapidllm.ops.price import price_case, price_table
 from rapidllm.spec.case import Case, load_case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.experiment import Experiment, expand_with_cases, load_experiment
 
-Adjust = Callable[[pd.DataFrame], pd.DataFrame]
+if TYPE_CHECKING:
+    import pandas as pd
+
+Adjust = Callable[["pd.DataFrame"], "pd.DataFrame"]
 
 MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "framework", "capacity")
 TRAINING_ONLY = ("mfu", "hfu")
@@ -80,7 +81,7 @@ def _evaluate(case: Case, engine: str, adjust: Adjust | None,
         if trace:
             record["schedule"] = None
         return record, mem
-    result = simulate(case, price_case(case), mem, engine=engine, adjust=adjust, trace=trace)
+    result = simulate(case, price_table(case), mem, engine=engine, adjust=adjust, trace=trace)
     result.pop("infeasible_reason")
     record.update(status="ok", reason="", **result)
     return record, mem
@@ -203,6 +204,8 @@ def export_chakra(case: Case | str | Path | Mapping[str, Any], directory: str | 
 def predict_many(cases: Iterable[Case | str | Path | Mapping[str, Any]], engine: str = "event",
                  caches: Caches | None = None) -> pd.DataFrame:
     """One row per case (`Prediction.to_dict`), in input order; memo tables: `caches`, else a fresh set."""
+    import pandas as pd
+
     with (caches or Caches()).active():
         return pd.DataFrame([predict(c, engine).to_dict() for c in cases])
 
@@ -212,12 +215,13 @@ def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: s
     """Every combination of an experiment, evaluated in-process: one row per combination, invalid and
     infeasible ones kept with their reason (what `rapidllm sweep` writes). Memo tables: `caches`, else a
     fresh set for this sweep."""
+    import pandas as pd
     from tqdm import tqdm
 
     with (caches or Caches()).active():
         exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
         out = []
-        for row, case in tqdm(expand_with_cases(exp), desc=exp.name, unit="case", disable=not progress):
+        for row, case in tqdm(expand_with_cases(exp, case_json=False), desc=exp.name, unit="case", disable=not progress):
             if row["status"] != "ok" or case is None:
                 out.append(row)
                 continue
@@ -225,4 +229,4 @@ def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: s
                 out.append({**row, **evaluate(case, engine)})
             except SpecError as err:            # a limit met while predicting: the row says so, the sweep goes on
                 out.append({**row, "case_id": "", "status": "invalid", "reason": str(err)})
-    return pd.DataFrame(out).drop(columns=["case_json"])
+    return pd.DataFrame(out)

@@ -41,7 +41,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+# Kernel work (loop iterations) run as plain Python before numba is loaded (rapidllm/jit.py): ~0.1-0.2 s at
+# most, against ~0.6 s to import numba and load its cache; GPT-175B on 64 GPUs needs ~30,000.
+INTERPRET_BUDGET = 100_000
+
+
 def run(args: argparse.Namespace) -> int:
+    from rapidllm.jit import interpret_budget
+
+    with interpret_budget(INTERPRET_BUDGET):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from rapidllm.engine.measured import adjuster
     from rapidllm.prediction import predict
     from rapidllm.spec.case import load_case

@@ -10,8 +10,7 @@ ablations; the event-driven engine replaces it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from rapidllm.engine.groups import group_link
 from rapidllm.engine.metrics import hardware_flops_per_step, model_flops_per_step, utilization
@@ -21,6 +20,9 @@ from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.network.alpha_beta import collective_time
 from rapidllm.ops.workload import recomputed
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,9 @@ class CommCost:
     events: dict[tuple, tuple[int, int]] = field(default_factory=dict)   # key -> (events, groups simulated)
     uses: dict[tuple, float] = field(default_factory=dict)   # (axis, op, bytes) -> instances per group per step
     _times: dict[tuple, float] = field(default_factory=dict)
+    # this case's lookups into Caches.groups by (kind, axis, stage): a Caches key holds the NetworkSpec,
+    # whose hash walks the whole spec, so each is looked up there once per case
+    _local: dict[tuple, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         p = self.case.parallelism
@@ -120,19 +123,26 @@ class CommCost:
         stage = -1 if self.symmetric else stage
         key = (axis, op, float(nbytes), stage)
         if key not in self._times:
-            ckey = ("contending", self._layout_key(), self.symmetric, axis, stage)
-            table = current().groups
-            hit = table.get(ckey)
-            if hit is None:
-                groups = self.groups(axis, 0 if stage < 0 and axis != "pp" else stage)
-                if axis == "pp" and stage < 0:
-                    groups = self.groups("pp", 0)
-                hit = table.put(ckey, tuple(self._contending(groups)))
-            groups = list(hit)
+            groups = list(self._shared(("contending", axis, stage), self._contending_groups))
             t, ev = self._simulate(op if axis != "pp" else "send_recv", float(nbytes), groups)
             self._times[key] = t + self.case.hardware.launch_overhead_s
             self.events[key] = (ev, len(groups))
         return self._times[key]
+
+    def _shared(self, key: tuple, compute) -> object:
+        """`compute(*key[1:])` from this case's lookups, else from `Caches.groups` under the layout's key."""
+        if key not in self._local:
+            ckey = (key[0], self._layout_key(), self.symmetric, *key[1:])
+            table = current().groups
+            hit = table.get(ckey)
+            self._local[key] = hit if hit is not None else table.put(ckey, compute(*key[1:]))
+        return self._local[key]
+
+    def _contending_groups(self, axis: str, stage: int) -> tuple[tuple[int, ...], ...]:
+        groups = self.groups(axis, 0 if stage < 0 and axis != "pp" else stage)
+        if axis == "pp" and stage < 0:
+            groups = self.groups("pp", 0)
+        return tuple(self._contending(groups))
 
     def _simulate(self, op: str, nbytes: float, groups: list[tuple[int, ...]]) -> tuple[float, int]:
         net = self.case.network
@@ -188,10 +198,8 @@ class CommCost:
         """Network dimensions the first group of `axis` spans: the channels its collectives occupy."""
         if self.case.parallelism.size(axis) <= 1:
             return ()
-        key = ("dims", self._layout_key(), axis)
-        table = current().groups
-        hit = table.get(key)
-        if hit is None:
-            g = self.groups(axis, 0)
-            hit = table.put(key, dims_spanned(self.case.network, list(g[0])) if g else ())
-        return hit
+        return self._shared(("dims", axis), self._dims_of)
+
+    def _dims_of(self, axis: str) -> tuple[int, ...]:
+        g = self.groups(axis, 0)
+        return dims_spanned(self.case.network, list(g[0])) if g else ()

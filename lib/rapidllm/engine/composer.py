@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.replay import TemplateResult, replay_template
@@ -29,16 +29,19 @@ from rapidllm.graph.templates import (
     COMM,
     OpsView,
     Template,
-    case_templates,
     compute_durations,
     layer_counts,
     ops_view,
+    shared_case_templates,
 )
 from rapidllm.memory.closed_form import state_bytes_per_param
 from rapidllm.memory.state import conventions, stage_params
-from rapidllm.ops.price import local_parameters
+from rapidllm.ops.price import OperatorTable, local_parameters
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 BUCKET_PARAMS = 40e6          # Megatron-LM default DDP bucket: max(40M, 1M x dp) parameters
 
@@ -58,7 +61,7 @@ class Replayed:
         return r.compute if r else 0.0
 
 
-def replay_all(case: Case, ops: pd.DataFrame | OpsView, templates: list[Template], cost: CommCost, stage: int,
+def replay_all(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, templates: list[Template], cost: CommCost, stage: int,
                overlap: bool = True, silent: tuple[str, ...] = ()) -> Replayed:
     """Replay every template of a stage; collectives of the `silent` axes take no time (to measure how much
     of a span they make)."""
@@ -198,14 +201,14 @@ def _chunk_times(case: Case, replayed: list[Replayed], cost: CommCost, v: int
     return f_span, f_comp, b_span, b_comp
 
 
-def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool = True,
+def training_plan(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, cost: CommCost, overlap: bool = True,
                   templates: list[Template] | None = None) -> TrainingPlan:
     w, p = case.workload, case.parallelism
     assert isinstance(w, TrainingWorkload)
     m = max(w.microbatches(p.dp), 1)
     v = interleaving(p.schedule, p.pp, p.virtual_stages, m)
     view = ops_view(ops)
-    templates = templates if templates is not None else case_templates(case, view)
+    templates = templates if templates is not None else shared_case_templates(case, view)
     stages = range(p.pp) if not cost.symmetric else [0]
     replayed = [replay_all(case, view, templates, cost, s if not cost.symmetric else -1, overlap) for s in stages]
     counts = layer_counts(case)
@@ -259,8 +262,7 @@ def training_plan(case: Case, ops: pd.DataFrame, cost: CommCost, overlap: bool =
             gather_s = cost.time("dp", "all_gather", gather_bytes, 0)
             cost.count("dp", "all_gather", gather_bytes, 1)
     # the same row selections, products and sums as the pandas masks they replace (table order kept)
-    timed = view.frame.time_s.to_numpy() * view.frame["count"].to_numpy()
-    work = view.frame.flops.to_numpy() * view.frame["count"].to_numpy()
+    timed, work = view.timed, view.work
     opt = float(timed[view.sections.get("optimizer", [])].sum()) * (params / params.mean())   # each stage by its share
     inputs = PipelineInputs(p.schedule, p.pp, v, m, f_span, f_comp, b_span, b_comp, p2p_f, p2p_b, buckets,
                             bucket_s, opt, gather_s, cost.dims("pp"), cost.dims("dp"), f_hidden, b_hidden,

@@ -13,10 +13,9 @@ compute + exposed communication + bubble on the critical stage (docs/engine.md):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from numba import njit
 
 from rapidllm.engine import baseline
 from rapidllm.engine.comm_cost import CommCost
@@ -35,8 +34,13 @@ from rapidllm.graph.pipeline_dag import (
     build_pipeline,
 )
 from rapidllm.graph.templates import Template
+from rapidllm.jit import njit
 from rapidllm.memory.closed_form import MemoryResult
+from rapidllm.ops.price import OperatorTable, as_frame
 from rapidllm.spec.case import Case, TrainingWorkload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ENGINES = ("event", "baseline")
 
@@ -114,7 +118,7 @@ class TrainingReplay:
     crit: np.ndarray
 
 
-def replay_training(case: Case, ops: pd.DataFrame, overlap: bool = True,
+def replay_training(case: Case, ops: pd.DataFrame | OperatorTable, overlap: bool = True,
                     templates: list[Template] | None = None) -> TrainingReplay:
     """Price the collectives, replay the templates, build the pipeline DAG and run its longest path."""
     cost = CommCost(case)
@@ -124,7 +128,7 @@ def replay_training(case: Case, ops: pd.DataFrame, overlap: bool = True,
     return TrainingReplay(case, cost, plan, g, start, finish, crit)
 
 
-def training_record(case: Case, ops: pd.DataFrame, overlap: bool = True, templates: list[Template] | None = None,
+def training_record(case: Case, ops: pd.DataFrame | OperatorTable, overlap: bool = True, templates: list[Template] | None = None,
                      trace: bool = False) -> dict:
     """The training record; with trace=True also the replay itself under the key "schedule"."""
     r = replay_training(case, ops, overlap, templates)
@@ -144,7 +148,7 @@ def training_record(case: Case, ops: pd.DataFrame, overlap: bool = True, templat
     return rec
 
 
-def simulate(case: Case, ops: pd.DataFrame, memory: MemoryResult, engine: str = "event", overlap: bool = True,
+def simulate(case: Case, ops: pd.DataFrame | OperatorTable, memory: MemoryResult, engine: str = "event", overlap: bool = True,
             adjust: Adjust | None = None, templates: list[Template] | None = None, trace: bool = False) -> dict:
     """Prediction plus memory as one flat record with the stable snake_case keys of the README.
 
@@ -152,9 +156,9 @@ def simulate(case: Case, ops: pd.DataFrame, memory: MemoryResult, engine: str = 
     the replay under "schedule" (a `TrainingReplay`, or an `InferenceReplay` for static batching; None
     where there is none: the baseline engine, serving) for timelines; the numbers are the same either way.
     """
-    ops = adjust(ops) if adjust else ops
+    ops = adjust(as_frame(ops)) if adjust else ops
     if engine == "baseline":
-        rec = baseline.compose(case, ops, memory, communication_nodes(case))
+        rec = baseline.compose(case, as_frame(ops), memory, communication_nodes(case))
         return {**rec, "schedule": None} if trace else rec
     if engine != "event":
         raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(ENGINES)}")

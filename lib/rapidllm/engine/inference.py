@@ -33,14 +33,12 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import Replayed, replay_all
-from rapidllm.engine.microbatch import Adjust, overlap_active, overlapped_pass
+from rapidllm.engine.microbatch import Adjust, Ops, at_batch, overlap_active, overlapped_pass
 from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, simulate
-from rapidllm.graph.templates import Template, extra_templates, layer_counts, layer_templates
-from rapidllm.ops.price import price_case
+from rapidllm.graph.templates import Template, extra_templates, layer_counts, layer_templates, ops_view
 from rapidllm.spec.case import Case, InferenceWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 
@@ -73,10 +71,11 @@ class PassParts:
         return span, compute
 
 
-def pass_parts(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool) -> PassParts:
+def pass_parts(case: Case, ops: Ops, prefix: str, cost: CommCost, overlap: bool) -> PassParts:
     """Replay the templates of one forward pass (section prefix) and keep its pieces."""
     w, p = case.workload, case.parallelism
     assert isinstance(w, InferenceWorkload)
+    ops = ops_view(ops)
     heads = [t for t in extra_templates(case, ops) if t.section == f"{prefix}head"]
     templates = layer_templates(case, ops, prefix) + heads
     r = replay_all(case, ops, templates, cost, -1, overlap)
@@ -88,7 +87,7 @@ def pass_parts(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overl
                      cost.time("pp", "send_recv", nbytes), float(nbytes), r, tuple(templates))
 
 
-def forward_pass(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool,
+def forward_pass(case: Case, ops: Ops, prefix: str, cost: CommCost, overlap: bool,
                  adjust: Adjust | None = None) -> tuple[float, float]:
     """(time, compute time) of one forward pass through all stages for a section prefix; as overlapped
     micro-batches when the case sets `parallelism.microbatch_overlap` (engine/microbatch.py)."""
@@ -109,7 +108,7 @@ class InferenceReplay:
     decode_last: PassParts | None
 
 
-def inference_record(case: Case, ops: pd.DataFrame, overlap: bool = True, adjust: Adjust | None = None,
+def inference_record(case: Case, ops: Ops, overlap: bool = True, adjust: Adjust | None = None,
                       trace: bool = False) -> dict:
     """The inference record; with trace=True also the replay under "schedule" (None when serving: a mean
     over desynchronized or simulated clients is not one request's timeline)."""
@@ -141,13 +140,13 @@ def inference_record(case: Case, ops: pd.DataFrame, overlap: bool = True, adjust
     return rec
 
 
-def _replay_steady_state(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> dict:
+def _replay_steady_state(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None) -> dict:
     """Mean in-flight batching over desynchronized clients: decode at batch C plus its share of prefills."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     cost = CommCost(case)
     prefill = np.array(forward_pass(case, ops, "prefill_", cost, overlap, adjust))
-    dcase, dops = _at_batch(case, ops, w.concurrency, adjust)
+    dcase, dops = at_batch(case, ops, w.concurrency, adjust)
     dcost = CommCost(dcase)
     first, last = (np.array(forward_pass(dcase, dops, s, dcost, overlap, adjust)) for s in SECTIONS[1:])
     share = 0.0 if w.serving == "disaggregated" else \
@@ -158,7 +157,7 @@ def _replay_steady_state(case: Case, ops: pd.DataFrame, overlap: bool, adjust: A
     return _record(ttft, itl, e2e, w.concurrency / itl[SPAN], cost.simulated + dcost.simulated)
 
 
-def _replay_serving(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> dict:
+def _replay_serving(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None) -> dict:
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     table, events = _iteration_cost(case, ops, overlap, adjust)
@@ -166,13 +165,13 @@ def _replay_serving(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust
     return _record(r.ttft_s, r.itl_s, r.e2e_latency_s, r.tokens_per_s, events)
 
 
-def _iteration_cost(case: Case, ops: pd.DataFrame, overlap: bool, adjust: Adjust | None) -> tuple[IterationCost, int]:
+def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None) -> tuple[IterationCost, int]:
     """Serving iteration cost from forward passes at the anchor batches; also the link events simulated."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     prefill, decode, events = [], [], 0
     for n in anchor_batches(w.concurrency):
-        ncase, nops = _at_batch(case, ops, n, adjust)
+        ncase, nops = at_batch(case, ops, n, adjust)
         cost = CommCost(ncase)
         pf, first, last = (np.array(forward_pass(ncase, nops, s, cost, overlap, adjust)) for s in SECTIONS)
         prefill.append((n * w.prompt_tokens, pf))
@@ -187,16 +186,6 @@ def anchor_batches(concurrency: int) -> list[int]:
     while out[-1] * 2 < concurrency:
         out.append(out[-1] * 2)
     return out + [concurrency] if concurrency > 1 else out
-
-
-def _at_batch(case: Case, ops: pd.DataFrame, batch: int, adjust: Adjust | None) -> tuple[Case, pd.DataFrame]:
-    """The case and its priced operators with `batch` sequences (the given ones when the batch matches)."""
-    w = case.workload
-    if batch == w.batch:
-        return case, ops
-    bcase = dataclasses.replace(case, workload=dataclasses.replace(w, batch=batch))
-    bops = price_case(bcase)
-    return bcase, adjust(bops) if adjust else bops
 
 
 def _record(ttft: np.ndarray, itl: np.ndarray, e2e: np.ndarray, rate: float, events: int) -> dict:

@@ -11,16 +11,21 @@ import io
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.schema import read_text
 from rapidllm.units import UnitError, parse_quantity
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 def load_measured(path: str | Path) -> pd.DataFrame:
+    import pandas as pd
+
     try:
         text = read_text(Path(path), "measured timings table", limit=64 * 2**20)
     except SpecError as err:

@@ -33,18 +33,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import dispatcher_sms
 from rapidllm.engine.replay import TemplateResult, replay_template
 from rapidllm.graph.templates import COMM, COMPUTE, Node, Template, compute_durations, extra_templates, \
     layer_counts, layer_templates, ops_view
-from rapidllm.ops.price import price_case
+from rapidllm.ops.price import OperatorTable, as_frame, price_table
 from rapidllm.spec.case import Case, InferenceWorkload
 
-Adjust = Callable[[pd.DataFrame], pd.DataFrame]
+if TYPE_CHECKING:                  # pandas stays off the prediction path (docs/performance.md)
+    import pandas as pd
+
+    from rapidllm.graph.templates import OpsView
+
+Adjust = Callable[["pd.DataFrame"], "pd.DataFrame"]
+Ops = "pd.DataFrame | OperatorTable | OpsView"
 
 
 def split_batch(batch: int, parts: int) -> tuple[int, ...]:
@@ -61,22 +66,30 @@ def overlap_active(case: Case) -> bool:
     return isinstance(w, InferenceWorkload) and len(split_batch(w.batch, case.parallelism.microbatch_overlap)) > 1
 
 
-def micro_cases(case: Case, ops: pd.DataFrame, adjust: Adjust | None = None) -> list[tuple[Case, pd.DataFrame]]:
+def at_batch(case: Case, ops: Ops, batch: int, adjust: Adjust | None) -> tuple[Case, Ops]:
+    """The case and its priced operators with `batch` sequences (the given ones when the batch matches)."""
+    w = case.workload
+    if batch == w.batch:
+        return case, ops
+    bcase = dataclasses.replace(case, workload=dataclasses.replace(w, batch=batch))
+    bops = price_table(bcase)
+    return bcase, adjust(as_frame(bops)) if adjust else bops
+
+
+def micro_cases(case: Case, ops: Ops, adjust: Adjust | None = None) -> list[tuple[Case, Ops]]:
     """Each micro-batch as its own case with its priced operators (one pricing per distinct size)."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
-    priced: dict[int, tuple[Case, pd.DataFrame]] = {w.batch: (case, ops)}
+    priced: dict[int, tuple[Case, Ops]] = {}
     out = []
     for b in split_batch(w.batch, case.parallelism.microbatch_overlap):
         if b not in priced:
-            bcase = dataclasses.replace(case, workload=dataclasses.replace(w, batch=b))
-            bops = price_case(bcase)
-            priced[b] = (bcase, adjust(bops) if adjust else bops)
+            priced[b] = at_batch(case, ops, b, adjust)
         out.append(priced[b])
     return out
 
 
-def _chain(case: Case, ops: pd.DataFrame, prefix: str) -> tuple[list[Node], list[float]]:
+def _chain(case: Case, ops: Ops, prefix: str) -> tuple[list[Node], list[float]]:
     """One micro-batch's decoder layers (model order, dense first) as a single node list with its compute
     durations. A collective launched before a layer's first operator depends on the previous compute node
     of the chain."""
@@ -129,7 +142,7 @@ def merged_template(chains: list[tuple[list[Node], list[float]]], section: str) 
     return Template(section, "fwd", out), durations
 
 
-def overlapped_replay(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool = True,
+def overlapped_replay(case: Case, ops: Ops, prefix: str, cost: CommCost, overlap: bool = True,
                       adjust: Adjust | None = None) -> TemplateResult:
     """The decoder layers of one forward pass (section prefix) as merged micro-batch chains, replayed on
     the single pipeline stage the spec admits: span, compute and communication summed over the
@@ -141,7 +154,7 @@ def overlapped_replay(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost
                            sm_share=(lambda axis: share if axis == "ep" else 0.0) if share else None)
 
 
-def overlapped_pass(case: Case, ops: pd.DataFrame, prefix: str, cost: CommCost, overlap: bool = True,
+def overlapped_pass(case: Case, ops: Ops, prefix: str, cost: CommCost, overlap: bool = True,
                     adjust: Adjust | None = None) -> tuple[float, float]:
     """(time, compute time) of one forward pass: the layers as overlapped micro-batches, then the head
     (final norm, LM head, MTP modules) once on the whole batch."""

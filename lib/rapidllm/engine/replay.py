@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from rapidllm.graph.templates import COMPUTE, Template
+from rapidllm.jit import njit
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def replay_template(t: Template, compute_s: Sequence[float], comm_s: Callable[[s
     kernels): compute progresses at 1 - (sum over running collectives) of its rate meanwhile. None: none.
     """
     n = len(t.nodes)
-    start, finish = np.zeros(n), np.zeros(n)
+    start, finish = [0.0] * n, [0.0] * n          # Python floats: the same doubles, without numpy scalar costs
     stream, chan_free = 0.0, {}
     it = iter(compute_s)
     compute = comm = 0.0
@@ -71,8 +71,9 @@ def replay_template(t: Template, compute_s: Sequence[float], comm_s: Callable[[s
         if share > 0.0 and dur > 0.0:
             holding.append((s, s + dur, share))
         comm += dur
-    span = float(finish.max() - start.min()) if n else 0.0
-    return TemplateResult(span, compute, comm, start, finish)
+    start_a, finish_a = np.array(start), np.array(finish)
+    span = float(finish_a.max() - start_a.min()) if n else 0.0
+    return TemplateResult(span, compute, comm, start_a, finish_a)
 
 
 def _slowed_finish(t: float, work: float, holding: list[tuple[float, float, float]]) -> float:

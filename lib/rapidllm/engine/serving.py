@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import numba
 import numpy as np
+
+from rapidllm.jit import njit
 
 SPAN, COMPUTE = 0, 1
 
@@ -66,7 +67,7 @@ def build_cost(prefill: list[tuple[int, np.ndarray]], decode: list[tuple[int, np
     return IterationCost(pf_tokens, pf_time, dec_batch, first, slope, float(ctx0))
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _iteration_time(k: float, b: float, s: float, pf_tokens: np.ndarray, pf_time: np.ndarray,
                     dec_batch: np.ndarray, dec_time: np.ndarray, dec_slope: np.ndarray, ctx0: float,
                     col: int) -> float:
@@ -80,7 +81,7 @@ def _iteration_time(k: float, b: float, s: float, pf_tokens: np.ndarray, pf_time
     return t
 
 
-@numba.njit(cache=True)
+@njit(cache=True, work=lambda clients, prompt, output, budget, n_done, *rest: n_done * (prompt + output))
 def _simulate(clients: int, prompt: int, output: int, budget: int, n_done: int, pf_tokens: np.ndarray,
               pf_time: np.ndarray, dec_batch: np.ndarray, dec_time: np.ndarray, dec_slope: np.ndarray,
               ctx0: float) -> tuple[np.ndarray, np.ndarray]:

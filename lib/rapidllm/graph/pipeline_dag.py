@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
 from rapidllm.graph.schedules import (
     INTERLEAVED,
@@ -25,6 +24,7 @@ from rapidllm.graph.schedules import (
     stage_actions,
     stage_actions_array,
 )
+from rapidllm.jit import njit
 
 TASK, P2P, GRAD, OPT, PARAM = 0, 1, 2, 3, 4
 KIND_NAMES = ("task", "p2p", "grad", "optimizer", "param_gather")
@@ -210,7 +210,7 @@ def _add_node(n, d, c, k, s, prev, channel_last, repeats, dur, comp, kind, stage
             ndep[n] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, work=lambda code, pp, v, m, *rest: 8 * pp * v * m)
 def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_bwd, buckets, bucket_s,
                   optimizer_s, param_gather_s, n_pp_dims, n_dp_dims, merge, f_hidden, b_hidden, grad_overlap,
                   blocking):

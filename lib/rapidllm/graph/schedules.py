@@ -8,8 +8,8 @@ only the order per stage: the dependencies between stages follow from (chunk, mi
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from rapidllm.jit import njit
 from rapidllm.spec.schedule import GPIPE, INTERLEAVED, ONE_F_ONE_B, ONE_STAGE, action_order, schedule_code
 
 __all__ = ["GPIPE", "INTERLEAVED", "ONE_F_ONE_B", "ONE_STAGE", "Action", "interleaving", "schedule_code",
@@ -31,7 +31,7 @@ def interleaving(schedule: str, pp: int, virtual_stages: int, m: int) -> int:
     return 1
 
 
-@njit(cache=True)
+@njit(cache=True, work=lambda code, pp, stage, m, v: 2 * m * v)
 def stage_actions_array(code: int, pp: int, stage: int, m: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`stage_actions` as arrays (direction 0 = F / 1 = B, chunk, micro-batch); `code` from `schedule_code`."""
     d, idx = action_order(code, pp, stage, m, v)

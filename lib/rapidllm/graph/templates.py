@@ -9,14 +9,20 @@ async TP) overlaps it. Compute nodes carry operator names; durations come from t
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
+from rapidllm.caches import current
 from rapidllm.graph.comm_nodes import dispatch_bytes, moe_tp_collectives
+from rapidllm.ops.price import OperatorTable
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COMPUTE, COMM = "compute", "comm"
 PREV = ""          # launch right before the consumer (after the preceding operator)
@@ -153,6 +159,8 @@ def weave(ops: list[tuple[str, str]], rules: list[Rule]) -> list[Node]:
 
 def operator_frame(case: Case) -> pd.DataFrame:
     """(section, name, phase) of every operator in execution order, without pricing (the trace stage)."""
+    import pandas as pd
+
     from rapidllm.ops.price import case_sections
     return pd.DataFrame([(s, o.name, o.phase) for s, o in case_sections(case)], columns=["section", "name", "phase"])
 
@@ -161,17 +169,33 @@ class OpsView:
     """Row lookup of an operator table by section, built once per table (pandas masks cost ~1 ms each).
 
     `ops_of` and `durations` return exactly what the boolean-mask selections of the table return, in
-    table order: names/phases, and time_s x count products (same elementwise numpy products).
+    table order: names/phases, and time_s x count products (same elementwise numpy products). An
+    `OperatorTable` (rows, no pandas) gives the same lists and arrays as its DataFrame: its numeric columns
+    become arrays of the dtype pandas infers for them (int64 when all values are ints, else float64).
     """
 
-    def __init__(self, ops: pd.DataFrame) -> None:
-        self.frame = ops
-        self.names = ops["name"].tolist()
-        self.phases = ops["phase"].tolist()
+    def __init__(self, ops: pd.DataFrame | OperatorTable) -> None:
+        self._ops = ops
+        column = ops.column if isinstance(ops, OperatorTable) else (lambda name: ops[name].tolist())
+        self.names = column("name")
+        self.phases = column("phase")
         self.sections: dict[str, list[int]] = {}
-        for i, sec in enumerate(ops["section"].tolist()):
+        for i, sec in enumerate(column("section")):
             self.sections.setdefault(sec, []).append(i)
-        self._durations: np.ndarray | None = None
+
+    def _numeric(self, name: str) -> np.ndarray:
+        ops = self._ops
+        return _numeric(ops.column(name)) if isinstance(ops, OperatorTable) else ops[name].to_numpy()
+
+    @functools.cached_property
+    def timed(self) -> np.ndarray:
+        """Seconds per row and micro-batch (time per launch x launches); priced tables only."""
+        return self._numeric("time_s") * self._numeric("count")
+
+    @functools.cached_property
+    def work(self) -> np.ndarray:
+        """FLOPs per row and micro-batch."""
+        return self._numeric("flops") * self._numeric("count")
 
     def rows(self, section: str, phases: tuple[str, ...] | set[str]) -> list[int]:
         return [i for i in self.sections.get(section, ()) if self.phases[i] in phases]
@@ -180,32 +204,30 @@ class OpsView:
         return [(self.names[i], self.phases[i]) for i in self.rows(section, phases)]
 
     def durations(self, section: str, phases: tuple[str, ...] | set[str]) -> list[float]:
-        if self._durations is None:
-            self._durations = self.frame.time_s.to_numpy() * self.frame["count"].to_numpy()
-        return list(self._durations[self.rows(section, phases)])
+        return list(self.timed[self.rows(section, phases)])
 
 
-def ops_view(ops: pd.DataFrame | OpsView) -> OpsView:
+def _numeric(values: list) -> np.ndarray:
+    """A column of Python numbers as pandas stores it: int64 if every value is an int, else float64."""
+    arr = np.array(values)
+    return arr if arr.dtype in (np.int64, np.float64) else arr.astype(np.float64)
+
+
+def ops_view(ops: pd.DataFrame | OperatorTable | OpsView) -> OpsView:
     return ops if isinstance(ops, OpsView) else OpsView(ops)
 
 
-def compute_durations(ops: pd.DataFrame | OpsView, t: Template) -> list[float]:
+def compute_durations(ops: pd.DataFrame | OperatorTable | OpsView, t: Template) -> list[float]:
     """Durations (time per launch x launches) of a template's compute nodes, in order."""
     phases = {n.phase for n in t.nodes if n.kind == COMPUTE}
-    if isinstance(ops, OpsView):
-        return ops.durations(t.section, phases)
-    sel = ops[(ops.section == t.section) & ops.phase.isin(phases)]
-    return list(sel.time_s.to_numpy() * sel["count"].to_numpy())
+    return ops_view(ops).durations(t.section, phases)
 
 
-def _ops_of(ops: pd.DataFrame | OpsView, section: str, phases: tuple[str, ...]) -> list[tuple[str, str]]:
-    if isinstance(ops, OpsView):
-        return ops.ops_of(section, phases)
-    sel = ops[(ops.section == section) & ops.phase.isin(phases)]
-    return list(zip(sel.name, sel.phase))
+def _ops_of(ops: pd.DataFrame | OperatorTable | OpsView, section: str, phases: tuple[str, ...]) -> list[tuple[str, str]]:
+    return ops_view(ops).ops_of(section, phases)
 
 
-def layer_templates(case: Case, ops: pd.DataFrame | OpsView, prefix: str = "") -> list[Template]:
+def layer_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, prefix: str = "") -> list[Template]:
     """Forward (and for training, recompute + backward) templates of each layer kind of a case."""
     ops = ops_view(ops)
     out = []
@@ -230,7 +252,7 @@ def layer_templates(case: Case, ops: pd.DataFrame | OpsView, prefix: str = "") -
     return out
 
 
-def extra_templates(case: Case, ops: pd.DataFrame | OpsView) -> list[Template]:
+def extra_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsView) -> list[Template]:
     """Embedding / LM-head work of the first and last stage, the optimizer step, the inference heads."""
     ops = ops_view(ops)
     out = []
@@ -244,7 +266,7 @@ def extra_templates(case: Case, ops: pd.DataFrame | OpsView) -> list[Template]:
     return out
 
 
-def case_templates(case: Case, ops: pd.DataFrame | OpsView) -> list[Template]:
+def case_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsView) -> list[Template]:
     """All templates of a case: the compact graph the trace stage stores."""
     ops = ops_view(ops)
     if case.training:
@@ -255,6 +277,30 @@ def case_templates(case: Case, ops: pd.DataFrame | OpsView) -> list[Template]:
     for prefix in ("prefill_", "decode_first_", "decode_last_")[:3 if w.output_tokens else 1]:
         out += layer_templates(case, ops, prefix)
     return out + extra_templates(case, ops)
+
+
+def shared_case_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsView) -> list[Template]:
+    """`case_templates`, built once per distinct input in `Caches.templates` (sweep-1000: 64 distinct of
+    1,142 simulated cases). The key is everything the templates are made of: the table's (section, name,
+    phase) rows and what `layer_rules` reads (model, tp, sp, cp, ep, etp, activation precision, the tokens
+    of each layer section and, for MoE, the dispatch bytes, which can depend on the fabric). Templates
+    are read-only once built."""
+    view = ops_view(ops)
+    sections = [""] * len(view.names)
+    for sec, rows in view.sections.items():
+        for i in rows:
+            sections[i] = sec
+    p = case.parallelism
+    prefixes = ("",) if case.training else ("prefill_", "decode_first_", "decode_last_")
+    tokens = tuple(layer_tokens(case, prefix) for prefix in prefixes)
+    moe = tuple(dispatch_bytes(case, n) for n in tokens) if case.model.moe and p.ep > 1 else ()
+    key = (tuple(zip(sections, view.names, view.phases)), case.model, case.training, p.tp, p.sp, p.cp, p.ep,
+           p.expert_tp, case.activation_precision, tokens, moe)
+    table = current().templates
+    hit = table.get(key)
+    if hit is None:
+        hit = table.put(key, case_templates(case, view))
+    return list(hit)
 
 
 def layer_counts(case: Case, prefix: str = "") -> dict[str, float]:

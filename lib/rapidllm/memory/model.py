@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from numba import njit
-
+from rapidllm.jit import njit
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.liveness import LayerLiveness, forward_working_set, layer_liveness
 from rapidllm.memory.state import ZERO_PAPER, Conventions, stage_layer_counts, stage_params, state_bytes
@@ -96,7 +95,7 @@ def activation_peak(case: Case, stage: int, layer: LayerLiveness, head: LayerLiv
                             float(x.head_stored), float(x.fwd_extra), float(x.bwd_extra)))
 
 
-@njit(cache=True)
+@njit(cache=True, work=lambda code, pp, stage, m, v, *rest: 2 * m * v)
 def _walk_peak(code: int, pp: int, stage: int, m: int, v: int, last: bool, per_chunk: float,
                head_stored: float, fwd_extra: float, bwd_extra: float) -> float:
     """`activation_peak_reference`'s loop over the stage's schedule (`spec.schedule.action_order`); `max` is

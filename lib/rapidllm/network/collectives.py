@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+
+from rapidllm.jit import njit
 
 
 @dataclass
@@ -197,7 +198,7 @@ class RingSchedule(Schedule):
         return out
 
 
-@njit(cache=True)
+@njit(cache=True, work=lambda n, steps, chunks: n * steps * chunks)
 def _ring_dep_ptr(n, steps, chunks):
     dep_ptr = np.zeros(chunks * steps * n + 1, np.int64)
     i = 0
@@ -212,7 +213,7 @@ def _ring_dep_ptr(n, steps, chunks):
     return dep_ptr
 
 
-@njit(cache=True)
+@njit(cache=True, work=lambda n, steps, chunks: n * steps * chunks)
 def _ring_dep_idx(n, steps, chunks):
     dep_idx = np.empty(chunks * max(steps - 1, 0) * n, np.int32)
     k = 0

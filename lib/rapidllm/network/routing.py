@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
-from numba import njit
 
+from rapidllm.jit import njit
 from rapidllm.network.topology import Topology, grid_shape
 from rapidllm.spec.errors import SpecError
 

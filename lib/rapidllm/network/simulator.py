@@ -34,8 +34,8 @@ reference-count updates per call, which cost more than the queue itself.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from rapidllm.jit import njit
 from rapidllm.network.collectives import RingSchedule
 from rapidllm.network.routing import route_table
 
@@ -321,7 +321,7 @@ def simulate_kernel(route_of, nbytes, release, dep_ptr, dep_idx, route_ptr, rout
     return when, busy, events
 
 
-@njit(cache=True)
+@njit(cache=True, work=lambda pos_route, steps, chunks, *rest: 8 * pos_route.size * steps * chunks)
 def ring_kernel(pos_route, steps, chunks, size_bytes, release, route_ptr, route_links, link_bw, link_lat):
     """`simulate_kernel` for a ring schedule given by its shape (see collectives.RingSchedule).
 

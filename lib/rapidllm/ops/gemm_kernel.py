@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from rapidllm.jit import njit
 
 # Layout of the float64 parameter vector handed to the kernel.
 P_SMS, P_SM_PEAK, P_SMEM_BW, P_L2_BW, P_L2_SIZE, P_HBM_BW, P_LAUNCH, P_LAT, P_IN, P_OUT, P_ACC = range(11)
@@ -34,7 +35,7 @@ def _round_time(conc, kit, fl_it, sm_it, peak, smem_bw, lat, stages, epi_s):
     return 2.0 * lat + kit * per_it + conc * epi_s
 
 
-@njit(cache=True)
+@njit(cache=True, work=lambda batch, m, n, k, cta_m, *rest: batch.size * cta_m.size * 8)
 def price_kernel(batch, m, n, k, cta_m, cta_n, cta_k, warp_m, warp_n, stages, cluster_m, occ, splits, p):
     """Best candidate per shape. Returns (float64[S, N_FOUT], int64[S, N_IOUT])."""
     S = m.shape[0]

@@ -8,10 +8,9 @@ they run, so pricing stays independent of the schedule.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from pandas._libs import lib as pd_lib
 
 from rapidllm.caches import current
 from rapidllm.ops import workload as wl
@@ -23,6 +22,9 @@ from rapidllm.ops.params import mtp_params, parameter_counts
 from rapidllm.ops.roofline import roofline_times
 from rapidllm.spec.case import Case, InferenceWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 OPERATOR_COLUMNS = ["section", "name", "kind", "phase", "count", "flops", "bytes", "out_bytes",
                     "batch", "m", "n", "k", "time_s"]
@@ -181,30 +183,51 @@ def _gemm_times(hw, dtype: str, shapes: list) -> np.ndarray:
     return np.array([known[tuple(s)] for s in shapes], dtype=np.float64)
 
 
-def price_case(case: Case, method: str = "tiles") -> pd.DataFrame:
+class OperatorTable:
+    """The priced operators of a case as rows (OPERATOR_COLUMNS), without pandas.
+
+    The engine reads a table by section (graph/templates.py: `OpsView`), so one prediction needs no
+    DataFrame: building one (~1 ms) and importing pandas (~0.4 s) were most of a sweep case's pricing and
+    of `rapidllm predict`'s start-up. `frame()` is the DataFrame `price_case` returns, for code that edits
+    or stores the table (measured-time adjusters, the baseline engine, pipeline stages)."""
+
+    def __init__(self, rows: list[tuple]) -> None:
+        self.rows = rows
+
+    def column(self, name: str) -> list:
+        j = OPERATOR_COLUMNS.index(name)
+        return [r[j] for r in self.rows]
+
+    def frame(self) -> pd.DataFrame:
+        return _frame(self.rows)
+
+
+def as_frame(ops: pd.DataFrame | OperatorTable) -> pd.DataFrame:
+    """A priced table as a DataFrame (an `OperatorTable` is converted, a DataFrame passed through)."""
+    return ops.frame() if isinstance(ops, OperatorTable) else ops
+
+
+def price_table(case: Case, method: str = "tiles") -> OperatorTable:
     """One row per operator launch shape with its time per launch.
 
     For training, every section but the optimizer step is a function of the layer shard (model, workload,
     tp/cp/ep/etp/sp, recompute, device, precision, kernels), not of dp, pp, ZeRO/FSDP or the schedule: a
-    sweep over those reuses one priced frame (sweep-1000: 64 distinct of 1472 cases) and prices only the
-    optimizer row anew. `price_case_reference` is the uncached definition; tests compare the two.
+    sweep over those reuses one priced set of rows (sweep-1000: 64 distinct of 1472 cases) and prices only
+    the optimizer rows anew. `price_case_reference` is the uncached definition; tests compare the two.
     """
     if not case.training:
-        return price_case_reference(case, method)
+        return OperatorTable(_rows(case, case_sections(case), method))
     key = _layer_pricing_key(case, method)
-    step = _rows(case, _step_sections(case), method)
-    priced = current().priced_layers                # (frame, its step rows); ~50 kB per frame
-    hit = priced.get(key)
-    if hit is None:
-        hit = priced.put(key, (_frame(_rows(case, _training_sections(case), method) + step), step))
-    base, cached_step = hit
-    out = base.copy()
-    first = len(out) - len(step)
-    for r, (row, cached) in enumerate(zip(step, cached_step)):     # the step rows are last
-        for j, (value, old) in enumerate(zip(row, cached)):
-            if value != old:
-                out.iat[first + r, j] = value
-    return out
+    priced = current().priced_layers                # the layer sections' rows; ~20 kB each
+    layers = priced.get(key)
+    if layers is None:
+        layers = priced.put(key, _rows(case, _training_sections(case), method))
+    return OperatorTable(layers + _rows(case, _step_sections(case), method))
+
+
+def price_case(case: Case, method: str = "tiles") -> pd.DataFrame:
+    """`price_table` as a DataFrame (the table the `price` pipeline stage writes)."""
+    return price_table(case, method).frame()
 
 
 def price_case_reference(case: Case, method: str = "tiles") -> pd.DataFrame:
@@ -235,6 +258,9 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
     """`pd.DataFrame(rows, columns=OPERATOR_COLUMNS)` built column by column (a third of price_case's
     time went to pandas building and splitting a 2-D object array). Each column goes through the same
     object conversion pandas applies to the columns of the 2-D path, so dtypes and values are equal."""
+    import pandas as pd
+    from pandas._libs import lib as pd_lib
+
     if not rows:
         return pd.DataFrame(rows, columns=OPERATOR_COLUMNS)
     cols = list(zip(*rows))

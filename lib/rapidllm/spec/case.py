@@ -18,10 +18,10 @@ from rapidllm.caches import current
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.hardware import HardwareSpec
 from rapidllm.spec.model import ModelSpec
-from rapidllm.spec.named import resolve_named
+from rapidllm.spec.named import resolve_named, validate_by_key
 from rapidllm.spec.network import FaultSpec, NetworkSpec
 from rapidllm.spec.paths import display
-from rapidllm.spec.schema import load_yaml, validate
+from rapidllm.spec.schema import load_yaml
 from rapidllm.units import parse_quantity
 
 
@@ -413,7 +413,7 @@ def _check_inference(model: ModelSpec, par: Parallelism, workload: InferenceWork
 
 def resolve_case(mapping: Any, source: str) -> Case:
     """Validate a case mapping against workflow/schemas/case and resolve names into specs."""
-    validate(mapping, "case", source)
+    validate_by_key(mapping, "case", source)
     model_m, model_src = resolve_named("model", mapping["model"], source, "model", copy_named=False)
     hw_m, hw_src = resolve_named("hardware", mapping["hardware"], source, "hardware", copy_named=False)
     net_m, net_src = resolve_named("network", mapping["network"], source, "network", copy_named=False)
@@ -421,7 +421,7 @@ def resolve_case(mapping: Any, source: str) -> Case:
     hardware = _spec(HardwareSpec, mapping["hardware"], hw_m, hw_src)
     if "clock" in mapping:
         hardware = hardware.at_clock(parse_quantity(mapping["clock"], "frequency"))
-    network = NetworkSpec.from_mapping(net_m, net_src)
+    network = _spec(NetworkSpec, mapping["network"], net_m, net_src)
     w = dict(mapping["workload"])
     mode = w.pop("mode")
     if mode == "training":
@@ -435,7 +435,7 @@ def resolve_case(mapping: Any, source: str) -> Case:
     par = Parallelism(**par_m)
     _check_bounds(hardware, par, workload, mapping.get("precision", "bf16"), source)
     _check_layout(model, par, workload, source)
-    network = network.sized_for(par.world, source)
+    network = _sized(network, par.world, source)
     extra = tuple(FaultSpec.from_mapping(f) for f in mapping.get("faults", []))
     if extra:
         network = dataclasses.replace(network, faults=network.faults + extra)

@@ -253,9 +253,11 @@ def referenced_spec_files(exp: Experiment) -> list[str]:
     return sorted(files)
 
 
-def expand_with_cases(exp: Experiment) -> list[tuple[dict, Case | None]]:
+def expand_with_cases(exp: Experiment, case_json: bool = True) -> list[tuple[dict, Case | None]]:
     """One record per combination (case_id, status, reason, the inlined case JSON and flat columns), each
-    with the Case it resolved to (None for invalid rows), so a sweep resolves every case once."""
+    with the Case it resolved to (None for invalid rows), so a sweep resolves every case once.
+    case_json=False leaves out the "case_json" column (an in-process sweep does not keep it; inlining and
+    serializing the named specs of every row were a fifth of expansion)."""
     out: list[tuple[dict, Case | None]] = []
     for index, (label, raw) in enumerate(raw_cases(exp)):
         row: dict[str, Any] = {"experiment": exp.name, "index": index, "label": label,
@@ -264,13 +266,15 @@ def expand_with_cases(exp: Experiment) -> list[tuple[dict, Case | None]]:
         case = None
         try:
             case = resolve_case(raw["case"], f"{exp.source} case {index} ({label})")
-            inlined = inline_names(raw["case"], exp.source)
-            row.update(case_id=case.case_id, status="ok", reason="", case_json=json.dumps(inlined, sort_keys=True))
+            row.update(case_id=case.case_id, status="ok", reason="")
+            if case_json:
+                row["case_json"] = json.dumps(inline_names(raw["case"], exp.source), sort_keys=True)
             row.update(flat_columns(case))
         except SpecError as err:
             case = None
-            row.update(case_id="", status="invalid", reason=str(err),
-                       case_json=json.dumps(json_safe(raw["case"]), sort_keys=True, default=str))
+            row.update(case_id="", status="invalid", reason=str(err))
+            if case_json:
+                row["case_json"] = json.dumps(json_safe(raw["case"]), sort_keys=True, default=str)
         out.append((row, case))
     return out
 

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
 from rapidllm.caches import current
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.paths import config_dir, display, known_names, schema_dir
-from rapidllm.spec.schema import load_yaml, short, validate
+from rapidllm.spec.schema import load_yaml, schema_of, short, validate
 
 # A spec name is a file stem in config/<kind>/: no path separators, so a name never leaves that folder.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -31,11 +33,15 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
         if not NAME.fullmatch(value):
             raise SpecError.at(source, key, f"{short(value)} is not a {kind} name (letters, digits, '.', '_', '-'; "
                                f"names resolve only inside {display(config_dir(kind))}/, which lists them)")
-        path = config_dir(kind) / f"{value}.yaml"
-        if not path.is_file():
+        path = os.path.join(config_dir(kind), f"{value}.yaml")   # one stat per lookup, no pathlib objects
+        try:
+            info = os.stat(path)
+        except OSError:
+            info = None
+        if info is None or not stat.S_ISREG(info.st_mode):
             names = known_names(kind)
             raise SpecError.at(source, key, f"unknown {kind} {value!r}; known: {', '.join(names)}")
-        mapping, where = _load_named(kind, value, path, path.stat().st_mtime_ns)
+        mapping, where = _load_named(kind, value, path, info.st_mtime_ns)
         return (copy.deepcopy(mapping) if copy_named else mapping), where
     elif isinstance(value, dict):
         mapping, where = dict(value), f"{source}: {key}"
@@ -58,10 +64,37 @@ def _validate_inline(mapping: dict, kind: str, where: str) -> None:
     seen.put(key, True)
 
 
+# Top-level keywords of a schema that judges each key of a mapping on its own: nothing relates two keys.
+_PER_KEY = {"$schema", "$id", "$comment", "title", "description", "type", "required", "properties",
+            "additionalProperties"}
+
+
+def validate_by_key(mapping: Any, kind: str, source: str) -> None:
+    """`validate`, skipped when the schema judges every top-level key on its own (only type: object,
+    required, properties and additionalProperties: false at the top) and every value of `mapping` already
+    passed, under the same key, in a valid mapping of this kind (`Caches.valid_values`). A sweep's
+    thousands of case mappings are built from a few hundred distinct values (sweep-1000: 184 layouts);
+    validating each whole mapping was a third of expansion. Any mapping that is not skipped is validated
+    in full, so errors and their messages are the ones `validate` gives."""
+    schema = schema_of(kind)
+    if not (isinstance(mapping, dict) and set(schema) <= _PER_KEY and schema.get("type") == "object"
+            and schema.get("additionalProperties") is False):
+        validate(mapping, kind, source)
+        return
+    seen = current().valid_values
+    keys = [(kind, str(schema_dir()), k, repr(v)) for k, v in mapping.items()]
+    if (all(k in schema.get("properties", {}) for k in mapping) and all(r in mapping for r in schema.get("required", ()))
+            and all(key in seen for key in keys)):
+        return
+    validate(mapping, kind, source)
+    for key in keys:
+        seen.put(key, True)
+
+
 @functools.lru_cache(maxsize=256)
-def _load_named(kind: str, name: str, path: Path, mtime_ns: int) -> tuple[Any, str]:
+def _load_named(kind: str, name: str, path: str, mtime_ns: int) -> tuple[Any, str]:
     """Parse and validate one named spec file; the modification time in the key invalidates edits."""
-    mapping = load_yaml(path)
+    mapping = load_yaml(Path(path))
     where = display(path)
     mapping = {"name": name, **(mapping or {})} if isinstance(mapping, dict) else mapping
     validate(mapping, kind, where)

@@ -37,7 +37,12 @@ def schema_dir() -> Path:
 
 
 def config_dir(kind: str) -> Path:
-    return project_root() / "config" / KINDS[kind]
+    return _config_dir(project_root(), kind)
+
+
+@functools.lru_cache(maxsize=64)
+def _config_dir(root: Path, kind: str) -> Path:
+    return root / "config" / KINDS[kind]
 
 
 def known_names(kind: str) -> list[str]:

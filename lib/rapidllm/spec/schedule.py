@@ -9,7 +9,8 @@ tests/reference_impls.py restates it in plain Python for the tests.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from rapidllm.jit import njit
 
 # Which branch of the order applies (`schedule_code`).
 ONE_STAGE, GPIPE, ONE_F_ONE_B, INTERLEAVED = 0, 1, 2, 3
@@ -24,7 +25,7 @@ def schedule_code(schedule: str, pp: int, v: int) -> int:
     return ONE_F_ONE_B if v == 1 else INTERLEAVED
 
 
-@njit(cache=True)
+@njit(cache=True, work=lambda code, pp, stage, m, v: 2 * m * v)
 def action_order(code: int, pp: int, stage: int, m: int, v: int) -> tuple[np.ndarray, np.ndarray]:
     """Stage `stage`'s actions in order as (direction, index) arrays: direction 0 = forward, 1 = backward;
     index = which of the stage's forwards (or backwards) it is, counting from 0. A forward index is a

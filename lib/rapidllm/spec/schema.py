@@ -92,6 +92,11 @@ def _schemas(folder: Path) -> tuple[dict[str, Any], Registry]:
     return schemas, registry
 
 
+def schema_of(kind: str) -> dict[str, Any]:
+    """The parsed workflow/schemas/{kind}.schema.yaml (shared: do not mutate)."""
+    return _schemas(schema_dir())[0][f"{kind}.schema.yaml"]
+
+
 @functools.cache
 def _validator(kind: str) -> jsonschema.protocols.Validator:
     schemas, registry = _schemas(schema_dir())

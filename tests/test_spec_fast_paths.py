@@ -1,0 +1,64 @@
+"""Expansion fast paths (spec/named.py: validate_by_key, spec/case.py: shared sized fabrics): the same
+verdicts, messages and case ids as validating and building every case from scratch."""
+from __future__ import annotations
+
+import pytest
+
+from rapidllm.caches import Caches
+from rapidllm.spec.case import resolve_case
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.named import validate_by_key
+from rapidllm.spec.schema import schema_of, validate
+from reference_impls import case_id_reference
+
+
+def _error(fn, *args) -> str | None:
+    try:
+        fn(*args)
+    except SpecError as err:
+        return str(err)
+    return None
+
+
+def test_case_schema_is_judged_key_by_key() -> None:
+    """The fast path applies to the case schema (if someone adds a rule relating two keys, it stops)."""
+    s = schema_of("case")
+    assert s["type"] == "object" and s["additionalProperties"] is False
+    assert set(s) <= {"$schema", "$id", "$comment", "title", "description", "type", "required", "properties",
+                      "additionalProperties"}
+
+
+def test_validate_by_key_gives_validate_verdicts(gpt_case) -> None:
+    """Known-valid values never hide an error elsewhere in the mapping: bad values, unknown keys and
+    missing keys give validate's own message, before and after the good values are remembered."""
+    bad = [
+        {**gpt_case, "parallelism": {**gpt_case["parallelism"], "tp": 0}},
+        {**gpt_case, "workload": {**gpt_case["workload"], "mode": "serving"}},
+        {**gpt_case, "precision": "int3"},
+        {**gpt_case, "extra": 1},
+        {k: v for k, v in gpt_case.items() if k != "workload"},
+        {**gpt_case, "parallelism": {**gpt_case["parallelism"], "tp": True}},
+        {**gpt_case, "clock": "fast"},
+    ]
+    with Caches().active():
+        assert _error(validate_by_key, gpt_case, "case", "x") is None
+        assert _error(validate_by_key, {**gpt_case, "clock": "1.2 GHz"}, "case", "x") is None
+        for mapping in bad + bad:           # the second round runs with every good value remembered
+            expect = _error(validate, mapping, "case", "x")
+            assert expect is not None
+            assert _error(validate_by_key, mapping, "case", "x") == expect
+        assert _error(validate_by_key, None, "case", "x") == _error(validate, None, "case", "x")
+
+
+def test_shared_fabrics_keep_case_ids(gpt_case) -> None:
+    """Cases of several world sizes on one named-or-inline fabric, built in one scope: ids equal the
+    asdict definition, and a fabric too small for a layout still says so."""
+    with Caches().active():
+        for dp in (1, 2, 4, 1):
+            case = resolve_case({**gpt_case, "parallelism": {**gpt_case["parallelism"], "dp": dp}}, "x")
+            assert case.case_id == case_id_reference(case)
+            assert case.network.total_size >= case.parallelism.world
+        small = {**gpt_case, "network": {"dimensions": [{"topology": "switch", "size": 8,
+                                                          "link_bandwidth": "100 GB/s", "latency": "0 us"}]}}
+        with pytest.raises(SpecError, match="holds 8 ranks"):
+            resolve_case(small, "x")
