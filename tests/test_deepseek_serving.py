@@ -82,12 +82,27 @@ def test_layout_rules_for_redundant_experts_and_drafts() -> None:
     with pytest.raises(SpecError, match="set workload.draft_tokens"):
         v3(mtp=1, draft_acceptance=0.8)
     with pytest.raises(SpecError, match="allowed with serving simulated: 0"):
-        v3(mtp=1, draft_tokens=1, concurrency=8, serving="simulated")
+        v3(mtp=1, draft_tokens=1, draft_acceptance=0.8, concurrency=8, serving="simulated")
     m = _model("deepseek-v3", 0)
     with pytest.raises(SpecError, match="redundant_experts"):
         resolve_case(dict(model=m, hardware="h800", network="h800-ib",
                           workload=dict(mode="training", seq_len=4096, global_batch=64),
                           parallelism=dict(dp=64, ep=64, redundant_experts=64)), "test")
+
+
+def test_options_that_would_be_silently_ignored_or_pessimal_are_refused() -> None:
+    """A user's first tries (issue-24 question): drafts without an acceptance rate (it defaulted to 0, every
+    draft rejected: slower than no drafts), replicas with ep 1 (nothing to balance, only memory), a
+    disaggregated decode instance holding no more than one batch (static batching ran instead, unchanged)."""
+    with pytest.raises(SpecError, match="draft_acceptance: draft_tokens 1 needs the probability"):
+        v3(mtp=1, draft_tokens=1)
+    with pytest.raises(SpecError, match="allowed: 0 to 0"):
+        v3(draft_tokens=1, draft_acceptance=0.8)
+    with pytest.raises(SpecError, match="redundant_experts: .*with ep 1"):
+        v3(ep=1, redundant=8)
+    with pytest.raises(SpecError, match="workload.serving: disaggregated .*concurrency > batch"):
+        v3(serving="disaggregated")
+    assert v3(mtp=1, draft_tokens=1, draft_acceptance=0.0).workload.tokens_per_step == 1.0   # explicit 0 is allowed
 
 
 def test_new_fields_enter_the_case_id_only_when_set() -> None:
