@@ -105,6 +105,19 @@ def test_options_that_would_be_silently_ignored_or_pessimal_are_refused() -> Non
     assert v3(mtp=1, draft_tokens=1, draft_acceptance=0.0).workload.tokens_per_step == 1.0   # explicit 0 is allowed
 
 
+def test_each_draft_module_frees_its_layer_before_the_next() -> None:
+    """The inference working set holds one MTP module's layer at a time: two drafting modules need what
+    one needs (the walk over all of them summed a whole MoE layer per module), and drafting never needs
+    less than the plain head."""
+    def work(drafts: int) -> float:
+        extra = {"draft_tokens": drafts, "draft_acceptance": 0.8} if drafts else {}
+        return memory_for_case(resolve_case(dict(
+            model=_model("deepseek-v2-lite", 2), hardware="h100-sxm5-80gb", network="dgx-h100", precision="bf16",
+            workload={"mode": "inference", "batch": 8, "prompt_tokens": 512, "output_tokens": 64, **extra}),
+            "test")).activations
+    assert work(2) == work(1) >= work(0)
+
+
 def test_new_fields_enter_the_case_id_only_when_set() -> None:
     plain = v3()
     assert "redundant_experts" not in _plain(plain.parallelism) and "draft_tokens" not in _plain(plain.workload)
