@@ -157,6 +157,10 @@ def test_disaggregated_decode_drops_the_prefill_share_and_holds_every_sequence()
     assert b["itl_s"] < a["itl_s"]
     kv = kv_cache_per_token(decode_only) * decode_only.model.layers * 32 * (512 + 64)
     assert memory_for_case(decode_only).kv_cache == pytest.approx(kv)
+    # in-flight batching without disaggregation decodes the same 32 sequences, so it holds their caches too
+    # (steady_state and simulated counted the batch of 1 only: 1/32 of the cache)
+    for serving in ("steady_state", "simulated"):
+        assert memory_for_case(lite(batch=1, concurrency=32, serving=serving)).kv_cache == pytest.approx(kv)
 
 
 def test_inference_system_per_node_throughput() -> None:

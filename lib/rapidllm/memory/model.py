@@ -162,8 +162,9 @@ def _inference_stage(case: Case, stage: int, conv: Conventions) -> MemoryResult:
     sp = stage_params(case, stage, conv)
     weights = sp.total * DTYPE_BYTES[case.weight_precision]
     # an encoder (causal: false) keeps no cache: a layer's K and V live in its forward working set only;
-    # disaggregated decode instances hold every running sequence's cache
-    held = w.concurrency if w.serving == "disaggregated" else w.batch
+    # in-flight batching (concurrency > batch; steady_state, simulated or a disaggregated decode instance)
+    # holds every running sequence's cache
+    held = max(w.batch, w.concurrency)
     kv = kv_cache_per_token(case) * sp.layers * held * (w.prompt_tokens + w.output_tokens) * m.causal
     shard = wl.prefill_shard(case)
     work = max(forward_working_set(wl.layer_forward(m, shard, is_moe)) for is_moe, _ in layer_kinds(case))
