@@ -105,6 +105,17 @@ def test_options_that_would_be_silently_ignored_or_pessimal_are_refused() -> Non
     assert v3(mtp=1, draft_tokens=1, draft_acceptance=0.0).workload.tokens_per_step == 1.0   # explicit 0 is allowed
 
 
+@pytest.mark.parametrize("serving", ["steady_state", "disaggregated"])
+def test_more_acceptance_never_slows_decoding(serving: str) -> None:
+    """ITL never rises and throughput never falls as the draft acceptance rises, in both in-flight modes
+    (the step's work is the same; only the tokens it emits grow)."""
+    recs = [evaluate(lite(batch=1, concurrency=16, serving=serving, draft_tokens=1, draft_acceptance=p))
+            for p in (0.0, 0.3, 0.6, 0.9, 1.0)]
+    itl = [r["itl_s"] for r in recs]
+    rate = [r["tokens_per_s"] for r in recs]
+    assert itl == sorted(itl, reverse=True) and rate == sorted(rate) and itl[-1] < itl[0]
+
+
 def test_each_draft_module_frees_its_layer_before_the_next() -> None:
     """The inference working set holds one MTP module's layer at a time: two drafting modules need what
     one needs (the walk over all of them summed a whole MoE layer per module), and drafting never needs
