@@ -153,6 +153,8 @@ PREDICT = [
              base=with_key(CASE, "parallelism.redundant_experts", 8)),
     case_bad("redundant-experts-ep1", "workload", INFERENCE, "with ep 1 every GPU holds every expert", "message",
              base=with_key({**CASE, "model": "mixtral-8x7b"}, "parallelism.redundant_experts", 8)),
+    case_bad("redundant-experts-beyond-one-per-rank", "workload", INFERENCE, "at most experts x (ep - 1) = 8", "message",
+             base=with_key({**CASE, "model": "mixtral-8x7b"}, "parallelism", dict(dp=2, ep=2, redundant_experts=10))),
     case_bad("microbatch-overlap-three", "parallelism.microbatch_overlap", 3, "allowed: 1, 2"),
     case_bad("microbatch-overlap-nan", "parallelism.microbatch_overlap", NAN, "allowed: 1, 2"),
     case_bad("microbatch-overlap-training", "parallelism.microbatch_overlap", 2,

@@ -100,6 +100,9 @@ def test_options_that_would_be_silently_ignored_or_pessimal_are_refused() -> Non
         v3(draft_tokens=1, draft_acceptance=0.8)
     with pytest.raises(SpecError, match="redundant_experts: .*with ep 1"):
         v3(ep=1, redundant=8)
+    with pytest.raises(SpecError, match=r"at most experts x \(ep - 1\) = 256"):
+        v3(ep=2, redundant=258)
+    assert v3(ep=2, redundant=256).parallelism.redundant_experts == 256     # every rank holds every expert
     with pytest.raises(SpecError, match="workload.serving: disaggregated .*concurrency > batch"):
         v3(serving="disaggregated")
     assert v3(mtp=1, draft_tokens=1, draft_acceptance=0.0).workload.tokens_per_step == 1.0   # explicit 0 is allowed

@@ -352,6 +352,10 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
     if par.redundant_experts and par.ep == 1:
         raise bad("parallelism.redundant_experts", "replicas of hot experts balance the load of expert-parallel "
                   "ranks; with ep 1 every GPU holds every expert already; allowed: 0, or set parallelism.ep > 1")
+    if model.moe and par.redundant_experts > model.moe.experts * (par.ep - 1):
+        raise bad("parallelism.redundant_experts", f"{par.redundant_experts} replicas of {model.moe.experts} experts "
+                  f"over ep {par.ep} put one expert twice on a rank; allowed: at most experts x (ep - 1) = "
+                  f"{model.moe.experts * (par.ep - 1)}")
     if par.microbatch_overlap > 1 and not (isinstance(workload, InferenceWorkload) and par.pp == 1):
         raise bad("parallelism.microbatch_overlap", "the two-micro-batch overlap splits an inference forward "
                   "pass on one pipeline stage; allowed: 1 for training or pp > 1")
