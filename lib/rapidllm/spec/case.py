@@ -359,6 +359,8 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
     if par.microbatch_overlap > 1 and not (isinstance(workload, InferenceWorkload) and par.pp == 1):
         raise bad("parallelism.microbatch_overlap", "the two-micro-batch overlap splits an inference forward "
                   "pass on one pipeline stage; allowed: 1 for training or pp > 1")
+    if isinstance(workload, InferenceWorkload) and workload.draft_tokens and not (model.causal and model.vocab):
+        raise bad("workload.draft_tokens", f"{model.name} is an encoder: it generates no tokens to draft; allowed: 0")
     if isinstance(workload, InferenceWorkload) and workload.draft_tokens > model.mtp_depth:
         raise bad("workload.draft_tokens", f"draft_tokens {workload.draft_tokens} needs as many MTP modules; "
                   f"{model.name} has mtp_depth {model.mtp_depth}; allowed: 0 to {model.mtp_depth} (an inline "
