@@ -82,12 +82,54 @@ def test_layout_rules_for_redundant_experts_and_drafts() -> None:
     with pytest.raises(SpecError, match="set workload.draft_tokens"):
         v3(mtp=1, draft_acceptance=0.8)
     with pytest.raises(SpecError, match="allowed with serving simulated: 0"):
-        v3(mtp=1, draft_tokens=1, concurrency=8, serving="simulated")
+        v3(mtp=1, draft_tokens=1, draft_acceptance=0.8, concurrency=8, serving="simulated")
     m = _model("deepseek-v3", 0)
     with pytest.raises(SpecError, match="redundant_experts"):
         resolve_case(dict(model=m, hardware="h800", network="h800-ib",
                           workload=dict(mode="training", seq_len=4096, global_batch=64),
                           parallelism=dict(dp=64, ep=64, redundant_experts=64)), "test")
+
+
+def test_options_that_would_be_silently_ignored_or_pessimal_are_refused() -> None:
+    """A user's first tries (issue-24 question): drafts without an acceptance rate (it defaulted to 0, every
+    draft rejected: slower than no drafts), replicas with ep 1 (nothing to balance, only memory), a
+    disaggregated decode instance holding no more than one batch (static batching ran instead, unchanged)."""
+    with pytest.raises(SpecError, match="draft_acceptance: draft_tokens 1 needs the probability"):
+        v3(mtp=1, draft_tokens=1)
+    with pytest.raises(SpecError, match="allowed: 0 to 0"):
+        v3(draft_tokens=1, draft_acceptance=0.8)
+    with pytest.raises(SpecError, match="redundant_experts: .*with ep 1"):
+        v3(ep=1, redundant=8)
+    with pytest.raises(SpecError, match=r"at most experts x \(ep - 1\) = 256"):
+        v3(ep=2, redundant=258)
+    assert v3(ep=2, redundant=256).parallelism.redundant_experts == 256     # every rank holds every expert
+    with pytest.raises(SpecError, match="workload.serving: disaggregated .*concurrency > batch"):
+        v3(serving="disaggregated")
+    assert v3(mtp=1, draft_tokens=1, draft_acceptance=0.0).workload.tokens_per_step == 1.0   # explicit 0 is allowed
+
+
+@pytest.mark.parametrize("serving", ["steady_state", "disaggregated"])
+def test_more_acceptance_never_slows_decoding(serving: str) -> None:
+    """ITL never rises and throughput never falls as the draft acceptance rises, in both in-flight modes
+    (the step's work is the same; only the tokens it emits grow)."""
+    recs = [evaluate(lite(batch=1, concurrency=16, serving=serving, draft_tokens=1, draft_acceptance=p))
+            for p in (0.0, 0.3, 0.6, 0.9, 1.0)]
+    itl = [r["itl_s"] for r in recs]
+    rate = [r["tokens_per_s"] for r in recs]
+    assert itl == sorted(itl, reverse=True) and rate == sorted(rate) and itl[-1] < itl[0]
+
+
+def test_each_draft_module_frees_its_layer_before_the_next() -> None:
+    """The inference working set holds one MTP module's layer at a time: two drafting modules need what
+    one needs (the walk over all of them summed a whole MoE layer per module), and drafting never needs
+    less than the plain head."""
+    def work(drafts: int) -> float:
+        extra = {"draft_tokens": drafts, "draft_acceptance": 0.8} if drafts else {}
+        return memory_for_case(resolve_case(dict(
+            model=_model("deepseek-v2-lite", 2), hardware="h100-sxm5-80gb", network="dgx-h100", precision="bf16",
+            workload={"mode": "inference", "batch": 8, "prompt_tokens": 512, "output_tokens": 64, **extra}),
+            "test")).activations
+    assert work(2) == work(1) >= work(0)
 
 
 def test_new_fields_enter_the_case_id_only_when_set() -> None:
@@ -129,6 +171,10 @@ def test_disaggregated_decode_drops_the_prefill_share_and_holds_every_sequence()
     assert b["itl_s"] < a["itl_s"]
     kv = kv_cache_per_token(decode_only) * decode_only.model.layers * 32 * (512 + 64)
     assert memory_for_case(decode_only).kv_cache == pytest.approx(kv)
+    # in-flight batching without disaggregation decodes the same 32 sequences, so it holds their caches too
+    # (steady_state and simulated counted the batch of 1 only: 1/32 of the cache)
+    for serving in ("steady_state", "simulated"):
+        assert memory_for_case(lite(batch=1, concurrency=32, serving=serving)).kv_cache == pytest.approx(kv)
 
 
 def test_inference_system_per_node_throughput() -> None:

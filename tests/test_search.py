@@ -55,6 +55,27 @@ def test_pruned_search_equals_exhaustive(spec: dict) -> None:
     assert (pruned.groupby("gpus").group_rank.min() == 1).all()
 
 
+SERVING = {"name": "serving", "model": "deepseek-v2-lite", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
+           "workload": {"mode": "inference", "batch": 8, "prompt_tokens": 512, "output_tokens": 16}, "gpus": 8,
+           "top": 4, "parallelism": {"redundant_experts": 8, "moe_dispatcher": "deepep", "microbatch_overlap": 2},
+           "space": {"dp": [1, 8], "attention_impl": ["flash3"]}}
+
+
+def test_fixed_parallelism_settings_reach_every_layout() -> None:
+    """`parallelism` of a search spec (not searched) is in every layout's case: a ranked row equals the case
+    file with its columns and those settings; layouts the settings do not suit (ep 1 cannot hold replicas)
+    are invalid; the two-micro-batch overlap has no bound, so nothing is pruned and pruning changes nothing."""
+    df = search(SERVING)
+    assert df.attrs["counts"]["invalid"] > 0 and len(df) >= 2
+    pd.testing.assert_frame_equal(df, search(SERVING, prune=False))
+    for row in df.itertuples():
+        layout = {k: int(getattr(row, k)) for k in ("dp", "tp", "pp", "ep")}
+        case = {k: SERVING[k] for k in ("model", "hardware", "network", "workload")}
+        case.update(attention_impl="flash3", parallelism={**layout, **SERVING["parallelism"]})
+        assert predict(case).e2e_latency_s == row.e2e_latency_s
+        assert predict(dict(case, parallelism=layout)).e2e_latency_s != row.e2e_latency_s
+
+
 @pytest.mark.parametrize("spec", [DENSE, MOE, INFERENCE], ids=lambda s: s["name"])
 def test_bounds_never_exceed_the_simulation(spec: dict) -> None:
     """The property pruning rests on, checked on every feasible layout of the space."""

@@ -188,6 +188,10 @@ def predict(case: Case | str | Path | Mapping[str, Any], engine: str = "event",
                       memory=memory, schedule=rec.get("schedule"), device_validated=bool(rec["device_validated"]))
 
 
+CHAKRA_TRAINING_ONLY = ("Chakra traces are written for training steps (engine/chakra.py replays the training "
+                        "graph); allowed: a case with workload.mode training")
+
+
 def export_chakra(case: Case | str | Path | Mapping[str, Any], directory: str | Path,
                   per_class: bool = False) -> list[Path]:
     """Write the case's training step as Chakra traces for ASTRA-sim (engine/chakra.py): one `.et` per rank
@@ -196,6 +200,8 @@ def export_chakra(case: Case | str | Path | Mapping[str, Any], directory: str | 
     from rapidllm.engine.chakra import write_chakra, write_readme
 
     resolved = _as_case(case)
+    if not resolved.training:
+        raise SpecError(f"export_chakra: {CHAKRA_TRAINING_ONLY}")
     paths = write_chakra(resolved, price_case(resolved), directory, per_class)
     write_readme(resolved, directory, evaluate(resolved), per_class)
     return paths

@@ -55,11 +55,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from rapidllm.engine.measured import adjuster
-    from rapidllm.prediction import predict
+    from rapidllm.prediction import CHAKRA_TRAINING_ONLY, predict
     from rapidllm.spec.case import load_case
 
     case = load_case(args.case)
     adjust = adjuster(args.measured, args.what_if or ())
+    if args.chakra and not case.training:       # refused before any work or any file
+        raise SpecError(f"{display(args.case)}: --chakra: {CHAKRA_TRAINING_ONLY}")
     hw_cost = None
     if args.cost:                       # bad cost inputs are refused before any prediction runs
         from rapidllm.cost import hardware_cost

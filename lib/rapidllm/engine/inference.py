@@ -120,11 +120,11 @@ def inference_record(case: Case, ops: Ops, overlap: bool = True, adjust: Adjust 
         return {**rec, "schedule": None} if trace else rec
     cost = CommCost(case)
     if not w.output_tokens:      # an encoder: one forward pass over the batch, nothing decoded
-        part = pass_parts(case, ops, SECTIONS[0], cost, overlap)
-        ttft = np.array(part.totals())
+        part = None if overlap_active(case) else pass_parts(case, ops, SECTIONS[0], cost, overlap)
+        ttft = np.array(part.totals() if part else forward_pass(case, ops, SECTIONS[0], cost, overlap, adjust))
         rec = _record(ttft, 0.0 * ttft, ttft, w.rate_tokens / ttft[SPAN], cost.simulated)
         if trace:
-            rec["schedule"] = InferenceReplay(case, cost, part, None, None)
+            rec["schedule"] = InferenceReplay(case, cost, part, None, None) if part else None
         return rec
     if overlap_active(case):            # no single-stream timeline of two interleaved micro-batches
         parts = None

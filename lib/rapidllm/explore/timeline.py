@@ -227,7 +227,7 @@ def timeline(result: dict[str, Any] | Prediction) -> dict[str, Any]:
         tb = inference_trace(r)
     else:
         raise TimelineError("no timeline: only the event engine's training steps and static-batching "
-                            "requests (concurrency <= batch) have one")
+                            "requests (concurrency <= batch, without parallelism.microbatch_overlap) have one")
     keys = ("case_id", "step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s", "ttft_s", "itl_s",
             "e2e_latency_s", "critical_stage")
     title = next(e["args"]["name"] for e in tb.events if e["name"] == "process_name")

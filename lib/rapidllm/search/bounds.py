@@ -9,7 +9,8 @@ micro-batch's forwards on every earlier model chunk (at least one chunk on each 
 last task is followed by that micro-batch's backwards through them, which adds their compute (the
 pipeline fill and drain). Inference: TTFT is at least the prefill's compute through all layers, ITL the mean of
 the first and last decode step's compute. A factor (1 - 1e-9) absorbs the different order of the float
-additions. Bounds exist for training and for static-batching inference; other cases get none.
+additions. Bounds exist for training and for static-batching inference without the two-micro-batch
+overlap; other cases get none.
 """
 from __future__ import annotations
 
@@ -120,8 +121,8 @@ def optimistic_record(case: Case, work: ShardWork,
         return {"step_time_s": step, "tokens_per_s": w.global_batch * w.seq_len / step,
                 "mfu": utilization(model_flops_per_step(case), step, case)}
     assert isinstance(w, InferenceWorkload)
-    if w.concurrency > w.batch:
-        return None
+    if w.concurrency > w.batch or case.parallelism.microbatch_overlap > 1:
+        return None            # two overlapped micro-batches price other (half-batch) operators than `work`
     ttft = forward_compute(case, work, "prefill_") * SLACK
     itl = 0.5 * (forward_compute(case, work, "decode_first_") + forward_compute(case, work, "decode_last_")) * SLACK
     e2e = ttft + max(w.output_tokens - 1, 0) * itl       # output_tokens 0: an encoder's forward pass

@@ -126,7 +126,7 @@ def _inner(spec: SearchSpec, cand: Candidate, ax: dict[str, list], training: boo
                                 for zero in zeros:
                                     for fsdp in ax["fsdp"]:
                                         for attn in ax["attention_impl"]:
-                                            yield _layout(cand, workload, attn, dict(
+                                            yield _layout(cand, workload, attn, spec.options, dict(
                                                 dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero,
                                                 fsdp=fsdp, recompute=rc, recompute_modules=mods,
                                                 schedule=sched, virtual_stages=v))
@@ -140,8 +140,11 @@ def _workload(base: Case, size: int) -> TrainingWorkload | InferenceWorkload:
     return dataclasses.replace(w, batch=size, concurrency=concurrency)
 
 
-def _layout(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, attn: str, par_m: dict) -> Layout:
-    par = Parallelism(**par_m)
+def _layout(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, attn: str, options: dict[str, Any],
+            par_m: dict) -> Layout:
+    """The layout's columns are its searched axes; `options` (the spec's fixed `parallelism` settings) are
+    the same in every row and shape the case only."""
+    par = Parallelism(**options, **par_m)
     training = isinstance(workload, TrainingWorkload)
     columns = dict(par_m, etp=par.expert_tp, recompute_modules="+".join(par.recompute_modules),
                    micro_batch=workload.micro_batch if training else 0,

@@ -43,6 +43,7 @@ class SearchSpec:
     candidates: tuple[Candidate, ...]
     gpus: tuple[int, ...]
     space: dict[str, list]                     # axis -> user values (absent axes take their defaults)
+    options: dict[str, Any]                    # parallelism settings every layout keeps (`parallelism`)
     tp_across_nodes: bool
     objective: Objective
     slo: dict[str, float]                      # record column -> upper limit (seconds)
@@ -146,5 +147,5 @@ def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpe
     return SearchSpec(name=m.get("name", Path(source).stem if not isinstance(spec, dict) else "search"),
                       source=source, candidates=_candidates(m, source),
                       gpus=gpu_counts(m["gpus"], constraints.get("max_gpus"), source), space=space,
-                      tp_across_nodes=across, objective=objective, slo=slo, filters=filters,
+                      options=dict(m.get("parallelism", {})), tp_across_nodes=across, objective=objective, slo=slo, filters=filters,
                       top=int(m.get("top", 10)))

@@ -349,12 +349,22 @@ def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str
     if par.redundant_experts and not (model.moe and isinstance(workload, InferenceWorkload)):
         raise bad("parallelism.redundant_experts", "redundant expert replicas are an inference deployment of a MoE "
                   "model (DeepSeek's EPLB); allowed: 0 for training or a dense model")
+    if par.redundant_experts and par.ep == 1:
+        raise bad("parallelism.redundant_experts", "replicas of hot experts balance the load of expert-parallel "
+                  "ranks; with ep 1 every GPU holds every expert already; allowed: 0, or set parallelism.ep > 1")
+    if model.moe and par.redundant_experts > model.moe.experts * (par.ep - 1):
+        raise bad("parallelism.redundant_experts", f"{par.redundant_experts} replicas of {model.moe.experts} experts "
+                  f"over ep {par.ep} put one expert twice on a rank; allowed: at most experts x (ep - 1) = "
+                  f"{model.moe.experts * (par.ep - 1)}")
     if par.microbatch_overlap > 1 and not (isinstance(workload, InferenceWorkload) and par.pp == 1):
         raise bad("parallelism.microbatch_overlap", "the two-micro-batch overlap splits an inference forward "
                   "pass on one pipeline stage; allowed: 1 for training or pp > 1")
+    if isinstance(workload, InferenceWorkload) and workload.draft_tokens and not (model.causal and model.vocab):
+        raise bad("workload.draft_tokens", f"{model.name} is an encoder: it generates no tokens to draft; allowed: 0")
     if isinstance(workload, InferenceWorkload) and workload.draft_tokens > model.mtp_depth:
         raise bad("workload.draft_tokens", f"draft_tokens {workload.draft_tokens} needs as many MTP modules; "
-                  f"{model.name} has mtp_depth {model.mtp_depth}")
+                  f"{model.name} has mtp_depth {model.mtp_depth}; allowed: 0 to {model.mtp_depth} (an inline "
+                  "model mapping may set mtp_depth)")
     if isinstance(workload, InferenceWorkload) and workload.draft_tokens and workload.serving == "simulated":
         raise bad("workload.draft_tokens", "speculative decoding is modelled with static batching and serving "
                   "steady_state or disaggregated; allowed with serving simulated: 0")
@@ -406,6 +416,10 @@ def _check_inference(model: ModelSpec, par: Parallelism, workload: InferenceWork
     if model.causal and not workload.output_tokens:
         raise bad("workload.output_tokens", f"0 (a forward pass only) is for encoder models (causal: false); "
                   f"{model.name} is a decoder: allowed >= 1")
+    if workload.serving == "disaggregated" and workload.concurrency <= workload.batch:
+        raise bad("workload.serving", f"disaggregated decode instances hold more sequences than one request "
+                  f"batch; allowed: concurrency > batch ({workload.batch}), else static batching applies "
+                  f"(serving: steady_state)")
     if not model.causal and workload.concurrency > workload.batch:
         raise bad("workload.concurrency", f"in-flight batching interleaves decode steps, which the encoder "
                   f"{model.name} has none of; allowed: concurrency <= batch ({workload.batch})")
@@ -423,6 +437,10 @@ def resolve_case(mapping: Any, source: str) -> Case:
         hardware = hardware.at_clock(parse_quantity(mapping["clock"], "frequency"))
     network = _spec(NetworkSpec, mapping["network"], net_m, net_src)
     w = dict(mapping["workload"])
+    if w.get("draft_tokens") and "draft_acceptance" not in w:
+        raise SpecError.at(source, "workload.draft_acceptance", f"draft_tokens {w['draft_tokens']} needs the "
+                           "probability each draft is accepted; allowed: a number 0 to 1 (DeepSeek-V3 reports "
+                           "0.85-0.9 for its MTP draft)")
     mode = w.pop("mode")
     if mode == "training":
         workload: TrainingWorkload | InferenceWorkload = TrainingWorkload(**w)

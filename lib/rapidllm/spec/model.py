@@ -125,6 +125,9 @@ class ModelSpec:
         if m["vocab"] == 0 and not m.get("patch_size"):
             raise SpecError.at(source, "vocab", "0 (no token embedding or output head) needs patch_size > 0 "
                                "(an image encoder's tokens are patches); a token model needs vocab >= 1")
+        if m.get("mtp_depth") and (m["vocab"] == 0 or m.get("causal") is False):
+            raise SpecError.at(source, "mtp_depth", "multi-token prediction predicts later tokens of a causal "
+                               "model through its output head; allowed with causal: false or vocab 0: 0")
         return cls(
             name=m["name"], hidden=m["hidden"], layers=m["layers"], heads=heads, kv_heads=kv_heads,
             head_dim=head_dim, ffn=m["ffn"], vocab=m["vocab"], mlp=m.get("mlp", "gated"),
