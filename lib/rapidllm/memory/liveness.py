@@ -18,10 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rapidllm.ops.operators import ATTENTION, GEMM, Operator
-from rapidllm.ops.workload import recomputed
+from rapidllm.ops.workload import LAYER_INPUT, recomputed
 
 NORMS = ("norm1", "norm2", "final_norm", "latent_norm")
-LAYER_INPUT = "<layer input>"
 
 
 @dataclass(frozen=True)
@@ -37,11 +36,14 @@ def _size(op: Operator) -> float:
     return op.out_bytes * op.count
 
 
+def _residual(name: str) -> bool:
+    """Whether `name` is a residual add (of a layer, or of an MTP module's layer: `mtp{k}_residual1`)."""
+    return name.rsplit("_", 1)[-1].startswith("residual")
+
+
 def _saved_inputs(op: Operator) -> tuple[str, ...]:
     """Names of tensors the backward of `op` reads (derived from its kind, name and inputs)."""
     inputs = op.inputs or (LAYER_INPUT,)
-    if op.kind == GEMM and op.name.startswith("expert") and op.name.endswith("_up"):
-        return ("permute",)             # routed experts read slices of the permuted tokens
     if op.kind in (GEMM, ATTENTION):
         return inputs
     if op.name in NORMS or op.name.endswith("_act"):
@@ -94,7 +96,9 @@ def layer_liveness(ops: list[Operator], flash: bool = True, recompute: str = "no
     # half-precision weight gradient before it is added into the gradient buffer.
     bwd_extra = 0.0
     for o in reversed(fwd):
-        grad_in = sum(sizes.get(n, 0.0) for n in (o.inputs or (LAYER_INPUT,)))
+        grads = [sizes.get(n, 0.0) for n in (o.inputs or (LAYER_INPUT,))]
+        # a residual add hands its output's gradient to both inputs as it is: one tensor, not one each
+        grad_in = max(grads) if _residual(o.name) else sum(grads)
         wgrad = 0.0
         if o.kind == GEMM and o.gemm:
             g, _, n, k = o.gemm

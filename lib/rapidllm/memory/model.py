@@ -145,10 +145,8 @@ def kv_cache_per_token(case: Case) -> float:
 
 def _head_working_set(ops: list) -> float:
     """The head's forward working set in inference, the main head and each MTP module (`mtp{k}_...`) apart:
-    a module hands the next only its hidden state, so its layer's tensors are freed before the next runs.
-    One walk over them all kept every tensor that no later operator names alive to the end (a module's
-    permute, expert and unpermute outputs), so each draft module added a whole MoE layer's working set
-    (DeepSeek-V3, 32 prompts of 2000 tokens on TP 8: 24.1 GiB with one draft, 46.4 GiB with two)."""
+    a module hands the next only its hidden state, so its layer's tensors are freed before the next runs
+    (one walk over them all would also hold the main head's hidden state through every module)."""
     groups: dict[str, list] = {}
     for o in ops:
         groups.setdefault(o.name.split("_", 1)[0] if o.name.startswith("mtp") else "", []).append(o)

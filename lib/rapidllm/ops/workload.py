@@ -20,6 +20,9 @@ from rapidllm.spec.model import ModelSpec
 
 # FLOPs per element of common pointwise kernels (rough, they are bandwidth bound anyway).
 NORM_FLOPS, ACT_FLOPS, ROPE_FLOPS = 5.0, 8.0, 6.0
+# The hidden state entering a layer (or the head): what an operator with no `inputs` reads. Residual adds
+# name it so the memory liveness walk (memory/liveness.py) frees each tensor after its real last reader.
+LAYER_INPUT = "<layer input>"
 
 
 @dataclass(frozen=True)
@@ -160,13 +163,14 @@ def _core_and_output(model: ModelSpec, s: Shard, qh: int, kvh: int, d_qk: int, d
         out, width = "v_absorb", qh * v_absorb
     return ops + [
         _gemm("o_proj", "fwd", T, h, width, b, inputs=(out,)),
-        _pointwise("residual1", "fwd", _norm_elements(model, s), b, 2, 1, 1.0, inputs=("o_proj",)),
+        _pointwise("residual1", "fwd", _norm_elements(model, s), b, 2, 1, 1.0, inputs=(LAYER_INPUT, "o_proj")),
     ]
 
 
 def mlp_forward(model: ModelSpec, s: Shard, ffn: int, prefix: str, tokens: int | None = None,
-                groups: int = 1, shards: int | None = None) -> list[Operator]:
-    """Up (+gate), activation, down projections of one MLP of width ffn, split over `shards` ranks (TP).
+                groups: int = 1, shards: int | None = None, source: str = "norm2") -> list[Operator]:
+    """Up (+gate), activation, down projections of one MLP of width ffn, split over `shards` ranks (TP),
+    reading the tensor `source` (the routed experts read the permuted tokens).
 
     `groups` > 1 runs that many such MLPs (the local experts, `tokens` each) as grouped GEMMs and one
     activation kernel over all of them, as Megatron-Core's --moe-grouped-gemm and TensorRT-LLM's MoE do.
@@ -176,7 +180,7 @@ def mlp_forward(model: ModelSpec, s: Shard, ffn: int, prefix: str, tokens: int |
     f = ffn // (s.tp if shards is None else shards)
     up_n = 2 * f if model.mlp == "gated" else f
     return [
-        _gemm(f"{prefix}_up", "fwd", T, up_n, h, b, inputs=("norm2",), groups=groups),
+        _gemm(f"{prefix}_up", "fwd", T, up_n, h, b, inputs=(source,), groups=groups),
         _pointwise(f"{prefix}_act", "fwd", T * f * groups, b, 2 if model.mlp == "gated" else 1, 1, ACT_FLOPS,
                    inputs=(f"{prefix}_up",)),
         _gemm(f"{prefix}_down", "fwd", T, h, f, b, inputs=(f"{prefix}_act",), groups=groups),
@@ -219,6 +223,13 @@ def _replicated_expert_load(experts: int, top_k: int, s: Shard, group_tokens: in
 
 
 def layer_forward(model: ModelSpec, s: Shard, moe_layer: bool) -> list[Operator]:
+    """Attention block, then the dense MLP or the MoE block, each closed by its residual add.
+
+    `inputs` is the layer's data flow: the permute reads the normed tokens and the routing, the routed
+    experts the permuted tokens, the unpermute (combine) the experts' output and the routing weights, the
+    second residual add the first one's output, the combined experts and the shared experts' output. The
+    memory liveness walk frees every tensor after its last reader, so a tensor no operator names would stay
+    alive to the end of the layer."""
     h, b = model.hidden, s.dtype_bytes
     norm_elems = s.tokens * h / (s.tp if s.sp else 1)
     ops = attention_forward(model, s)
@@ -226,15 +237,20 @@ def layer_forward(model: ModelSpec, s: Shard, moe_layer: bool) -> list[Operator]
     if moe_layer and model.moe:
         moe, T = model.moe, s.moe_tokens
         ops.append(_gemm("router", "fwd", T, moe.experts, h, b, inputs=("norm2",)))
-        ops.append(_pointwise("permute", "fwd", T * moe.top_k * h, b, 1, 1, 0.0, inputs=("router",)))
+        ops.append(_pointwise("permute", "fwd", T * moe.top_k * h, b, 1, 1, 0.0, inputs=("norm2", "router")))
         per_expert, active = expert_load(model, s)
-        ops += mlp_forward(model, s, moe.expert_ffn, "expert", tokens=per_expert, groups=active, shards=s.etp)
+        ops += mlp_forward(model, s, moe.expert_ffn, "expert", tokens=per_expert, groups=active, shards=s.etp,
+                           source="permute")
+        mlp_out: tuple[str, ...] = ("unpermute",)
         if moe.shared_experts:
             ops += mlp_forward(model, s, (moe.shared_expert_ffn or moe.expert_ffn) * moe.shared_experts, "shared")
-        ops.append(_pointwise("unpermute", "fwd", T * moe.top_k * h, b, 1, 1, 1.0))
+            mlp_out += ("shared_down",)
+        ops.append(_pointwise("unpermute", "fwd", T * moe.top_k * h, b, 1, 1, 1.0,
+                              inputs=("expert_down", "router")))
     else:
         ops += mlp_forward(model, s, model.ffn, "mlp")
-    ops.append(_pointwise("residual2", "fwd", norm_elems, b, 2, 1, 1.0))
+        mlp_out = ("mlp_down",)
+    ops.append(_pointwise("residual2", "fwd", norm_elems, b, 2, 1, 1.0, inputs=("residual1",) + mlp_out))
     return ops
 
 
@@ -407,9 +423,10 @@ def mtp_forward(model: ModelSpec, s: Shard, depth: int, head: list[Operator]) ->
     p = f"mtp{depth}_"
     ops = [_pointwise(p + "norms", "fwd", 2 * s.tokens * h, b, 1, 1, NORM_FLOPS),
            _gemm(p + "proj", "fwd", s.tokens, h, 2 * h, b, inputs=(p + "norms",))]
-    body = layer_forward(model, s, moe_layer=model.moe is not None) + head
-    for o in body:
-        inputs = tuple(p + n for n in o.inputs) or (p + "proj",)
+    # the module's layer reads the projection, its head the layer's output
+    for o, source in [(o, "proj") for o in layer_forward(model, s, moe_layer=model.moe is not None)] + \
+            [(o, "residual2") for o in head]:
+        inputs = tuple(p + (source if n == LAYER_INPUT else n) for n in o.inputs or (LAYER_INPUT,))
         ops.append(replace(o, name=p + o.name, inputs=inputs))
     return ops
 
