@@ -245,7 +245,9 @@ def layer_forward(model: ModelSpec, s: Shard, moe_layer: bool) -> list[Operator]
         if moe.shared_experts:
             ops += mlp_forward(model, s, (moe.shared_expert_ffn or moe.expert_ffn) * moe.shared_experts, "shared")
             mlp_out += ("shared_down",)
-        ops.append(_pointwise("unpermute", "fwd", T * moe.top_k * h, b, 1, 1, 1.0,
+        # the combine: each token's top_k expert outputs read, weighted by the router and summed into one
+        # hidden vector (T x h written, not T x top_k x h)
+        ops.append(_pointwise("unpermute", "fwd", T * h, b, moe.top_k, 1, 2.0 * moe.top_k,
                               inputs=("expert_down", "router")))
     else:
         ops += mlp_forward(model, s, model.ffn, "mlp")
