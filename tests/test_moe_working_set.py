@@ -27,7 +27,8 @@ def test_moe_working_set_is_the_largest_simultaneous_live_set():
     th = T * H * B
     x = norm1 = attn = o_proj = res1 = norm2 = s_down = res2 = th
     qkv, router = 3 * th, T * E * B
-    permute = down = unperm = K * th
+    permute = down = K * th
+    unperm = th                                    # the combine writes one hidden vector per token
     up, act = T * K * 2 * F * B, T * K * F * B
     s_up, s_act = T * 2 * FS * B, T * FS * B
     live_after_each_allocation = [                 # freed after its last reader, the layer input by residual1
