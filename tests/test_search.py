@@ -17,15 +17,17 @@ from rapidllm.memory.model import memory_for_case, training_liveness
 from rapidllm.memory.state import FRAMEWORKS
 from rapidllm.prediction import predict
 from rapidllm.search import load_search, merge, search
-from rapidllm.search.bounds import optimistic_record, shard_work
+from rapidllm.engine.comm_cost import CommCost
+from rapidllm.search.bounds import optimistic_record, shard_work, stage_profile
 from rapidllm.search.space import layouts
+from rapidllm.search.tails import layer_floor, refinable, step_tail
 from rapidllm.spec.case import resolve_case
 from rapidllm.spec.errors import SpecError
 
 DENSE = {"name": "dense", "model": "llama3.1-8b", "hardware": "a100-sxm4-80gb", "network": "dgx-a100",
          "workload": {"mode": "training", "seq_len": 2048, "global_batch": 16},
          "gpus": [4, 8], "top": 3,
-         "space": {"micro_batch": [1, 2], "recompute": ["none", "full"], "zero": [0, 1], "cp": [1, 2],
+         "space": {"micro_batch": [1, 2], "recompute": ["none", "full"], "zero": [0, 1, 3], "cp": [1, 2],
                    "sp": [True]}}
 MOE = {"name": "moe", "model": "mixtral-8x7b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
        "workload": {"mode": "training", "seq_len": 2048, "global_batch": 16},
@@ -59,19 +61,28 @@ def test_pruned_search_equals_exhaustive(spec: dict) -> None:
 def test_bounds_never_exceed_the_simulation(spec: dict) -> None:
     """The property pruning rests on, checked on every feasible layout of the space."""
     loaded = load_search(spec)
-    checked = 0
+    checked = refined = 0
     for cand in loaded.candidates:
         for gpus in loaded.gpus:
             for lay in layouts(loaded, cand, gpus):
                 if lay.case is None or not memory_for_case(lay.case).feasible:
                     continue
-                bound = optimistic_record(lay.case, shard_work(lay.case))
+                work = shard_work(lay.case)
+                bounds = [optimistic_record(lay.case, work)]
+                if refinable(lay.case):       # with the data-parallel tail and the ZeRO-3 layer floor
+                    cost = CommCost(lay.case)
+                    bounds.append(optimistic_record(lay.case, work, stage_profile(lay.case, work, layer_floor(
+                        lay.case, cost)), step_tail(lay.case, cost)))
+                    assert bounds[1]["step_time_s"] >= bounds[0]["step_time_s"]
+                    refined += bounds[1]["step_time_s"] > bounds[0]["step_time_s"]
                 rec = predict(lay.case).to_dict()
-                for col in ("step_time_s", "ttft_s", "itl_s", "e2e_latency_s"):
-                    if bound and col in bound:
-                        assert bound[col] <= rec[col], (lay.columns, col, bound[col], rec[col])
+                for bound in bounds:
+                    for col in ("step_time_s", "ttft_s", "itl_s", "e2e_latency_s"):
+                        if bound and col in bound:
+                            assert bound[col] <= rec[col], (lay.columns, col, bound[col], rec[col])
                 checked += 1
     assert checked >= 10
+    assert refined or spec is INFERENCE
 
 
 def test_search_layout_is_the_resolved_case() -> None:

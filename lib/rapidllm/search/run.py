@@ -6,16 +6,19 @@ group, exactly those an exhaustive search finds, with far fewer full simulations
 2. Bound each layout's objective from its priced operators (search/bounds.py; one pricing per distinct
    layer shard, shared by every dp / pp / ZeRO / schedule variant). A layout whose bound already breaks a
    latency limit is dropped.
-3. Visit the layouts best bound first. A layout whose bound is worse than its group's current k-th best
-   objective cannot enter the group's top k (a bound is never better than the true value): it is counted as
-   dominated and skipped. Every other layout goes through `rapidllm.prediction.predict` (the liveness memory
-   model first: out of memory ends it there, then the congestion-aware simulation), unless its first or
-   last stage alone already exceeds the HBM.
+3. Visit the layouts best bound first (a heap). A layout whose bound is worse than its group's current k-th
+   best objective cannot enter the group's top k (a bound is never better than the true value): it is
+   counted as dominated and skipped. Otherwise, unless its first or last stage alone already exceeds the
+   HBM, its bound is refined with the data-parallel tail and the ZeRO-3 layer floor (search/tails.py: the
+   engine's own collective times, memoized for the simulation) and it goes back into the heap; popped again
+   and still not dominated, it goes through `rapidllm.prediction.predict` (the liveness memory model first:
+   out of memory ends it there, then the congestion-aware simulation).
 Ties rank by enumeration order, so pruned and exhaustive searches return the same rows in the same order.
 """
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,8 +30,10 @@ import pandas as pd
 from rapidllm.memory.model import memory_for_case, training_liveness
 from rapidllm.memory.state import FRAMEWORKS
 from rapidllm.prediction import predict
-from rapidllm.search.bounds import ShardWork, optimistic_record, shard_work, stage_profile
-from rapidllm.search.space import LAYOUT_COLUMNS, Layout, layouts
+from rapidllm.engine.comm_cost import CommCost
+from rapidllm.search.bounds import Profile, ShardWork, chunks_used, optimistic_record, shard_work, stage_profile
+from rapidllm.search.space import LAYOUT_COLUMNS, Layout, layouts, rebuild
+from rapidllm.search.tails import layer_floor, refinable, step_tail
 from rapidllm.search.spec import SearchSpec, load_search
 from rapidllm.spec.errors import SpecError
 
@@ -50,14 +55,6 @@ class Counts:
                 "invalid_by_rule": dict(sorted(self.invalid_by_rule.items()))}
 
 
-@dataclass(order=True)
-class _Entry:
-    bound_key: float
-    order: int
-    group: int = field(compare=False)
-    layout: Layout = field(compare=False)
-
-
 class _Top:
     """The best `k` rows of one group, kept sorted by (objective key, enumeration order)."""
 
@@ -76,26 +73,42 @@ class _Top:
 
 
 class _Shared:
-    """Work shared between the layouts of one layer shard: its priced compute (bounds), its per-stage
-    profile per (pp, virtual stages), and its activation liveness (the memory precheck)."""
+    """Work shared between layouts: per layer shard its priced compute (bounds) and activation liveness
+    (memory precheck), per (shard, pp, chunks used, layer floor) its stage profile; collective times are
+    shared through the active `Caches`."""
 
     def __init__(self) -> None:
         self.works: dict[tuple, ShardWork] = {}
-        self.profiles: dict[tuple, Any] = {}
+        self.profiles: dict[tuple, Profile] = {}
         self.livenesses: dict[tuple, Any] = {}
 
+    def _profile(self, lay: Layout, floor: tuple[float, float]) -> Profile:
+        case = lay.case
+        assert case is not None
+        key = (lay.shard_key, case.parallelism.pp, chunks_used(case), floor)
+        if key not in self.profiles:
+            self.profiles[key] = stage_profile(case, self.works[lay.shard_key], floor)
+        return self.profiles[key]
+
     def optimistic(self, lay: Layout) -> dict[str, Any] | None:
+        """The layout's record at its compute-only bound."""
         case = lay.case
         assert case is not None
         if lay.shard_key not in self.works:
             self.works[lay.shard_key] = shard_work(case)
-        work, profile = self.works[lay.shard_key], None
-        if case.training:
-            pkey = (lay.shard_key, case.parallelism.pp, case.parallelism.chunks_per_stage)
-            if pkey not in self.profiles:
-                self.profiles[pkey] = stage_profile(case, work)
-            profile = self.profiles[pkey]
-        return optimistic_record(case, work, profile)
+        profile = self._profile(lay, (0.0, 0.0)) if case.training else None
+        return optimistic_record(case, self.works[lay.shard_key], profile)
+
+    def refined(self, lay: Layout) -> dict[str, Any] | None:
+        """The record at the bound with the data-parallel tail and the ZeRO-3 layer floor (search/tails.py),
+        or None where they do not apply."""
+        case = lay.case
+        assert case is not None
+        if not refinable(case):
+            return None
+        cost = CommCost(case)
+        profile = self._profile(lay, layer_floor(case, cost))
+        return optimistic_record(case, self.works[lay.shard_key], profile, step_tail(case, cost))
 
     def may_fit(self, lay: Layout) -> bool:
         """False when the first or the last pipeline stage alone already exceeds the HBM under the liveness
@@ -121,14 +134,20 @@ def _passes(row: dict, limits: dict[str, tuple[float, float]]) -> bool:
     return True
 
 
+# a pending layout: (bound key, enumeration order, bound level, group, Layout.key); tuples order by the
+# first two (orders are unique), so a heap of them pops the best bound first, ties in enumeration order
+Entry = tuple[float, int, int, int, tuple]
+COMPUTE, REFINED = 0, 1        # bound levels: compute only; with the data-parallel tail and layer floor
+
+
 def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Counts, shared: _Shared,
-             bar: Any) -> tuple[list[_Entry], list[tuple[int, int]]]:
+             bar: Any) -> tuple[list[Entry], list[tuple[int, int]]]:
     """Enumerate, drop invalid and filtered layouts (and, by their bound, those that cannot meet a latency
-    limit), and attach each remaining layout's objective bound: the entries and the (candidate, GPU count)
-    groups."""
+    limit), and attach each remaining layout's compute-only objective bound: the entries and the
+    (candidate, GPU count) groups. An entry keeps the layout's key, not its case."""
     obj = spec.objective
     axis_filters = {c: v for c, v in spec.filters.items() if c in LAYOUT_COLUMNS or c == "gpus"}
-    entries: list[_Entry] = []
+    entries: list[Entry] = []
     groups: list[tuple[int, int]] = []
     order = -1
     for ci, cand in enumerate(spec.candidates):
@@ -151,12 +170,16 @@ def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Coun
                 bound_key = -math.inf
                 optimistic = shared.optimistic(lay) if prune and obj.monotone else None
                 if optimistic is not None:
-                    if any(optimistic.get(c, -math.inf) > hi for c, hi in spec.slo.items()):
+                    if _breaks_slo(optimistic, spec):
                         counts.removed["slo"] += 1
                         continue
                     bound_key = obj.key(obj.derive(optimistic, lay.case))
-                entries.append(_Entry(bound_key, order, len(groups) - 1, lay))
+                entries.append((bound_key, order, COMPUTE, len(groups) - 1, lay.key))
     return entries, groups
+
+
+def _breaks_slo(record: dict[str, Any], spec: SearchSpec) -> bool:
+    return any(record.get(c, -math.inf) > hi for c, hi in spec.slo.items())
 
 
 def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress: bool = False,
@@ -169,6 +192,12 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
     prediction record; `df.attrs["counts"]` says how many layouts were enumerated, evaluated and removed
     by which reason. `prune=False` simulates every valid layout (the exhaustive reference); `shard=(i, n)`
     searches every n-th layout from the i-th (merge shards with `merge`).
+
+    Pruned, the layouts are visited from a heap, best bound first. A layout whose bound is worse than its
+    group's current k-th best is dominated; otherwise, if it may fit in memory, its bound is refined with
+    the data-parallel tail (search/tails.py) and it goes back into the heap under the refined key; a
+    refined layout that is popped and not dominated is simulated. Every key is a lower bound of the
+    layout's objective, so what is skipped could not have entered its group's top k.
     """
     spec = spec if isinstance(spec, SearchSpec) else load_search(spec)
     k = top or spec.top
@@ -181,29 +210,49 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
     with tqdm(desc=f"{spec.name}: enumerate and bound", unit="layout", disable=not progress) as bar:
         entries, groups = _bounded(spec, prune, shard, counts, shared, bar)
     if prune:
-        entries.sort()
+        heapq.heapify(entries)
+    else:
+        entries.reverse()                      # popped from the end: enumeration order
     tops = [_Top(k) for _ in groups]
-    for e in tqdm(entries, desc=f"{spec.name}: simulate or prune", unit="layout", disable=not progress,
-                  mininterval=0.5):
-        best = tops[e.group]
-        if prune and e.bound_key > best.kth():
-            counts.removed["dominated"] += 1
-            continue
-        rec = predict(e.layout.case, engine).to_dict() if shared.may_fit(e.layout) else None
-        if rec is None or rec["status"] != "ok":          # predict checks memory first
-            counts.removed["out_of_memory"] += 1
-            continue
-        counts.evaluated += 1
-        if not _passes(rec, limits):
-            counts.removed["slo" if any(rec.get(c) is not None and rec[c] > hi for c, hi in spec.slo.items())
-                           else "filtered"] += 1
-            continue
-        counts.ranked += 1
-        ci, gpus = groups[e.group]
-        value = obj.derive(rec, e.layout.case)
-        row = {"candidate": spec.candidates[ci].label, "gpus": gpus, **e.layout.columns,
-               obj.name: value, **{c: v for c, v in rec.items() if c != obj.name}, "layout_index": e.order}
-        best.add((obj.key(value), e.order), row)
+    with tqdm(total=len(entries), desc=f"{spec.name}: simulate or prune", unit="layout", disable=not progress,
+              mininterval=0.5) as bar:
+        while entries:
+            bound_key, order, level, gi, key = heapq.heappop(entries) if prune else entries.pop()
+            best = tops[gi]
+            if prune and bound_key > best.kth():
+                counts.removed["dominated"] += 1
+                bar.update(1)
+                continue
+            ci, gpus = groups[gi]
+            lay = rebuild(spec.candidates[ci], key)
+            if level == COMPUTE and not shared.may_fit(lay):
+                counts.removed["out_of_memory"] += 1
+                bar.update(1)
+                continue
+            if prune and level == COMPUTE and obj.monotone:
+                refined = shared.refined(lay)
+                if refined is not None:
+                    if _breaks_slo(refined, spec):
+                        counts.removed["slo"] += 1
+                        bar.update(1)
+                        continue
+                    heapq.heappush(entries, (max(bound_key, obj.key(obj.derive(refined, lay.case))), order,
+                                             REFINED, gi, key))
+                    continue
+            bar.update(1)
+            rec = predict(lay.case, engine).to_dict()
+            if rec["status"] != "ok":          # predict checks every stage's memory first
+                counts.removed["out_of_memory"] += 1
+                continue
+            counts.evaluated += 1
+            if not _passes(rec, limits):
+                counts.removed["slo" if _breaks_slo(rec, spec) else "filtered"] += 1
+                continue
+            counts.ranked += 1
+            value = obj.derive(rec, lay.case)
+            row = {"candidate": spec.candidates[ci].label, "gpus": gpus, **lay.columns,
+                   obj.name: value, **{c: v for c, v in rec.items() if c != obj.name}, "layout_index": order}
+            best.add((obj.key(value), order), row)
     return _table([t.rows for t in tops], spec, counts)
 
 
