@@ -20,7 +20,7 @@ from rapidllm.search import load_search, merge, search
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.search.bounds import optimistic_record, shard_work, stage_profile
 from rapidllm.search.space import layouts
-from rapidllm.search.tails import layer_floor, refinable, step_tail
+from rapidllm.search.tails import layer_floor, refinable, step_tail, template_spans
 from rapidllm.spec.case import resolve_case
 from rapidllm.spec.errors import SpecError
 
@@ -69,9 +69,10 @@ def test_bounds_never_exceed_the_simulation(spec: dict) -> None:
                     continue
                 work = shard_work(lay.case)
                 bounds = [optimistic_record(lay.case, work)]
-                if refinable(lay.case):       # with the data-parallel tail and the ZeRO-3 layer floor
+                if refinable(lay.case):       # with the spans, the data-parallel tail and the ZeRO-3 layer floor
                     cost = CommCost(lay.case)
-                    bounds.append(optimistic_record(lay.case, work, stage_profile(lay.case, work, layer_floor(
+                    spans = template_spans(lay.case, cost) or work
+                    bounds.append(optimistic_record(lay.case, spans, stage_profile(lay.case, spans, layer_floor(
                         lay.case, cost)), step_tail(lay.case, cost)))
                     assert bounds[1]["step_time_s"] >= bounds[0]["step_time_s"]
                     refined += bounds[1]["step_time_s"] > bounds[0]["step_time_s"]

@@ -33,7 +33,7 @@ from rapidllm.prediction import predict
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.search.bounds import Profile, ShardWork, chunks_used, optimistic_record, shard_work, stage_profile
 from rapidllm.search.space import LAYOUT_COLUMNS, Layout, layouts, rebuild
-from rapidllm.search.tails import layer_floor, refinable, step_tail
+from rapidllm.search.tails import layer_floor, refinable, step_tail, template_spans
 from rapidllm.search.spec import SearchSpec, load_search
 from rapidllm.spec.errors import SpecError
 
@@ -81,34 +81,60 @@ class _Shared:
         self.works: dict[tuple, ShardWork] = {}
         self.profiles: dict[tuple, Profile] = {}
         self.livenesses: dict[tuple, Any] = {}
+        self.bounds: dict[tuple, dict[str, Any] | None] = {}
+        self.tails: dict[tuple, tuple[tuple[float, float], Any]] = {}
+        self.spans: dict[tuple, ShardWork | None] = {}
 
-    def _profile(self, lay: Layout, floor: tuple[float, float]) -> Profile:
+    def _profile(self, lay: Layout, work: ShardWork, floor: tuple[float, float] = (0.0, 0.0),
+                 tag: tuple = ()) -> Profile:
+        """The stage profile of `work` (the shard's compute, or its spans under the groups `tag` names)."""
         case = lay.case
         assert case is not None
-        key = (lay.shard_key, case.parallelism.pp, chunks_used(case), floor)
+        key = (lay.shard_key, case.parallelism.pp, chunks_used(case), floor, tag)
         if key not in self.profiles:
-            self.profiles[key] = stage_profile(case, self.works[lay.shard_key], floor)
+            self.profiles[key] = stage_profile(case, work, floor)
         return self.profiles[key]
 
     def optimistic(self, lay: Layout) -> dict[str, Any] | None:
-        """The layout's record at its compute-only bound."""
+        """The layout's record at its compute-only bound, shared by the layouts that differ only in what it
+        does not depend on (ZeRO / FSDP: the optimizer is not in it)."""
         case = lay.case
         assert case is not None
-        if lay.shard_key not in self.works:
-            self.works[lay.shard_key] = shard_work(case)
-        profile = self._profile(lay, (0.0, 0.0)) if case.training else None
-        return optimistic_record(case, self.works[lay.shard_key], profile)
+        p = case.parallelism
+        key = (lay.shard_key, p.dp, p.pp, p.schedule, p.virtual_stages)
+        if key not in self.bounds:
+            if lay.shard_key not in self.works:
+                self.works[lay.shard_key] = shard_work(case)
+            work = self.works[lay.shard_key]
+            profile = self._profile(lay, work) if case.training else None
+            self.bounds[key] = optimistic_record(case, work, profile)
+        return self.bounds[key]
 
     def refined(self, lay: Layout) -> dict[str, Any] | None:
-        """The record at the bound with the data-parallel tail and the ZeRO-3 layer floor (search/tails.py),
-        or None where they do not apply."""
+        """The record at the bound with the layer templates' spans, the data-parallel tail and the ZeRO-3
+        layer floor (search/tails.py), or None where they do not apply. Spans depend on the shard and the
+        groups (dp, pp besides the shard); tail and floor on the parameters' placement, the collectives and
+        the schedule, not on sp, recompute or the attention kernel: the layouts that share them share one
+        computation."""
         case = lay.case
         assert case is not None
         if not refinable(case):
             return None
-        cost = CommCost(case)
-        profile = self._profile(lay, layer_floor(case, cost))
-        return optimistic_record(case, self.works[lay.shard_key], profile, step_tail(case, cost))
+        p = case.parallelism
+        cost = None
+        groups = (p.dp, p.pp, p.moe_a2a_overlap)
+        if (lay.shard_key, groups) not in self.spans:
+            cost = CommCost(case)
+            self.spans[(lay.shard_key, groups)] = template_spans(case, cost)
+        key = (lay.shard_key[0], case.workload, *(v for f, v in vars(p).items()
+                                                  if f not in ("sp", "recompute", "recompute_modules")))
+        if key not in self.tails:
+            cost = cost or CommCost(case)
+            self.tails[key] = (layer_floor(case, cost), step_tail(case, cost))
+        floor, tail = self.tails[key]
+        spans = self.spans[(lay.shard_key, groups)]
+        work, tag = (self.works[lay.shard_key], ()) if spans is None else (spans, groups)
+        return optimistic_record(case, work, self._profile(lay, work, floor, tag), tail)
 
     def may_fit(self, lay: Layout) -> bool:
         """False when the first or the last pipeline stage alone already exceeds the HBM under the liveness
@@ -134,9 +160,10 @@ def _passes(row: dict, limits: dict[str, tuple[float, float]]) -> bool:
     return True
 
 
-# a pending layout: (bound key, enumeration order, bound level, group, Layout.key); tuples order by the
-# first two (orders are unique), so a heap of them pops the best bound first, ties in enumeration order
-Entry = tuple[float, int, int, int, tuple]
+# a pending layout: (bound key, enumeration order, bound level, group, Layout.key, or the Layout itself once
+# refined); tuples order by the first two (orders are unique), so a heap pops the best bound first, ties in
+# enumeration order
+Entry = tuple[float, int, int, int, Any]
 COMPUTE, REFINED = 0, 1        # bound levels: compute only; with the data-parallel tail and layer floor
 
 
@@ -224,7 +251,7 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
                 bar.update(1)
                 continue
             ci, gpus = groups[gi]
-            lay = rebuild(spec.candidates[ci], key)
+            lay = key if level == REFINED else rebuild(spec.candidates[ci], key)
             if level == COMPUTE and not shared.may_fit(lay):
                 counts.removed["out_of_memory"] += 1
                 bar.update(1)
@@ -237,7 +264,7 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
                         bar.update(1)
                         continue
                     heapq.heappush(entries, (max(bound_key, obj.key(obj.derive(refined, lay.case))), order,
-                                             REFINED, gi, key))
+                                             REFINED, gi, lay))
                     continue
             bar.update(1)
             rec = predict(lay.case, engine).to_dict()

@@ -117,6 +117,7 @@ def _inner(spec: SearchSpec, cand: Candidate, ax: dict[str, list], training: boo
     sps = _user(spec, "sp", [True, False] if tp > 1 and training else [False])
     zeros = _user(spec, "zero", [0, 1, 2, 3] if training and dp > 1 else [0])
     sizes = ax["micro_batch"] if training else ax["batch"]
+    workloads = {size: _workload(base, size) for size in sizes}
     for ep in ax["ep"]:
         for sp in sps:
             for etp in _etp(spec, base, sp, tp):
@@ -124,7 +125,7 @@ def _inner(spec: SearchSpec, cand: Candidate, ax: dict[str, list], training: boo
                     for size in sizes:
                         if sched == "interleaved" and not _interleaves(base, dp, pp, size):
                             continue
-                        workload = _workload(base, size)
+                        workload = workloads[size]
                         for rc in ax["recompute"]:
                             for mods in (ax["recompute_modules"] if rc == "selective" else [DEFAULT_MODULES]):
                                 for zero in zeros:

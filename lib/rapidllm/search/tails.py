@@ -1,5 +1,6 @@
-"""The network-aware part of a training layout's bound: what every pipeline stage must still run after its
-last task, and what a ZeRO-3 / FSDP full_shard layer takes besides its compute.
+"""The network-aware part of a training layout's bound: the layer templates' replayed spans, what every
+pipeline stage must still run after its last task, and what a ZeRO-3 / FSDP full_shard layer takes besides
+its compute.
 
 The compute-only bound (search/bounds.py) misses the data-parallel traffic that dominates large clusters:
 with hundreds of replicas a step ends with the last gradient bucket, the optimizer and a sharded
@@ -15,7 +16,9 @@ simulated), placed where the pipeline graph (`graph/pipeline_dag.py`) puts them:
 - the optimizer runs for its priced time scaled by the stage's share of the parameters, and the parameter
   all-gather of a sharded optimizer (without overlap_param_gather) follows it whole;
 - a ZeRO-3 layer costs max(its span, the gather) forward and max(span, gather + reduce-scatter) backward,
-  plus one exposed gather per chunk (`engine/composer.py: _chunk_times`).
+  plus one exposed gather per chunk (`engine/composer.py: _chunk_times`);
+- a layer's span is its template replayed with its collectives (exposed TP / CP / EP communication), which
+  is what the pipeline's tasks last.
 The quantities mirror `engine/composer.py: training_plan`, which computes them inline; tests/test_search.py
 checks the refined bound against the simulation on every feasible layout of its spaces. Only symmetric
 (fault-free) networks get the refinement: with faults every stage's collectives differ.
@@ -28,12 +31,20 @@ import math
 import numpy as np
 
 from rapidllm.engine.comm_cost import CommCost
-from rapidllm.engine.composer import BUCKET_PARAMS, sharded_layer_bytes, sharded_layer_params, stage_parameters
+from rapidllm.engine.composer import (
+    BUCKET_PARAMS,
+    replay_all,
+    sharded_layer_bytes,
+    sharded_layer_params,
+    stage_parameters,
+)
 from rapidllm.engine.sharding import layer_comm_seconds
 from rapidllm.graph.comm_nodes import dp_reduced_parameters
-from rapidllm.graph.schedules import interleaving, stage_actions
+from rapidllm.graph.schedules import interleaving, schedule_code, stage_actions_array
 from rapidllm.memory.closed_form import state_bytes_per_param
-from rapidllm.ops.price import case_sections, operator_times
+from rapidllm.graph.templates import case_templates, ops_view
+from rapidllm.ops.price import case_sections, operator_times, price_case
+from rapidllm.search.bounds import ShardWork
 from rapidllm.spec.case import Case, TrainingWorkload
 
 
@@ -46,9 +57,10 @@ def refinable(case: Case) -> bool:
 def ends_with_last_backward(schedule: str, pp: int, m: int, v: int) -> bool:
     """True when every stage's last action is a backward of the last micro-batch (it then carries the last
     gradient buckets)."""
+    code = schedule_code(schedule, pp, v)
     for s in range(pp):
-        kind, _, micro = stage_actions(schedule, pp, s, m, v)[-1]
-        if kind != "B" or micro != m - 1:
+        backward, _, micro = stage_actions_array(code, pp, s, m, v)
+        if backward[-1] != 1 or micro[-1] != m - 1:
             return False
     return True
 
@@ -84,6 +96,27 @@ def step_tail(case: Case, cost: CommCost) -> np.ndarray:
         if sharded and not p.overlap_param_gather:
             tail = tail + cost.time("dp", "all_gather", heaviest * wb, 0)
     return tail
+
+
+def template_spans(case: Case, cost: CommCost) -> ShardWork | None:
+    """Per section, the replayed span of one micro-batch's forward and of its recompute + backward: the
+    layer templates with their TP / CP / EP collectives, as `engine/composer.py: replay_all` replays them
+    (one symmetric replay; the first / last stage extras hold no collective, so their span is their
+    compute). A function of the layer shard and of the groups its collectives contend with (tp, cp, dp, pp,
+    ep), not of ZeRO, the schedule or the virtual stages. None under moe_a2a_overlap, where the engine
+    shortens a span by the all-to-all time the partner action hides."""
+    if case.parallelism.moe_a2a_overlap:
+        return None
+    view = ops_view(price_case(case))
+    replayed = replay_all(case, view, case_templates(case, view), cost, -1)
+    fwd: dict[str, float] = {}
+    bwd: dict[str, float] = {}
+    for (section, part), result in replayed.results.items():
+        if part in ("fwd", "extra_fwd"):
+            fwd[section] = result.span
+        elif part in ("bwd", "extra_bwd"):
+            bwd[section] = result.span
+    return ShardWork(fwd, bwd)
 
 
 def layer_floor(case: Case, cost: CommCost) -> tuple[float, float]:
