@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from rapidllm.memory.model import memory_for_case, training_liveness
-from rapidllm.memory.state import FRAMEWORKS
+from rapidllm.memory.state import FRAMEWORKS, conventions, state_bytes
 from rapidllm.prediction import predict
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.search.bounds import Profile, ShardWork, chunks_used, optimistic_record, shard_work, stage_profile
@@ -84,6 +84,7 @@ class _Shared:
         self.bounds: dict[tuple, dict[str, Any] | None] = {}
         self.tails: dict[tuple, tuple[tuple[float, float], Any]] = {}
         self.spans: dict[tuple, ShardWork | None] = {}
+        self.states: dict[tuple, bool] = {}
 
     def _profile(self, lay: Layout, work: ShardWork, floor: tuple[float, float] = (0.0, 0.0),
                  tag: tuple = ()) -> Profile:
@@ -135,6 +136,25 @@ class _Shared:
         spans = self.spans[(lay.shard_key, groups)]
         work, tag = (self.works[lay.shard_key], ()) if spans is None else (spans, groups)
         return optimistic_record(case, work, self._profile(lay, work, floor, tag), tail)
+
+    def state_fits(self, lay: Layout) -> bool:
+        """False when the weights, gradients and optimizer state of the first or the last pipeline stage,
+        with the framework's reserve, already exceed the HBM: the peak adds activations (or the optimizer
+        step's transients) on top, so `predict` would call the case infeasible. They depend on the
+        parameters' placement and sharding, not on the micro-batch, recompute, sp or the kernel, so those
+        variants share one answer."""
+        case = lay.case
+        assert case is not None
+        if not case.training:
+            return True
+        p = case.parallelism
+        key = (lay.shard_key[0], *(v for f, v in vars(p).items() if f not in ("sp", "recompute", "recompute_modules")))
+        if key not in self.states:
+            conv, hw = conventions(case), case.hardware
+            self.states[key] = all(
+                st.weights + st.gradients + st.optimizer + hw.framework_memory <= hw.hbm_capacity
+                for st in (state_bytes(case, s, conv) for s in sorted({0, p.pp - 1})))
+        return self.states[key]
 
     def may_fit(self, lay: Layout) -> bool:
         """False when the first or the last pipeline stage alone already exceeds the HBM under the liveness
@@ -191,8 +211,11 @@ def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Coun
                     counts.removed["invalid"] += 1
                     counts.invalid_by_rule[lay.reason.split(":")[0]] += 1
                     continue
-                if not _passes({**lay.columns, "gpus": gpus}, axis_filters):
+                if axis_filters and not _passes({**lay.columns, "gpus": gpus}, axis_filters):
                     counts.removed["filtered"] += 1
+                    continue
+                if not shared.state_fits(lay):
+                    counts.removed["out_of_memory"] += 1
                     continue
                 bound_key = -math.inf
                 optimistic = shared.optimistic(lay) if prune and obj.monotone else None

@@ -29,14 +29,28 @@ MAX_VIRTUAL_STAGES = 8
 DEFAULT_MODULES = ("core_attn",)
 
 
+# the Parallelism fields a layout sets, in the order `Layout.key` holds them
+PAR_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "sp", "zero", "fsdp", "recompute", "recompute_modules",
+              "schedule", "virtual_stages")
+
+
 @dataclass(frozen=True)
 class Layout:
-    """One point of the space: its columns, and its case (None when a case rule rejects it)."""
-    columns: dict[str, Any]
+    """One point of the space: its key, and its case (None when a case rule rejects it)."""
+    key: tuple                   # what `rebuild` needs: the PAR_FIELDS values, micro-batch or batch, kernel
     case: Case | None
+    training: bool
     reason: str = ""             # the rejected rule's key and message
     shard_key: tuple = ()        # what the layer pricing depends on (search/bounds.py)
-    key: tuple = ()              # what `rebuild` needs: (parallelism fields, micro-batch or batch, kernel)
+
+    @property
+    def columns(self) -> dict[str, Any]:
+        """The layout's columns in the ranked table (etp as the expert TP width it resolves to)."""
+        *par, size, attn = self.key
+        m = dict(zip(PAR_FIELDS, par))
+        return dict(m, etp=m["tp"] if m["etp"] is None else m["etp"], recompute_modules="+".join(m["recompute_modules"]),
+                    micro_batch=size if self.training else 0, batch=0 if self.training else size,
+                    attention_impl=attn)
 
 
 def divisors(n: int) -> list[int]:
@@ -159,22 +173,19 @@ def _workload(base: Case, size: int) -> TrainingWorkload | InferenceWorkload:
 def rebuild(cand: Candidate, key: tuple) -> Layout:
     """The layout `key` (a `Layout.key`) stands for, case included: a search keeps the few bytes of the key
     for each of its hundreds of thousands of layouts and rebuilds the case of the few it simulates."""
-    par_items, size, attn = key
-    return _layout(cand, _workload(cand.base, size), size, attn, dict(par_items))
+    *par, size, attn = key
+    return _layout(cand, _workload(cand.base, size), size, attn, dict(zip(PAR_FIELDS, par)))
 
 
 def _layout(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, size: int, attn: str,
             par_m: dict) -> Layout:
     par = Parallelism(**par_m)
     training = isinstance(workload, TrainingWorkload)
-    columns = dict(par_m, etp=par.expert_tp, recompute_modules="+".join(par.recompute_modules),
-                   micro_batch=workload.micro_batch if training else 0,
-                   batch=0 if training else workload.batch, attention_impl=attn)
     shard = (cand.label, par.tp, par.cp, par.ep, par.expert_tp, par.sp, par.recompute, par.recompute_modules,
-             columns["micro_batch"], columns["batch"], attn)
-    key = (tuple(par_m.items()), size, attn)
+             size if training else 0, 0 if training else size, attn)
+    key = (*par_m.values(), size, attn)
     try:
         case = with_layout(cand.base, cand.network, par, workload, attn, "layout")
     except SpecError as err:
-        return Layout(columns, None, str(err).removeprefix("layout: "), shard, key)
-    return Layout(columns, case, "", shard, key)
+        return Layout(key, None, training, str(err).removeprefix("layout: "), shard)
+    return Layout(key, case, training, "", shard)
