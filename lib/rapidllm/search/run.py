@@ -33,7 +33,7 @@ from rapidllm.prediction import predict
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.search.bounds import Profile, ShardWork, chunks_used, optimistic_record, shard_work, stage_profile
 from rapidllm.search.space import LAYOUT_COLUMNS, Layout, layouts, rebuild
-from rapidllm.search.tails import layer_floor, refinable, step_tail, template_spans
+from rapidllm.search.tails import layer_floor, param_gather, refinable, step_tail, template_spans
 from rapidllm.search.spec import SearchSpec, load_search
 from rapidllm.spec.errors import SpecError
 
@@ -111,7 +111,7 @@ class _Shared:
             self.bounds[key] = optimistic_record(case, work, profile)
         return self.bounds[key]
 
-    def refined(self, lay: Layout) -> dict[str, Any] | None:
+    def refined(self, lay: Layout, gather: bool) -> dict[str, Any] | None:
         """The record at the bound with the layer templates' spans, the data-parallel tail and the ZeRO-3
         layer floor (search/tails.py), or None where they do not apply. Spans depend on the shard and the
         groups (dp, pp besides the shard); tail and floor on the parameters' placement, the collectives and
@@ -127,11 +127,11 @@ class _Shared:
         if (lay.shard_key, groups) not in self.spans:
             cost = CommCost(case)
             self.spans[(lay.shard_key, groups)] = template_spans(case, cost)
-        key = (lay.shard_key[0], case.workload, *(v for f, v in vars(p).items()
-                                                  if f not in ("sp", "recompute", "recompute_modules")))
+        key = (lay.shard_key[0], case.workload, gather, *(v for f, v in vars(p).items()
+                                                          if f not in ("sp", "recompute", "recompute_modules")))
         if key not in self.tails:
             cost = cost or CommCost(case)
-            self.tails[key] = (layer_floor(case, cost), step_tail(case, cost))
+            self.tails[key] = (layer_floor(case, cost), step_tail(case, cost, gather))
         floor, tail = self.tails[key]
         spans = self.spans[(lay.shard_key, groups)]
         work, tag = (self.works[lay.shard_key], ()) if spans is None else (spans, groups)
@@ -184,7 +184,9 @@ def _passes(row: dict, limits: dict[str, tuple[float, float]]) -> bool:
 # refined); tuples order by the first two (orders are unique), so a heap pops the best bound first, ties in
 # enumeration order
 Entry = tuple[float, int, int, int, Any]
-COMPUTE, REFINED = 0, 1        # bound levels: compute only; with the data-parallel tail and layer floor
+# bound levels: compute only; with the spans, the layer floor and the tail less the parameter all-gather;
+# with all of the tail
+COMPUTE, REFINED, FULL = 0, 1, 2
 
 
 def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Counts, shared: _Shared,
@@ -274,20 +276,21 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
                 bar.update(1)
                 continue
             ci, gpus = groups[gi]
-            lay = key if level == REFINED else rebuild(spec.candidates[ci], key)
+            lay = key if level > COMPUTE else rebuild(spec.candidates[ci], key)
             if level == COMPUTE and not shared.may_fit(lay):
                 counts.removed["out_of_memory"] += 1
                 bar.update(1)
                 continue
-            if prune and level == COMPUTE and obj.monotone:
-                refined = shared.refined(lay)
+            if prune and level < FULL and obj.monotone:
+                refined = shared.refined(lay, gather=level == REFINED)
                 if refined is not None:
                     if _breaks_slo(refined, spec):
                         counts.removed["slo"] += 1
                         bar.update(1)
                         continue
+                    nxt = FULL if level == REFINED or not param_gather(lay.case) else REFINED
                     heapq.heappush(entries, (max(bound_key, obj.key(obj.derive(refined, lay.case))), order,
-                                             REFINED, gi, lay))
+                                             nxt, gi, lay))
                     continue
             bar.update(1)
             rec = predict(lay.case, engine).to_dict()

@@ -72,9 +72,18 @@ def optimizer_seconds(case: Case) -> float:
     return float(sum(t * op.count for t, op in zip(times.tolist(), ops)))
 
 
-def step_tail(case: Case, cost: CommCost) -> np.ndarray:
+def param_gather(case: Case) -> bool:
+    """True when a sharded optimizer's parameter all-gather follows the optimizer whole (ZeRO-1/2 or FSDP
+    shard_grad_op over dp > 1, without overlap_param_gather)."""
+    p = case.parallelism
+    return p.dp > 1 and (p.zero in (1, 2) or p.fsdp == "shard_grad_op") and not p.overlap_param_gather
+
+
+def step_tail(case: Case, cost: CommCost, gather: bool = True) -> np.ndarray:
     """[pp] seconds each stage still runs after its last task: the last gradient bucket (or all of them
-    without overlap_grad_reduce), the optimizer, and a sharded optimizer's parameter all-gather."""
+    without overlap_grad_reduce), the optimizer, and (with `gather`) a sharded optimizer's parameter
+    all-gather: a whole stage's weights to every data-parallel rank, the costliest collective to simulate
+    on a large cluster, so a search asks for it last."""
     p, w = case.parallelism, case.workload
     assert isinstance(w, TrainingWorkload)
     m = max(w.microbatches(p.dp), 1)
@@ -93,7 +102,7 @@ def step_tail(case: Case, cost: CommCost) -> np.ndarray:
             tail = tail + buckets * v * bucket_s
         elif ends_with_last_backward(p.schedule, p.pp, m, v):
             tail = tail + bucket_s
-        if sharded and not p.overlap_param_gather:
+        if gather and param_gather(case):
             tail = tail + cost.time("dp", "all_gather", heaviest * wb, 0)
     return tail
 
