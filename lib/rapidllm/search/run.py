@@ -111,30 +111,34 @@ class _Shared:
             self.bounds[key] = optimistic_record(case, work, profile)
         return self.bounds[key]
 
-    def refined(self, lay: Layout, gather: bool) -> dict[str, Any] | None:
-        """The record at the bound with the layer templates' spans, the data-parallel tail and the ZeRO-3
-        layer floor (search/tails.py), or None where they do not apply. Spans depend on the shard and the
-        groups (dp, pp besides the shard); tail and floor on the parameters' placement, the collectives and
-        the schedule, not on sp, recompute or the attention kernel: the layouts that share them share one
-        computation."""
+    def refined(self, lay: Layout, level: int) -> dict[str, Any] | None:
+        """The record at the bound of `level` (search/tails.py), or None where no refinement applies: TAIL
+        adds the ZeRO-3 layer floor and the data-parallel tail less the parameter all-gather to the compute
+        bound, SPANS also replaces each layer's compute by its template's span, FULL also adds the parameter
+        all-gather. Spans depend on the shard and the groups (dp, pp besides the shard); tail and floor on
+        the parameters' placement, the collectives and the schedule, not on sp, recompute or the attention
+        kernel: the layouts that share them share one computation."""
         case = lay.case
         assert case is not None
         if not refinable(case):
             return None
         p = case.parallelism
         cost = None
-        groups = (p.dp, p.pp, p.moe_a2a_overlap)
-        if (lay.shard_key, groups) not in self.spans:
-            cost = CommCost(case)
-            self.spans[(lay.shard_key, groups)] = template_spans(case, cost)
+        gather = level == FULL
         key = (lay.shard_key[0], case.workload, gather, *(v for f, v in vars(p).items()
                                                           if f not in ("sp", "recompute", "recompute_modules")))
         if key not in self.tails:
-            cost = cost or CommCost(case)
+            cost = CommCost(case)
             self.tails[key] = (layer_floor(case, cost), step_tail(case, cost, gather))
         floor, tail = self.tails[key]
-        spans = self.spans[(lay.shard_key, groups)]
-        work, tag = (self.works[lay.shard_key], ()) if spans is None else (spans, groups)
+        work, tag = self.works[lay.shard_key], ()
+        groups = (p.dp, p.pp, p.moe_a2a_overlap)
+        if level >= SPANS:
+            if (lay.shard_key, groups) not in self.spans:
+                self.spans[(lay.shard_key, groups)] = template_spans(case, cost or CommCost(case))
+            spans = self.spans[(lay.shard_key, groups)]
+            if spans is not None:
+                work, tag = spans, groups
         return optimistic_record(case, work, self._profile(lay, work, floor, tag), tail)
 
     def state_fits(self, lay: Layout) -> bool:
@@ -184,9 +188,9 @@ def _passes(row: dict, limits: dict[str, tuple[float, float]]) -> bool:
 # refined); tuples order by the first two (orders are unique), so a heap pops the best bound first, ties in
 # enumeration order
 Entry = tuple[float, int, int, int, Any]
-# bound levels: compute only; with the spans, the layer floor and the tail less the parameter all-gather;
-# with all of the tail
-COMPUTE, REFINED, FULL = 0, 1, 2
+# bound levels (`_Shared.refined`), cheapest first: compute only; + the ZeRO-3 layer floor and the step's
+# tail less the parameter all-gather; + the layer templates' spans; + the parameter all-gather
+COMPUTE, TAIL, SPANS, FULL = 0, 1, 2, 3
 
 
 def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Counts, shared: _Shared,
@@ -282,13 +286,13 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
                 bar.update(1)
                 continue
             if prune and level < FULL and obj.monotone:
-                refined = shared.refined(lay, gather=level == REFINED)
+                nxt = level + 1 if level + 1 < SPANS or param_gather(lay.case) else FULL
+                refined = shared.refined(lay, nxt)
                 if refined is not None:
                     if _breaks_slo(refined, spec):
                         counts.removed["slo"] += 1
                         bar.update(1)
                         continue
-                    nxt = FULL if level == REFINED or not param_gather(lay.case) else REFINED
                     heapq.heappush(entries, (max(bound_key, obj.key(obj.derive(refined, lay.case))), order,
                                              nxt, gi, lay))
                     continue
