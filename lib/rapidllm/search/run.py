@@ -32,7 +32,7 @@ from rapidllm.memory.state import FRAMEWORKS, conventions, state_bytes
 from rapidllm.prediction import predict
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.search.bounds import Profile, ShardWork, chunks_used, optimistic_record, shard_work, stage_profile
-from rapidllm.search.space import LAYOUT_COLUMNS, Layout, layouts, rebuild
+from rapidllm.search.space import LAYOUT_COLUMNS, Layout, layouts, placement, rebuild
 from rapidllm.search.tails import layer_floor, param_gather, refinable, step_tail, template_spans
 from rapidllm.search.spec import SearchSpec, load_search
 from rapidllm.spec.errors import SpecError
@@ -125,8 +125,7 @@ class _Shared:
         p = case.parallelism
         cost = None
         gather = level == FULL
-        key = (lay.shard_key[0], case.workload, gather, *(v for f, v in vars(p).items()
-                                                          if f not in ("sp", "recompute", "recompute_modules")))
+        key = (lay.shard_key[0], case.workload, gather, placement(lay.key))
         if key not in self.tails:
             cost = CommCost(case)
             self.tails[key] = (layer_floor(case, cost), step_tail(case, cost, gather))
@@ -152,7 +151,7 @@ class _Shared:
         if not case.training:
             return True
         p = case.parallelism
-        key = (lay.shard_key[0], *(v for f, v in vars(p).items() if f not in ("sp", "recompute", "recompute_modules")))
+        key = (lay.shard_key[0], placement(lay.key))
         if key not in self.states:
             conv, hw = conventions(case), case.hardware
             self.states[key] = all(

@@ -34,6 +34,16 @@ PAR_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "sp", "zero", "fsdp", "recomp
               "schedule", "virtual_stages")
 
 
+_PLACEMENT = [i for i, f in enumerate(PAR_FIELDS) if f not in ("sp", "recompute", "recompute_modules")]
+
+
+def placement(key: tuple) -> tuple:
+    """The parallelism values of a `Layout.key` less sp, recompute and recompute_modules: what the placement
+    and sharding of parameters, gradients and optimizer state depend on (a layout sets every Parallelism
+    field it does not leave at its default)."""
+    return tuple(key[i] for i in _PLACEMENT)
+
+
 @dataclass(frozen=True)
 class Layout:
     """One point of the space: its key, and its case (None when a case rule rejects it)."""
