@@ -69,13 +69,16 @@ def test_bounds_never_exceed_the_simulation(spec: dict) -> None:
                     continue
                 work = shard_work(lay.case)
                 bounds = [optimistic_record(lay.case, work)]
-                if refinable(lay.case):       # with the spans, the data-parallel tail and the ZeRO-3 layer floor
+                if refinable(lay.case):       # the search's levels: + tail and floor, + spans, + parameter gather
                     cost = CommCost(lay.case)
                     spans = template_spans(lay.case, cost) or work
-                    bounds.append(optimistic_record(lay.case, spans, stage_profile(lay.case, spans, layer_floor(
-                        lay.case, cost)), step_tail(lay.case, cost)))
-                    assert bounds[1]["step_time_s"] >= bounds[0]["step_time_s"]
-                    refined += bounds[1]["step_time_s"] > bounds[0]["step_time_s"]
+                    floor = layer_floor(lay.case, cost)
+                    for w, gather in ((work, False), (spans, False), (spans, True)):
+                        bounds.append(optimistic_record(lay.case, w, stage_profile(lay.case, w, floor),
+                                                        step_tail(lay.case, cost, gather)))
+                    steps = [b["step_time_s"] for b in bounds]
+                    assert steps == sorted(steps), steps          # each level at least the one before
+                    refined += steps[-1] > steps[0]
                 rec = predict(lay.case).to_dict()
                 for bound in bounds:
                     for col in ("step_time_s", "ttft_s", "itl_s", "e2e_latency_s"):
@@ -84,6 +87,21 @@ def test_bounds_never_exceed_the_simulation(spec: dict) -> None:
                 checked += 1
     assert checked >= 10
     assert refined or spec is INFERENCE
+
+
+def test_interleaved_layouts_interleave() -> None:
+    """Default virtual stages: 2-8 with at least one layer per chunk (uneven splits included), only where the
+    micro-batches per step are a multiple of pp (else the schedule would be 1F1B again)."""
+    loaded = load_search({**DENSE, "gpus": 8, "space": {"micro_batch": [1, 2], "recompute": ["none"],
+                                                        "zero": [0], "cp": [1], "sp": [True], "tp": [1]}})
+    seen = set()
+    for lay in layouts(loaded, loaded.candidates[0], 8):
+        c = lay.columns
+        if c["schedule"] == "interleaved":
+            assert (16 // (c["dp"] * c["micro_batch"])) % c["pp"] == 0
+            seen.add((c["pp"], c["virtual_stages"]))
+    assert (2, 8) in seen and (4, 3) in seen          # 32 layers: 4 x 3 chunks split unevenly
+    assert all(2 <= v <= 8 and pp * v <= 32 for pp, v in seen)
 
 
 def test_search_layout_is_the_resolved_case() -> None:
