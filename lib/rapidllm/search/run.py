@@ -73,9 +73,11 @@ class _Top:
 
 
 class _Shared:
-    """Work shared between layouts: per layer shard its priced compute (bounds) and activation liveness
-    (memory precheck), per (shard, pp, chunks used, layer floor) its stage profile; collective times are
-    shared through the active `Caches`."""
+    """Work shared between layouts: per layer shard its priced compute and activation liveness; per (shard,
+    pp, chunks used, layer floor, groups) a stage profile; the compute bound per (shard, dp, pp, schedule,
+    virtual stages); template spans per (shard, dp, pp); the step's tail, the layer floor and the
+    persistent-state verdict per parameter placement. Collective times are shared through the active
+    `Caches`."""
 
     def __init__(self) -> None:
         self.works: dict[tuple, ShardWork] = {}
