@@ -4,8 +4,9 @@ simulations, and peak RSS (docs/performance.md, "Best-layout search").
 Run: NUMBA_CACHE_DIR=.cache/numba .venv/bin/python benchmarks/bench_search.py [SPEC.yaml ...]
 
 Default specs: benchmarks/search/llama405b-superpod.yaml (128-4,096 GPUs) and llama405b-16k.yaml (16,384
-GPUs). numba's JIT (or its on-disk cache) is loaded first by predicting one case of the first spec, then the
-in-process result caches are cleared, so each timed search starts as a fresh process's would after JIT.
+GPUs). numba's JIT (or its on-disk cache) is loaded first by predicting one case of the first spec, then each
+timed search runs in a fresh `Caches` scope, so it starts as a fresh process's would after JIT. Peak RSS
+is the process's so far (run one spec per process to read each search's own).
 The rate counts every enumerated layout (invalid, out of memory, dominated or simulated) per wall second.
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ import resource
 import time
 from pathlib import Path
 
-from rapidllm.engine.engine import clear_caches
+from rapidllm.caches import Caches
 from rapidllm.prediction import predict
 from rapidllm.search import load_search, search
 from rapidllm.search.space import layouts
@@ -39,10 +40,10 @@ def main() -> None:
     args = ap.parse_args()
     warm_up(Path(args.specs[0]))
     for path in args.specs:
-        clear_caches()
         spec = load_search(path)
         w0, c0 = time.perf_counter(), time.process_time()
-        df = search(spec)
+        with Caches().active():
+            df = search(spec)
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
         c = df.attrs["counts"]
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -17,15 +17,17 @@ from rapidllm.memory.model import memory_for_case, training_liveness
 from rapidllm.memory.state import FRAMEWORKS
 from rapidllm.prediction import predict
 from rapidllm.search import load_search, merge, search
-from rapidllm.search.bounds import optimistic_record, shard_work
+from rapidllm.engine.comm_cost import CommCost
+from rapidllm.search.bounds import optimistic_record, shard_work, stage_profile
 from rapidllm.search.space import layouts
+from rapidllm.search.tails import layer_floor, refinable, step_tail, template_spans
 from rapidllm.spec.case import resolve_case
 from rapidllm.spec.errors import SpecError
 
 DENSE = {"name": "dense", "model": "llama3.1-8b", "hardware": "a100-sxm4-80gb", "network": "dgx-a100",
          "workload": {"mode": "training", "seq_len": 2048, "global_batch": 16},
          "gpus": [4, 8], "top": 3,
-         "space": {"micro_batch": [1, 2], "recompute": ["none", "full"], "zero": [0, 1], "cp": [1, 2],
+         "space": {"micro_batch": [1, 2], "recompute": ["none", "full"], "zero": [0, 1, 3], "cp": [1, 2],
                    "sp": [True]}}
 MOE = {"name": "moe", "model": "mixtral-8x7b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
        "workload": {"mode": "training", "seq_len": 2048, "global_batch": 16},
@@ -80,19 +82,47 @@ def test_fixed_parallelism_settings_reach_every_layout() -> None:
 def test_bounds_never_exceed_the_simulation(spec: dict) -> None:
     """The property pruning rests on, checked on every feasible layout of the space."""
     loaded = load_search(spec)
-    checked = 0
+    checked = refined = 0
     for cand in loaded.candidates:
         for gpus in loaded.gpus:
             for lay in layouts(loaded, cand, gpus):
                 if lay.case is None or not memory_for_case(lay.case).feasible:
                     continue
-                bound = optimistic_record(lay.case, shard_work(lay.case))
+                work = shard_work(lay.case)
+                bounds = [optimistic_record(lay.case, work)]
+                if refinable(lay.case):       # the search's levels: + tail and floor, + spans, + parameter gather
+                    cost = CommCost(lay.case)
+                    spans = template_spans(lay.case, cost) or work
+                    floor = layer_floor(lay.case, cost)
+                    for w, gather in ((work, False), (spans, False), (spans, True)):
+                        bounds.append(optimistic_record(lay.case, w, stage_profile(lay.case, w, floor),
+                                                        step_tail(lay.case, cost, gather)))
+                    steps = [b["step_time_s"] for b in bounds]
+                    assert steps == sorted(steps), steps          # each level at least the one before
+                    refined += steps[-1] > steps[0]
                 rec = predict(lay.case).to_dict()
-                for col in ("step_time_s", "ttft_s", "itl_s", "e2e_latency_s"):
-                    if bound and col in bound:
-                        assert bound[col] <= rec[col], (lay.columns, col, bound[col], rec[col])
+                for bound in bounds:
+                    for col in ("step_time_s", "ttft_s", "itl_s", "e2e_latency_s"):
+                        if bound and col in bound:
+                            assert bound[col] <= rec[col], (lay.columns, col, bound[col], rec[col])
                 checked += 1
     assert checked >= 10
+    assert refined or spec is INFERENCE
+
+
+def test_interleaved_layouts_interleave() -> None:
+    """Default virtual stages: 2-8 with at least one layer per chunk (uneven splits included), only where the
+    micro-batches per step are a multiple of pp (else the schedule would be 1F1B again)."""
+    loaded = load_search({**DENSE, "gpus": 8, "space": {"micro_batch": [1, 2], "recompute": ["none"],
+                                                        "zero": [0], "cp": [1], "sp": [True], "tp": [1]}})
+    seen = set()
+    for lay in layouts(loaded, loaded.candidates[0], 8):
+        c = lay.columns
+        if c["schedule"] == "interleaved":
+            assert (16 // (c["dp"] * c["micro_batch"])) % c["pp"] == 0
+            seen.add((c["pp"], c["virtual_stages"]))
+    assert (2, 8) in seen and (4, 3) in seen          # 32 layers: 4 x 3 chunks split unevenly
+    assert all(2 <= v <= 8 and pp * v <= 32 for pp, v in seen)
 
 
 def test_search_layout_is_the_resolved_case() -> None:

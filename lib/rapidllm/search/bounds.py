@@ -59,15 +59,25 @@ def _layers_of_kind(case: Case) -> dict[str, int]:
     return {"dense": m.layers - moe, "moe": moe}
 
 
-def stage_compute(case: Case, work: ShardWork) -> tuple[np.ndarray, np.ndarray]:
-    """[pp, chunks] forward and backward compute per micro-batch of each model chunk, placed as the engine
+def stage_compute(case: Case, work: ShardWork, floor: tuple[float, float] = (0.0, 0.0)
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """[pp, chunks] forward and backward time per micro-batch of each model chunk, placed as the engine
     places them (`engine/composer.py: _chunk_times`: layers by the pipeline split, each kind in its model-wide
-    share, embedding on the first chunk, LM head on the last)."""
+    share, embedding on the first chunk, LM head on the last). `floor` = (forward, backward) seconds a layer
+    takes at least besides its compute (ZeRO-3 / FSDP full_shard: the next layer's parameter gather, and the
+    gather plus the gradient reduce-scatter; `layer_floor`): a layer costs max(compute, floor) and each kind
+    present in a chunk exposes one floor more (the chunk's first gather), as the composer charges."""
     p, layers = case.parallelism, case.model.layers
     split = np.array(p.stage_chunk_layers(layers), dtype=float)
-    per_layer_f = sum(n / layers * work.fwd.get(f"layer_{k}", 0.0) for k, n in _layers_of_kind(case).items())
-    per_layer_b = sum(n / layers * work.bwd.get(f"layer_{k}", 0.0) for k, n in _layers_of_kind(case).items())
-    f, b = split * per_layer_f, split * per_layer_b
+    if split.shape[1] != chunks_used(case):        # the engine runs a stage's chunks as one
+        split = split.sum(axis=1, keepdims=True)
+    f, b = np.zeros_like(split), np.zeros_like(split)
+    for kind, n in _layers_of_kind(case).items():
+        if not n:
+            continue
+        share = split * (n / layers)
+        f += share * max(work.fwd.get(f"layer_{kind}", 0.0), floor[0]) + (share > 0) * floor[0]
+        b += share * max(work.bwd.get(f"layer_{kind}", 0.0), floor[1]) + (share > 0) * floor[1]
     f[0, 0] += work.fwd.get("first_stage", 0.0)
     b[0, 0] += work.bwd.get("first_stage", 0.0)
     f[-1, -1] += work.fwd.get("last_stage", 0.0)
@@ -75,32 +85,48 @@ def stage_compute(case: Case, work: ShardWork) -> tuple[np.ndarray, np.ndarray]:
     return f, b
 
 
-def stage_profile(case: Case, work: ShardWork) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """([pp] forward + backward compute per micro-batch of each stage; [pp] the same summed over the stages
-    before it; [pp] the smallest chunk's forward plus the smallest chunk's backward, summed over the stages
-    before it): all a training bound needs besides m and the chunks in use. Depends on the shard and the
-    pipeline split only, so a search computes it once per (shard, pp, virtual stages)."""
-    f, b = stage_compute(case, work)
-    per_stage = (f + b).sum(axis=1)
-    smallest = f.min(axis=1) + b.min(axis=1)
-    before = lambda x: np.concatenate(([0.0], np.cumsum(x)[:-1]))      # noqa: E731
-    return per_stage, before(per_stage), before(smallest)
+Profile = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def training_step_bound(case: Case, work: ShardWork,
-                        profile: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> float:
-    """A lower bound on the training step time (seconds): for every stage, its m micro-batches' compute in
-    series, plus the fill and drain in front of and behind it. Whichever task a stage runs first, the same
-    micro-batch's forward has passed every earlier model chunk, at least one chunk on each earlier stage;
-    whichever it runs last, that micro-batch's backward still passes them. Without interleaving (or when
-    the engine merges a stage's chunks) that is the earlier stages' whole per-micro-batch compute, with it
-    their smallest chunk's."""
+def chunks_used(case: Case) -> int:
+    """Model chunks per stage the engine runs: the virtual stages only where the schedule interleaves."""
+    p, w = case.parallelism, case.workload
+    m = max(w.microbatches(p.dp), 1) if isinstance(w, TrainingWorkload) else 1
+    return interleaving(p.schedule, p.pp, p.virtual_stages, m)
+
+
+def stage_profile(case: Case, work: ShardWork, floor: tuple[float, float] = (0.0, 0.0)) -> Profile:
+    """([pp] forward + backward time per micro-batch of each stage; [pp] its smallest chunk's forward; [pp]
+    its smallest chunk's backward; a stage run as one chunk is its own smallest): all a training bound needs
+    besides m and the step's tail. Depends on the shard, the pipeline split in use and the floor only, so a
+    search computes it once per (shard, pp, chunks used, floor)."""
+    f, b = stage_compute(case, work, floor)
+    return (f + b).sum(axis=1), f.min(axis=1), b.min(axis=1)
+
+
+def _before(x: np.ndarray) -> np.ndarray:
+    """x summed over the stages before each stage."""
+    return np.concatenate(([0.0], np.cumsum(x)[:-1]))
+
+
+def training_step_bound(case: Case, work: ShardWork, profile: Profile | None = None,
+                        tail: np.ndarray | None = None) -> float:
+    """A lower bound on the training step time (seconds). Stage s: whichever task it runs first, the same
+    micro-batch's forward has passed every earlier model chunk (at least one chunk on each earlier stage:
+    the fill F[s]); its m micro-batches' work runs in series (m W[s]); its last task's micro-batch then
+    goes backward through the stages before it, and every stage s' <= s reached that way still runs its
+    `tail[s']` (`step_tail`: the last gradient bucket, the optimizer, the parameter gather) after it. So
+    the step is at least max over s of F[s] + m W[s] + max over s' <= s of (backward of stages s'..s-1 +
+    tail[s']). Without interleaving (or when the engine merges a stage's chunks) the earlier stages count
+    whole, with it by their smallest chunk; without a tail this is the fill + work + drain bound."""
     p, w = case.parallelism, case.workload
     assert isinstance(w, TrainingWorkload)
     m = max(w.microbatches(p.dp), 1)
-    per_stage, earlier_all, earlier_chunk = profile if profile is not None else stage_profile(case, work)
-    earlier = earlier_all if interleaving(p.schedule, p.pp, p.virtual_stages, m) == 1 else earlier_chunk
-    return float((earlier + m * per_stage).max()) * SLACK
+    per_stage, f_min, b_min = profile if profile is not None else stage_profile(case, work)
+    fill, back = _before(f_min), _before(b_min)
+    tail = np.zeros(p.pp) if tail is None else tail
+    drain = back + np.maximum.accumulate(tail - back)
+    return float((fill + m * per_stage + drain).max()) * SLACK
 
 
 def forward_compute(case: Case, work: ShardWork, prefix: str) -> float:
@@ -109,13 +135,13 @@ def forward_compute(case: Case, work: ShardWork, prefix: str) -> float:
     return total + work.fwd.get(f"{prefix}head", 0.0)
 
 
-def optimistic_record(case: Case, work: ShardWork,
-                      profile: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> dict[str, Any] | None:
+def optimistic_record(case: Case, work: ShardWork, profile: Profile | None = None,
+                      tail: np.ndarray | None = None) -> dict[str, Any] | None:
     """The record's time and rate columns at their bounds (times low, rates high), or None where no bound
-    is derived (in-flight batching)."""
+    is derived (in-flight batching). `profile` and `tail` as `training_step_bound` takes them."""
     w = case.workload
     if isinstance(w, TrainingWorkload):
-        step = training_step_bound(case, work, profile)
+        step = training_step_bound(case, work, profile, tail)
         if step <= 0:
             return None
         return {"step_time_s": step, "tokens_per_s": w.global_batch * w.seq_len / step,

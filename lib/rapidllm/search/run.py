@@ -6,16 +6,19 @@ group, exactly those an exhaustive search finds, with far fewer full simulations
 2. Bound each layout's objective from its priced operators (search/bounds.py; one pricing per distinct
    layer shard, shared by every dp / pp / ZeRO / schedule variant). A layout whose bound already breaks a
    latency limit is dropped.
-3. Visit the layouts best bound first. A layout whose bound is worse than its group's current k-th best
-   objective cannot enter the group's top k (a bound is never better than the true value): it is counted as
-   dominated and skipped. Every other layout goes through `rapidllm.prediction.predict` (the liveness memory
-   model first: out of memory ends it there, then the congestion-aware simulation), unless its first or
-   last stage alone already exceeds the HBM.
+3. Visit the layouts best bound first (a heap). A layout whose bound is worse than its group's current k-th
+   best objective cannot enter the group's top k (a bound is never better than the true value): it is
+   counted as dominated and skipped. Otherwise, unless its first or last stage alone already exceeds the
+   HBM, its bound is refined with the data-parallel tail and the ZeRO-3 layer floor (search/tails.py: the
+   engine's own collective times, memoized for the simulation) and it goes back into the heap; popped again
+   and still not dominated, it goes through `rapidllm.prediction.predict` (the liveness memory model first:
+   out of memory ends it there, then the congestion-aware simulation).
 Ties rank by enumeration order, so pruned and exhaustive searches return the same rows in the same order.
 """
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,10 +28,12 @@ from typing import Any
 import pandas as pd
 
 from rapidllm.memory.model import memory_for_case, training_liveness
-from rapidllm.memory.state import FRAMEWORKS
+from rapidllm.memory.state import FRAMEWORKS, conventions, state_bytes
 from rapidllm.prediction import predict
-from rapidllm.search.bounds import ShardWork, optimistic_record, shard_work, stage_profile
-from rapidllm.search.space import LAYOUT_COLUMNS, Layout, layouts
+from rapidllm.engine.comm_cost import CommCost
+from rapidllm.search.bounds import Profile, ShardWork, chunks_used, optimistic_record, shard_work, stage_profile
+from rapidllm.search.space import LAYOUT_COLUMNS, Layout, layouts, placement, rebuild
+from rapidllm.search.tails import layer_floor, param_gather, refinable, step_tail, template_spans
 from rapidllm.search.spec import SearchSpec, load_search
 from rapidllm.spec.errors import SpecError
 
@@ -50,14 +55,6 @@ class Counts:
                 "invalid_by_rule": dict(sorted(self.invalid_by_rule.items()))}
 
 
-@dataclass(order=True)
-class _Entry:
-    bound_key: float
-    order: int
-    group: int = field(compare=False)
-    layout: Layout = field(compare=False)
-
-
 class _Top:
     """The best `k` rows of one group, kept sorted by (objective key, enumeration order)."""
 
@@ -76,26 +73,93 @@ class _Top:
 
 
 class _Shared:
-    """Work shared between the layouts of one layer shard: its priced compute (bounds), its per-stage
-    profile per (pp, virtual stages), and its activation liveness (the memory precheck)."""
+    """Work shared between layouts: per layer shard its priced compute and activation liveness; per (shard,
+    pp, chunks used, layer floor, groups) a stage profile; the compute bound per (shard, dp, pp, schedule,
+    virtual stages); template spans per (shard, dp, pp); the step's tail, the layer floor and the
+    persistent-state verdict per parameter placement. Collective times are shared through the active
+    `Caches`."""
 
     def __init__(self) -> None:
         self.works: dict[tuple, ShardWork] = {}
-        self.profiles: dict[tuple, Any] = {}
+        self.profiles: dict[tuple, Profile] = {}
         self.livenesses: dict[tuple, Any] = {}
+        self.bounds: dict[tuple, dict[str, Any] | None] = {}
+        self.tails: dict[tuple, tuple[tuple[float, float], Any]] = {}
+        self.spans: dict[tuple, ShardWork | None] = {}
+        self.states: dict[tuple, bool] = {}
 
-    def optimistic(self, lay: Layout) -> dict[str, Any] | None:
+    def _profile(self, lay: Layout, work: ShardWork, floor: tuple[float, float] = (0.0, 0.0),
+                 tag: tuple = ()) -> Profile:
+        """The stage profile of `work` (the shard's compute, or its spans under the groups `tag` names)."""
         case = lay.case
         assert case is not None
-        if lay.shard_key not in self.works:
-            self.works[lay.shard_key] = shard_work(case)
-        work, profile = self.works[lay.shard_key], None
-        if case.training:
-            pkey = (lay.shard_key, case.parallelism.pp, case.parallelism.chunks_per_stage)
-            if pkey not in self.profiles:
-                self.profiles[pkey] = stage_profile(case, work)
-            profile = self.profiles[pkey]
-        return optimistic_record(case, work, profile)
+        key = (lay.shard_key, case.parallelism.pp, chunks_used(case), floor, tag)
+        if key not in self.profiles:
+            self.profiles[key] = stage_profile(case, work, floor)
+        return self.profiles[key]
+
+    def optimistic(self, lay: Layout) -> dict[str, Any] | None:
+        """The layout's record at its compute-only bound, shared by the layouts that differ only in what it
+        does not depend on (ZeRO / FSDP: the optimizer is not in it)."""
+        case = lay.case
+        assert case is not None
+        p = case.parallelism
+        key = (lay.shard_key, p.dp, p.pp, p.schedule, p.virtual_stages)
+        if key not in self.bounds:
+            if lay.shard_key not in self.works:
+                self.works[lay.shard_key] = shard_work(case)
+            work = self.works[lay.shard_key]
+            profile = self._profile(lay, work) if case.training else None
+            self.bounds[key] = optimistic_record(case, work, profile)
+        return self.bounds[key]
+
+    def refined(self, lay: Layout, level: int) -> dict[str, Any] | None:
+        """The record at the bound of `level` (search/tails.py), or None where no refinement applies: TAIL
+        adds the ZeRO-3 layer floor and the data-parallel tail less the parameter all-gather to the compute
+        bound, SPANS also replaces each layer's compute by its template's span, FULL also adds the parameter
+        all-gather. Spans depend on the shard and the groups (dp, pp besides the shard); tail and floor on
+        the parameters' placement, the collectives and the schedule, not on sp, recompute or the attention
+        kernel: the layouts that share them share one computation."""
+        case = lay.case
+        assert case is not None
+        if not refinable(case):
+            return None
+        p = case.parallelism
+        cost = None
+        gather = level == FULL
+        key = (lay.shard_key[0], case.workload, gather, placement(lay.key))
+        if key not in self.tails:
+            cost = CommCost(case)
+            self.tails[key] = (layer_floor(case, cost), step_tail(case, cost, gather))
+        floor, tail = self.tails[key]
+        work, tag = self.works[lay.shard_key], ()
+        groups = (p.dp, p.pp, p.moe_a2a_overlap)
+        if level >= SPANS:
+            if (lay.shard_key, groups) not in self.spans:
+                self.spans[(lay.shard_key, groups)] = template_spans(case, cost or CommCost(case))
+            spans = self.spans[(lay.shard_key, groups)]
+            if spans is not None:
+                work, tag = spans, groups
+        return optimistic_record(case, work, self._profile(lay, work, floor, tag), tail)
+
+    def state_fits(self, lay: Layout) -> bool:
+        """False when the weights, gradients and optimizer state of the first or the last pipeline stage,
+        with the framework's reserve, already exceed the HBM: the peak adds activations (or the optimizer
+        step's transients) on top, so `predict` would call the case infeasible. They depend on the
+        parameters' placement and sharding, not on the micro-batch, recompute, sp or the kernel, so those
+        variants share one answer."""
+        case = lay.case
+        assert case is not None
+        if not case.training:
+            return True
+        p = case.parallelism
+        key = (lay.shard_key[0], placement(lay.key))
+        if key not in self.states:
+            conv, hw = conventions(case), case.hardware
+            self.states[key] = all(
+                st.weights + st.gradients + st.optimizer + hw.framework_memory <= hw.hbm_capacity
+                for st in (state_bytes(case, s, conv) for s in sorted({0, p.pp - 1})))
+        return self.states[key]
 
     def may_fit(self, lay: Layout) -> bool:
         """False when the first or the last pipeline stage alone already exceeds the HBM under the liveness
@@ -121,14 +185,23 @@ def _passes(row: dict, limits: dict[str, tuple[float, float]]) -> bool:
     return True
 
 
+# a pending layout: (bound key, enumeration order, bound level, group, Layout.key, or the Layout itself once
+# refined); tuples order by the first two (orders are unique), so a heap pops the best bound first, ties in
+# enumeration order
+Entry = tuple[float, int, int, int, Any]
+# bound levels (`_Shared.refined`), cheapest first: compute only; + the ZeRO-3 layer floor and the step's
+# tail less the parameter all-gather; + the layer templates' spans; + the parameter all-gather
+COMPUTE, TAIL, SPANS, FULL = 0, 1, 2, 3
+
+
 def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Counts, shared: _Shared,
-             bar: Any) -> tuple[list[_Entry], list[tuple[int, int]]]:
+             bar: Any) -> tuple[list[Entry], list[tuple[int, int]]]:
     """Enumerate, drop invalid and filtered layouts (and, by their bound, those that cannot meet a latency
-    limit), and attach each remaining layout's objective bound: the entries and the (candidate, GPU count)
-    groups."""
+    limit), and attach each remaining layout's compute-only objective bound: the entries and the
+    (candidate, GPU count) groups. An entry keeps the layout's key, not its case."""
     obj = spec.objective
     axis_filters = {c: v for c, v in spec.filters.items() if c in LAYOUT_COLUMNS or c == "gpus"}
-    entries: list[_Entry] = []
+    entries: list[Entry] = []
     groups: list[tuple[int, int]] = []
     order = -1
     for ci, cand in enumerate(spec.candidates):
@@ -145,18 +218,25 @@ def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Coun
                     counts.removed["invalid"] += 1
                     counts.invalid_by_rule[lay.reason.split(":")[0]] += 1
                     continue
-                if not _passes({**lay.columns, "gpus": gpus}, axis_filters):
+                if axis_filters and not _passes({**lay.columns, "gpus": gpus}, axis_filters):
                     counts.removed["filtered"] += 1
+                    continue
+                if not shared.state_fits(lay):
+                    counts.removed["out_of_memory"] += 1
                     continue
                 bound_key = -math.inf
                 optimistic = shared.optimistic(lay) if prune and obj.monotone else None
                 if optimistic is not None:
-                    if any(optimistic.get(c, -math.inf) > hi for c, hi in spec.slo.items()):
+                    if _breaks_slo(optimistic, spec):
                         counts.removed["slo"] += 1
                         continue
                     bound_key = obj.key(obj.derive(optimistic, lay.case))
-                entries.append(_Entry(bound_key, order, len(groups) - 1, lay))
+                entries.append((bound_key, order, COMPUTE, len(groups) - 1, lay.key))
     return entries, groups
+
+
+def _breaks_slo(record: dict[str, Any], spec: SearchSpec) -> bool:
+    return any(record.get(c, -math.inf) > hi for c, hi in spec.slo.items())
 
 
 def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress: bool = False,
@@ -169,6 +249,12 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
     prediction record; `df.attrs["counts"]` says how many layouts were enumerated, evaluated and removed
     by which reason. `prune=False` simulates every valid layout (the exhaustive reference); `shard=(i, n)`
     searches every n-th layout from the i-th (merge shards with `merge`).
+
+    Pruned, the layouts are visited from a heap, best bound first. A layout whose bound is worse than its
+    group's current k-th best is dominated; otherwise, if it may fit in memory, its bound is refined with
+    the data-parallel tail (search/tails.py) and it goes back into the heap under the refined key; a
+    refined layout that is popped and not dominated is simulated. Every key is a lower bound of the
+    layout's objective, so what is skipped could not have entered its group's top k.
     """
     spec = spec if isinstance(spec, SearchSpec) else load_search(spec)
     k = top or spec.top
@@ -181,29 +267,50 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
     with tqdm(desc=f"{spec.name}: enumerate and bound", unit="layout", disable=not progress) as bar:
         entries, groups = _bounded(spec, prune, shard, counts, shared, bar)
     if prune:
-        entries.sort()
+        heapq.heapify(entries)
+    else:
+        entries.reverse()                      # popped from the end: enumeration order
     tops = [_Top(k) for _ in groups]
-    for e in tqdm(entries, desc=f"{spec.name}: simulate or prune", unit="layout", disable=not progress,
-                  mininterval=0.5):
-        best = tops[e.group]
-        if prune and e.bound_key > best.kth():
-            counts.removed["dominated"] += 1
-            continue
-        rec = predict(e.layout.case, engine).to_dict() if shared.may_fit(e.layout) else None
-        if rec is None or rec["status"] != "ok":          # predict checks memory first
-            counts.removed["out_of_memory"] += 1
-            continue
-        counts.evaluated += 1
-        if not _passes(rec, limits):
-            counts.removed["slo" if any(rec.get(c) is not None and rec[c] > hi for c, hi in spec.slo.items())
-                           else "filtered"] += 1
-            continue
-        counts.ranked += 1
-        ci, gpus = groups[e.group]
-        value = obj.derive(rec, e.layout.case)
-        row = {"candidate": spec.candidates[ci].label, "gpus": gpus, **e.layout.columns,
-               obj.name: value, **{c: v for c, v in rec.items() if c != obj.name}, "layout_index": e.order}
-        best.add((obj.key(value), e.order), row)
+    with tqdm(total=len(entries), desc=f"{spec.name}: simulate or prune", unit="layout", disable=not progress,
+              mininterval=0.5) as bar:
+        while entries:
+            bound_key, order, level, gi, key = heapq.heappop(entries) if prune else entries.pop()
+            best = tops[gi]
+            if prune and bound_key > best.kth():
+                counts.removed["dominated"] += 1
+                bar.update(1)
+                continue
+            ci, gpus = groups[gi]
+            lay = key if level > COMPUTE else rebuild(spec.candidates[ci], key, spec.options)
+            if level == COMPUTE and not shared.may_fit(lay):
+                counts.removed["out_of_memory"] += 1
+                bar.update(1)
+                continue
+            if prune and level < FULL and obj.monotone:
+                nxt = level + 1 if level + 1 < SPANS or param_gather(lay.case) else FULL
+                refined = shared.refined(lay, nxt)
+                if refined is not None:
+                    if _breaks_slo(refined, spec):
+                        counts.removed["slo"] += 1
+                        bar.update(1)
+                        continue
+                    heapq.heappush(entries, (max(bound_key, obj.key(obj.derive(refined, lay.case))), order,
+                                             nxt, gi, lay))
+                    continue
+            bar.update(1)
+            rec = predict(lay.case, engine).to_dict()
+            if rec["status"] != "ok":          # predict checks every stage's memory first
+                counts.removed["out_of_memory"] += 1
+                continue
+            counts.evaluated += 1
+            if not _passes(rec, limits):
+                counts.removed["slo" if _breaks_slo(rec, spec) else "filtered"] += 1
+                continue
+            counts.ranked += 1
+            value = obj.derive(rec, lay.case)
+            row = {"candidate": spec.candidates[ci].label, "gpus": gpus, **lay.columns,
+                   obj.name: value, **{c: v for c, v in rec.items() if c != obj.name}, "layout_index": order}
+            best.add((obj.key(value), order), row)
     return _table([t.rows for t in tops], spec, counts)
 
 

@@ -5,7 +5,8 @@ Defaults (docs/search.md, "What is searched"): tp divides the attention heads an
 a power of two leaving each rank at least 1,024 tokens (and 2 x cp chunks for load balancing); pp divides
 what tp x cp leave of the GPUs, at most one stage per layer; dp is what remains; ep divides the experts (MoE
 only), etp is tp or 1 (MoE training); sp both ways when tp > 1; 1F1B, plus interleaved 1F1B with 2-8 virtual
-stages that split the layers evenly, when pp > 1; for inference dp 1 (a GPU count is one model instance:
+stages (at least one layer per model chunk; uneven splits are modelled, as Megatron-Core's
+--pipeline-model-parallel-layout allows) when pp > 1 and the micro-batches per step are a multiple of pp; for inference dp 1 (a GPU count is one model instance:
 replicas do not change per-GPU throughput or latency) and no sp; micro-batch 1, 2, 4, 8; recompute none, selective, full
 (selective of Megatron's default modules); ZeRO 0-3 when dp > 1; no FSDP (ZeRO-2/3 cover it); FlashAttention-2,
 plus FlashAttention-3 on Hopper and newer. A combination the case rules reject (spec/case.py) is counted as
@@ -28,13 +29,38 @@ MAX_VIRTUAL_STAGES = 8
 DEFAULT_MODULES = ("core_attn",)
 
 
+# the Parallelism fields a layout sets, in the order `Layout.key` holds them
+PAR_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "sp", "zero", "fsdp", "recompute", "recompute_modules",
+              "schedule", "virtual_stages")
+
+
+_PLACEMENT = [i for i, f in enumerate(PAR_FIELDS) if f not in ("sp", "recompute", "recompute_modules")]
+
+
+def placement(key: tuple) -> tuple:
+    """The parallelism values of a `Layout.key` less sp, recompute and recompute_modules: what the placement
+    and sharding of parameters, gradients and optimizer state depend on (a layout sets every Parallelism
+    field it does not leave at its default)."""
+    return tuple(key[i] for i in _PLACEMENT)
+
+
 @dataclass(frozen=True)
 class Layout:
-    """One point of the space: its columns, and its case (None when a case rule rejects it)."""
-    columns: dict[str, Any]
+    """One point of the space: its key, and its case (None when a case rule rejects it)."""
+    key: tuple                   # what `rebuild` needs: the PAR_FIELDS values, micro-batch or batch, kernel
     case: Case | None
+    training: bool
     reason: str = ""             # the rejected rule's key and message
     shard_key: tuple = ()        # what the layer pricing depends on (search/bounds.py)
+
+    @property
+    def columns(self) -> dict[str, Any]:
+        """The layout's columns in the ranked table (etp as the expert TP width it resolves to)."""
+        *par, size, attn = self.key
+        m = dict(zip(PAR_FIELDS, par))
+        return dict(m, etp=m["tp"] if m["etp"] is None else m["etp"], recompute_modules="+".join(m["recompute_modules"]),
+                    micro_batch=size if self.training else 0, batch=0 if self.training else size,
+                    attention_impl=attn)
 
 
 def divisors(n: int) -> list[int]:
@@ -87,7 +113,7 @@ def _schedules(spec: SearchSpec, training: bool, pp: int, layers: int) -> list[t
         if sched != "interleaved":
             out.append((sched, 1))
             continue
-        vs = [v for v in range(2, MAX_VIRTUAL_STAGES + 1) if layers % (pp * v) == 0]
+        vs = [v for v in range(2, MAX_VIRTUAL_STAGES + 1) if pp * v <= layers]
         out += [(sched, v) for v in _user(spec, "virtual_stages", vs)]
     return out
 
@@ -115,21 +141,35 @@ def _inner(spec: SearchSpec, cand: Candidate, ax: dict[str, list], training: boo
     sps = _user(spec, "sp", [True, False] if tp > 1 and training else [False])
     zeros = _user(spec, "zero", [0, 1, 2, 3] if training and dp > 1 else [0])
     sizes = ax["micro_batch"] if training else ax["batch"]
+    workloads = {size: _workload(base, size) for size in sizes}
     for ep in ax["ep"]:
         for sp in sps:
             for etp in _etp(spec, base, sp, tp):
                 for sched, v in _schedules(spec, training, pp, base.model.layers):
                     for size in sizes:
-                        workload = _workload(base, size)
+                        if sched == "interleaved" and not _interleaves(base, dp, pp, size):
+                            continue
+                        workload = workloads[size]
                         for rc in ax["recompute"]:
                             for mods in (ax["recompute_modules"] if rc == "selective" else [DEFAULT_MODULES]):
                                 for zero in zeros:
                                     for fsdp in ax["fsdp"]:
                                         for attn in ax["attention_impl"]:
-                                            yield _layout(cand, workload, attn, spec.options, dict(
+                                            yield _layout(cand, workload, size, attn, spec.options, dict(
                                                 dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero,
                                                 fsdp=fsdp, recompute=rc, recompute_modules=mods,
                                                 schedule=sched, virtual_stages=v))
+
+
+def _interleaves(base: Case, dp: int, pp: int, micro_batch: int) -> bool:
+    """False when an interleaved schedule cannot interleave: Megatron-Core requires the micro-batches per
+    step to be a multiple of pp, and the engine runs such a case as plain 1F1B (`graph.schedules.interleaving`),
+    so it would only duplicate the 1F1B layout. A global batch that does not divide stays in the space (a case
+    rule rejects it, counted as invalid)."""
+    w = base.workload
+    if not isinstance(w, TrainingWorkload) or w.global_batch % (dp * micro_batch):
+        return True
+    return (w.global_batch // (dp * micro_batch)) % pp == 0
 
 
 def _workload(base: Case, size: int) -> TrainingWorkload | InferenceWorkload:
@@ -140,19 +180,25 @@ def _workload(base: Case, size: int) -> TrainingWorkload | InferenceWorkload:
     return dataclasses.replace(w, batch=size, concurrency=concurrency)
 
 
-def _layout(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, attn: str, options: dict[str, Any],
-            par_m: dict) -> Layout:
-    """The layout's columns are its searched axes; `options` (the spec's fixed `parallelism` settings) are
-    the same in every row and shape the case only."""
+def rebuild(cand: Candidate, key: tuple, options: dict[str, Any]) -> Layout:
+    """The layout `key` (a `Layout.key`) stands for, case included: a search keeps the few bytes of the key
+    for each of its hundreds of thousands of layouts and rebuilds the case of the few it simulates.
+    `options` are the spec's fixed `parallelism` settings."""
+    *par, size, attn = key
+    return _layout(cand, _workload(cand.base, size), size, attn, options, dict(zip(PAR_FIELDS, par)))
+
+
+def _layout(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, size: int, attn: str,
+            options: dict[str, Any], par_m: dict) -> Layout:
+    """The layout's key is its searched axes; `options` (the spec's fixed `parallelism` settings) are the
+    same in every row and shape the case only."""
     par = Parallelism(**options, **par_m)
     training = isinstance(workload, TrainingWorkload)
-    columns = dict(par_m, etp=par.expert_tp, recompute_modules="+".join(par.recompute_modules),
-                   micro_batch=workload.micro_batch if training else 0,
-                   batch=0 if training else workload.batch, attention_impl=attn)
     shard = (cand.label, par.tp, par.cp, par.ep, par.expert_tp, par.sp, par.recompute, par.recompute_modules,
-             columns["micro_batch"], columns["batch"], attn)
+             size if training else 0, 0 if training else size, attn)
+    key = (*par_m.values(), size, attn)
     try:
         case = with_layout(cand.base, cand.network, par, workload, attn, "layout")
     except SpecError as err:
-        return Layout(columns, None, str(err).removeprefix("layout: "), shard)
-    return Layout(columns, case, "", shard)
+        return Layout(key, None, training, str(err).removeprefix("layout: "), shard)
+    return Layout(key, case, training, "", shard)
