@@ -11,6 +11,7 @@ from rapidllm.network.alpha_beta import BUS_FACTOR
 from rapidllm.network.collectives import ALGORITHMS, SUPPORTED, Schedule, concat
 from rapidllm.network.hierarchical import hierarchical, spanned
 from rapidllm.network.in_switch import NAME as IN_SWITCH, in_switch, reducing_dimension
+from rapidllm.network.replicas import run_replicated
 from rapidllm.network.routing import Router
 from rapidllm.network.simulator import simulate_schedule
 from rapidllm.network.topology import Topology, build_topology
@@ -162,11 +163,18 @@ def build_schedule(topo: Topology, op: str, nbytes: float, ranks: list[int], alg
 
 def run_schedule(topo: Topology, sched: Schedule, release: np.ndarray, utilization: float,
                  router: Router | None = None) -> tuple[np.ndarray, np.ndarray, int]:
-    """Route every transfer and run the event loop: (finish per transfer, busy per link, link events)."""
+    """Route every transfer and run the event loop: (finish per transfer, busy per link, link events).
+
+    A concat of identical, link-disjoint parts (contending groups) simulates its first part only and
+    copies the result, which is the same bit for bit (network/replicas.py)."""
     router = router or Router(topo)
     if not len(sched):
         return np.zeros(0), np.zeros(topo.n_links), 0
     bw = np.where(topo.alive, topo.bandwidth * utilization, 1.0)
+    if len(release) == len(sched):
+        out = run_replicated(router, sched, release, bw, topo.latency)
+        if out is not None:
+            return out
     return simulate_schedule(router, sched, release, bw, topo.latency)
 
 

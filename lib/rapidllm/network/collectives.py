@@ -56,12 +56,20 @@ def empty() -> Schedule:
 
 def concat(parts: list[Schedule]) -> Schedule:
     """Independent schedules side by side (dependency ids shifted). A single part is returned as is (so a
-    lazy RingSchedule keeps its fast path)."""
+    lazy RingSchedule keeps its fast path). Parts of equal length are remembered as `_parts` (not a field:
+    `dataclasses.replace` drops it), so `replicas.run_replicated` can simulate one of identical copies."""
     parts = [p for p in parts if len(p)]
     if not parts:
         return empty()
     if len(parts) == 1:
         return parts[0]
+    out = _concat(parts)
+    if all(len(p) == len(parts[0]) for p in parts):
+        out._parts = tuple(parts)
+    return out
+
+
+def _concat(parts: list[Schedule]) -> Schedule:
     first = parts[0]
     if type(first) is RingSchedule and not first.overridden:
         shape = (len(first.group), first.steps, first.chunks, first.size)
