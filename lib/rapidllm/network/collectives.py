@@ -57,7 +57,7 @@ def empty() -> Schedule:
 def concat(parts: list[Schedule]) -> Schedule:
     """Independent schedules side by side (dependency ids shifted). A single part is returned as is (so a
     lazy RingSchedule keeps its fast path). Parts of equal length are remembered as `_parts` (not a field:
-    `dataclasses.replace` drops it), so `replicas.run_replicated` can simulate one of identical copies."""
+    `dataclasses.replace` drops it), so `decompose.simulate` can simulate one of identical copies."""
     parts = [p for p in parts if len(p)]
     if not parts:
         return empty()
@@ -126,7 +126,12 @@ def sequence(first: Schedule, second: Schedule) -> Schedule:
     idx[np.arange(len(second.dep_idx)) + np.repeat(np.arange(n2), own)] = second.dep_idx
     idx[ptr[1:] - 1] = len(first) + inv.ravel() - off      # relative to `second`; concat adds `off`
     tail = Schedule(second.src, second.dst, second.nbytes, second.chunk, ptr, idx.astype(np.int32))
-    return concat([head, tail])
+    out = concat([head, tail])
+    out._parts = None
+    # the stages and their joints, for `replicas.simulate`: barrier b waits for first's transfers
+    # bar_src[bar_ptr[b]:bar_ptr[b+1]]; transfer i of `second` waits for barrier `inv[i]`
+    out._sequence = (first, second, bar_ptr, bar_idx.astype(np.int64), inv.ravel())
+    return out
 
 
 def _chain_ids(n: int, steps: int, chunks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

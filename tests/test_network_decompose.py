@@ -4,7 +4,7 @@ import pytest
 
 from rapidllm.network.api import build_schedule, run_schedule, setup_latency
 from rapidllm.network.collectives import concat
-from rapidllm.network.replicas import run_replicated
+from rapidllm.network.decompose import run_replicated, run_staged
 from rapidllm.network.routing import Router
 from rapidllm.network.simulator import simulate_schedule
 from rapidllm.network.topology import build_topology
