@@ -58,9 +58,16 @@ def simulate(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.n
 
 
 def _link_set(router: Router, sched: Schedule) -> np.ndarray:
-    """Distinct links any transfer of `sched` crosses."""
-    _, _, links = _hops(router, sched)
-    return np.unique(links)
+    """Distinct links any transfer of `sched` crosses (from its stages or lazy rings where it has them,
+    which route a few positions instead of every transfer)."""
+    staged = getattr(sched, "_sequence", None)
+    if staged is not None:
+        return np.union1d(_link_set(router, staged[0]), _link_set(router, staged[1]))
+    parts = getattr(sched, "_parts", None)
+    if parts and all(_lazy_ring(p) for p in parts):
+        src, dst = _units(sched, parts)
+        return np.unique(route_table(router, src.ravel(), dst.ravel())[2])
+    return np.unique(_hops(router, sched)[2])
 
 
 def run_staged(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.ndarray,
