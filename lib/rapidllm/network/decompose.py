@@ -58,16 +58,9 @@ def simulate(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.n
 
 
 def _link_set(router: Router, sched: Schedule) -> np.ndarray:
-    """Distinct links any transfer of `sched` crosses (from its stages or lazy rings where it has them,
-    which route a few positions instead of every transfer)."""
-    staged = getattr(sched, "_sequence", None)
-    if staged is not None:
-        return np.union1d(_link_set(router, staged[0]), _link_set(router, staged[1]))
-    parts = getattr(sched, "_parts", None)
-    if parts and all(_lazy_ring(p) for p in parts):
-        src, dst = _units(sched, parts)
-        return np.unique(route_table(router, src.ravel(), dst.ravel())[2])
-    return np.unique(_hops(router, sched)[2])
+    """Distinct links any transfer of `sched` crosses (routing its units, see _units)."""
+    src, dst = _units(sched)
+    return np.unique(route_table(router, src, dst)[2])
 
 
 def run_staged(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.ndarray,
@@ -77,7 +70,7 @@ def run_staged(router: Router, sched: Schedule, release: np.ndarray, link_bw: np
     staged = getattr(sched, "_sequence", None)
     if staged is None:
         return None
-    first, second, bar_ptr, bar_src, bar_of = staged
+    first, second, bar_ptr, bar_src, bar_of, _ = staged
     n1, nb = len(first), len(bar_ptr) - 1
     if n1 + nb + len(second) != len(sched):
         return None
@@ -99,38 +92,40 @@ def _lazy_ring(part: Schedule) -> bool:
     return type(part) is RingSchedule and not part.overridden
 
 
-def _same_structure(sched: Schedule, parts: tuple[Schedule, ...]) -> bool:
-    """Equal transfers apart from their end points (rings: equal shape; otherwise equal rows of the
-    concatenated arrays, dependencies relative to their part and pointing into it)."""
-    first, m, size = parts[0], len(parts), len(parts[0])
-    if _lazy_ring(first):
-        shape = (len(first.group), first.steps, first.chunks, first.size)
-        return all(_lazy_ring(p) and (len(p.group), p.steps, p.chunks, p.size) == shape for p in parts)
-    if any(_lazy_ring(p) or len(p) != size for p in parts) or len(sched.dep_idx) % m:
-        return False
-    rows = lambda a: a.reshape(m, -1)                     # noqa: E731
-    same = lambda a: bool((a == a[0]).all())              # noqa: E731
-    deps = rows(sched.dep_idx).astype(np.int64) - (np.arange(m, dtype=np.int64) * size)[:, None]
-    return (same(rows(sched.nbytes)) and same(rows(sched.chunk)) and same(rows(np.diff(sched.dep_ptr)))
-            and same(deps) and (deps.size == 0 or deps[0].min() >= 0))
+def _same(a: Schedule, b: Schedule) -> bool:
+    """Equal transfers in the same order apart from their end points, and every transfer's end points
+    taken from the same unit (see _units): rings of equal shape, sequences of equal stages and joints,
+    concatenations of equal parts, else equal arrays with dependencies inside the schedule."""
+    if _lazy_ring(a) or _lazy_ring(b):
+        return (_lazy_ring(a) and _lazy_ring(b) and len(a.group) == len(b.group)
+                and (a.steps, a.chunks, a.size) == (b.steps, b.chunks, b.size))
+    sa, sb = getattr(a, "_sequence", None), getattr(b, "_sequence", None)
+    if sa is not None or sb is not None:
+        return (sa is not None and sb is not None and _same(sa[0], sb[0]) and _same(sa[1], sb[1])
+                and all(np.array_equal(x, y) for x, y in zip(sa[2:], sb[2:])))
+    pa, pb = getattr(a, "_parts", None), getattr(b, "_parts", None)
+    if pa or pb:
+        return bool(pa) and bool(pb) and len(pa) == len(pb) and all(_same(x, y) for x, y in zip(pa, pb))
+    return (len(a) == len(b) and np.array_equal(a.nbytes, b.nbytes) and np.array_equal(a.chunk, b.chunk)
+            and np.array_equal(a.dep_ptr, b.dep_ptr) and np.array_equal(a.dep_idx, b.dep_idx)
+            and (len(a.dep_idx) == 0 or a.dep_idx.min() >= 0))
 
 
-def _units(sched: Schedule, parts: tuple[Schedule, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """(m, u) source and destination ranks of each part's units: ring positions for lazy rings (every
-    transfer of position p takes position p's route), else transfers."""
-    if _lazy_ring(parts[0]):
-        g = np.stack([p.group for p in parts])
-        return g, np.roll(g, -1, axis=1)
-    m = len(parts)
-    return sched.src.reshape(m, -1), sched.dst.reshape(m, -1)
-
-
-def _hops(router: Router, part: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """route_table of a schedule's units (see _units)."""
-    if _lazy_ring(part):
-        g = part.group
-        return route_table(router, g, np.roll(g, -1))
-    return route_table(router, part.src, part.dst)
+def _units(sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    """Source and destination ranks of the schedule's units: the positions of its lazy rings (every
+    transfer of position p takes position p's route), its stages' and parts' units in order, else every
+    transfer. Barriers (zero hops) are no units."""
+    if _lazy_ring(sched):
+        return sched.group, np.roll(sched.group, -1)
+    staged = getattr(sched, "_sequence", None)
+    pieces = staged[:2] if staged is not None else getattr(sched, "_parts", None)
+    if pieces:
+        if all(_lazy_ring(p) for p in pieces):
+            g = np.stack([p.group for p in pieces])
+            return g.ravel(), np.roll(g, -1, axis=1).ravel()
+        units = [_units(p) for p in pieces]
+        return np.concatenate([u[0] for u in units]), np.concatenate([u[1] for u in units])
+    return np.asarray(sched.src), np.asarray(sched.dst)
 
 
 def _expand(route_ids: np.ndarray, ptr: np.ndarray, links: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -142,14 +137,17 @@ def _expand(route_ids: np.ndarray, ptr: np.ndarray, links: np.ndarray) -> tuple[
     return links[np.repeat(starts, lens) + offs].astype(np.int64), lens
 
 
-def _link_rows(router: Router, sched: Schedule, parts: tuple[Schedule, ...], link_bw: np.ndarray,
+def _link_rows(router: Router, parts: tuple[Schedule, ...], link_bw: np.ndarray,
                link_lat: np.ndarray) -> np.ndarray | None:
     """(m, hops) links of every part hop by hop (one unit per distinct route of part 0, in the order of
     their first use), or None unless every part is a link-disjoint, one-to-one relabelling of part 0 with
     equal bandwidths and latencies."""
-    src, dst = _units(sched, parts)
+    units = [_units(p) for p in parts]
     m = len(parts)
-    route_of, ptr, links = route_table(router, src.ravel(), dst.ravel())
+    if any(len(u[0]) != len(units[0][0]) for u in units):
+        return None
+    route_of, ptr, links = route_table(router, np.concatenate([u[0] for u in units]),
+                                       np.concatenate([u[1] for u in units]))
     route_of = route_of.reshape(m, -1)
     # units of part 0 with equal routes must have equal routes in every part, and distinct ones distinct:
     # then one unit per distinct route of part 0 (the first) stands for all
@@ -188,12 +186,12 @@ def run_replicated(router: Router, sched: Schedule, release: np.ndarray, link_bw
     first = parts[0]
     size = len(first)
     m = len(parts)
-    if size == 0 or size * m != len(sched) or not _same_structure(sched, parts):
-        return None             # (a `sequence` tail depends on its head: refused by _same_structure)
+    if size == 0 or size * m != len(sched) or not all(_same(first, p) for p in parts[1:]):
+        return None
     rel = release.reshape(m, size)
     if not (rel == rel[0]).all():
         return None
-    hops = _link_rows(router, sched, parts, link_bw, link_lat)
+    hops = _link_rows(router, parts, link_bw, link_lat)
     if hops is None:
         return None
     finish0, busy0, events0 = simulate(router, first, rel[0], link_bw, link_lat)
