@@ -120,3 +120,17 @@ def test_hierarchical_stages(op, staged):
     fast, full, hit = both(topo, op, 3e8, [group])
     assert ("stages" in hit) == staged
     same(fast, full)
+
+
+def test_unequal_rings_of_equal_length_and_concurrent_requests():
+    """Parts of equal length but different ring shapes (4 ranks x 2 steps, 2 ranks x 4 steps) and a
+    sequence of such stages: units still line up with transfers, and the answer is the full one."""
+    from rapidllm.network.collectives import ring, sequence
+    topo = build_topology(fabric(2))
+    router = Router(topo)
+    bw = np.where(topo.alive, topo.bandwidth, 1.0)
+    for sched in (concat([ring([0, 1, 2, 3], 1e6, 2, 1), ring([4, 5], 1e6, 4, 1)]),
+                  sequence(ring([0, 4, 8, 12], 1e6, 3, 2), concat([ring([0, 1], 1e6, 1, 2), ring([4, 5], 1e6, 1, 2)]))):
+        release = np.zeros(len(sched))
+        same(run_schedule(topo, sched, release, 1.0, router),
+             simulate_schedule(Router(topo), sched, release, bw, topo.latency))

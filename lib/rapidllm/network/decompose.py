@@ -29,8 +29,9 @@ subsequence of the whole run in the same (time, transfer id, hop) order, and par
 floating-point operations on the same numbers as part 0: finish times and busy seconds are equal bit for
 bit. Only the first part is simulated.
 
-Every condition is checked on arrays (routes, bandwidths, latencies, release times; no event is simulated
-for a check); when one fails (a fault or degraded link in one group only, groups sharing fat-tree uplinks,
+Every condition is checked on the schedules' structure (ring shapes, stages, parts, barrier arrays) and
+arrays (routes of ring positions, bandwidths, latencies, release times; no event is simulated for a
+check); when one fails (a fault or degraded link in one group only, groups sharing fat-tree uplinks,
 stages sharing NVLink) that piece is simulated whole.
 """
 from __future__ import annotations
@@ -120,7 +121,7 @@ def _units(sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
     staged = getattr(sched, "_sequence", None)
     pieces = staged[:2] if staged is not None else getattr(sched, "_parts", None)
     if pieces:
-        if all(_lazy_ring(p) for p in pieces):
+        if all(_lazy_ring(p) and len(p.group) == len(pieces[0].group) for p in pieces):
             g = np.stack([p.group for p in pieces])
             return g.ravel(), np.roll(g, -1, axis=1).ravel()
         units = [_units(p) for p in pieces]
