@@ -189,7 +189,7 @@ class Deferred(Schedule):
         return object.__getattribute__(self, name)
 
 
-class RingSchedule(Schedule):
+class RingSchedule(Deferred):
     """A ring schedule kept as its shape (group, steps, chunks, bytes per transfer).
 
     Reads like any Schedule: the per-transfer arrays are built on first access (read-only, cached). The
@@ -198,40 +198,22 @@ class RingSchedule(Schedule):
     is then simulated from its arrays like any other.
     """
 
-    def __new__(cls, *args, **kw):
-        if len(args) + len(kw) == len(_FIELDS):   # dataclasses.replace / Schedule-style construction
-            return Schedule(*args, **kw)
-        return super().__new__(cls)
-
-    def __init__(self, group: np.ndarray, steps: int, chunks: int, size: float):  # noqa: D107 (no super: lazy)
+    def __init__(self, group: np.ndarray, steps: int, chunks: int, size: float):  # noqa: D107
         object.__setattr__(self, "group", np.ascontiguousarray(group, dtype=np.int32))
         object.__setattr__(self, "steps", int(steps))
         object.__setattr__(self, "chunks", int(chunks))
         object.__setattr__(self, "size", float(size))
-        object.__setattr__(self, "_arrays", {})
         object.__setattr__(self, "overridden", False)
-
-    def __len__(self) -> int:
-        return self.chunks * self.steps * len(self.group)
+        super().__init__(self.chunks * self.steps * len(self.group), self._build)
 
     def __repr__(self) -> str:
         return (f"RingSchedule(n={len(self.group)}, steps={self.steps}, chunks={self.chunks}, "
                 f"size={self.size!r}, transfers={len(self)})")
 
     def __setattr__(self, name, value):
+        super().__setattr__(name, value)
         if name in _FIELDS:
-            self._arrays[name] = value
             object.__setattr__(self, "overridden", True)
-        else:
-            object.__setattr__(self, name, value)
-
-    def __getattribute__(self, name):
-        if name in _FIELDS:
-            arrays = object.__getattribute__(self, "_arrays")
-            if name not in arrays:
-                arrays[name] = object.__getattribute__(self, "_build")(name)
-            return arrays[name]
-        return object.__getattribute__(self, name)
 
     @property
     def materialized(self) -> bool:
