@@ -9,10 +9,10 @@ import numpy as np
 
 from rapidllm.network.alpha_beta import BUS_FACTOR
 from rapidllm.network.collectives import ALGORITHMS, SUPPORTED, Schedule, concat
+from rapidllm.network.decompose import simulate
 from rapidllm.network.hierarchical import hierarchical, spanned
 from rapidllm.network.in_switch import NAME as IN_SWITCH, in_switch, reducing_dimension
 from rapidllm.network.routing import Router
-from rapidllm.network.simulator import simulate_schedule
 from rapidllm.network.topology import Topology, build_topology
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.network import NetworkSpec
@@ -162,12 +162,15 @@ def build_schedule(topo: Topology, op: str, nbytes: float, ranks: list[int], alg
 
 def run_schedule(topo: Topology, sched: Schedule, release: np.ndarray, utilization: float,
                  router: Router | None = None) -> tuple[np.ndarray, np.ndarray, int]:
-    """Route every transfer and run the event loop: (finish per transfer, busy per link, link events)."""
+    """Route every transfer and run the event loop: (finish per transfer, busy per link, link events).
+
+    Stages and identical parts that share no link are simulated one by one and once, with the same
+    result bit for bit (network/decompose.py)."""
     router = router or Router(topo)
     if not len(sched):
         return np.zeros(0), np.zeros(topo.n_links), 0
     bw = np.where(topo.alive, topo.bandwidth * utilization, 1.0)
-    return simulate_schedule(router, sched, release, bw, topo.latency)
+    return simulate(router, sched, release, bw, topo.latency)
 
 
 def _result(topo: Topology, op: str, nbytes: float, n: int, time_s: float, busy: np.ndarray, algo: str,

@@ -56,7 +56,9 @@ def empty() -> Schedule:
 
 def concat(parts: list[Schedule]) -> Schedule:
     """Independent schedules side by side (dependency ids shifted). A single part is returned as is (so a
-    lazy RingSchedule keeps its fast path)."""
+    lazy RingSchedule keeps its fast path). Several parts give a `Deferred` schedule whose arrays are built
+    field by field when read; parts of equal length are remembered as `_parts`, so `decompose.simulate`
+    can simulate one of identical copies without building the whole."""
     parts = [p for p in parts if len(p)]
     if not parts:
         return empty()
@@ -67,29 +69,30 @@ def concat(parts: list[Schedule]) -> Schedule:
         shape = (len(first.group), first.steps, first.chunks, first.size)
         if all(type(p) is RingSchedule and not p.overridden
                and (len(p.group), p.steps, p.chunks, p.size) == shape for p in parts):
-            return ring_groups_schedule(np.stack([p.group for p in parts]), first.steps, first.chunks, first.size)
-    n = sum(len(p) for p in parts)
-    nd = sum(len(p.dep_idx) for p in parts)
-    src = np.empty(n, np.int32)
-    dst = np.empty(n, np.int32)
-    nbytes = np.empty(n, np.float64)
-    chunk = np.empty(n, np.int32)
-    dep_ptr = np.empty(n + 1, np.int64)
-    dep_ptr[0] = 0
-    dep_idx = np.empty(nd, np.int32)
-    o = d = 0
-    for p in parts:
-        m, k = len(p), len(p.dep_idx)
-        src[o:o + m] = p.src
-        dst[o:o + m] = p.dst
-        nbytes[o:o + m] = p.nbytes
-        chunk[o:o + m] = p.chunk
-        dep_ptr[o + 1:o + m + 1] = p.dep_ptr[1:]
-        dep_ptr[o + 1:o + m + 1] += d
-        dep_idx[d:d + k] = p.dep_idx
-        dep_idx[d:d + k] += o
-        o, d = o + m, d + k
-    return Schedule(src, dst, nbytes, chunk, dep_ptr, dep_idx)
+            groups = np.stack([p.group for p in parts])
+            out = Deferred(sum(len(p) for p in parts),
+                           lambda name: _ring_groups_field(groups, first.steps, first.chunks, first.size, name))
+            out._parts = tuple(parts)
+            return out
+    out = Deferred(sum(len(p) for p in parts), lambda name: _concat_field(parts, name))
+    if all(len(p) == len(first) for p in parts):
+        out._parts = tuple(parts)
+    return out
+
+
+def _concat_field(parts: list[Schedule], name: str) -> np.ndarray:
+    """One array of the concatenation (the dtypes of `Schedule`; dependency ids shifted by the transfers
+    and pointers by the dependencies before each part)."""
+    if name == "dep_ptr":
+        shift = np.cumsum([0] + [len(p.dep_idx) for p in parts[:-1]])
+        return np.concatenate([np.zeros(1, np.int64)] + [p.dep_ptr[1:] + np.int64(d) for p, d in zip(parts, shift)]
+                              ).astype(np.int64, copy=False)
+    if name == "dep_idx":
+        off = np.cumsum([0] + [len(p) for p in parts[:-1]])
+        return np.concatenate([p.dep_idx.astype(np.int64) + np.int64(o) for p, o in zip(parts, off)]
+                              ).astype(np.int32)
+    dtype = np.float64 if name == "nbytes" else np.int32
+    return np.concatenate([np.asarray(getattr(p, name)) for p in parts]).astype(dtype, copy=False)
 
 
 def sequence(first: Schedule, second: Schedule) -> Schedule:
@@ -107,6 +110,24 @@ def sequence(first: Schedule, second: Schedule) -> Schedule:
     bar_ptr[1:] = np.cumsum(hi - lo)
     cnt = hi - lo                       # segments [lo, hi) are disjoint and ascending: gather them at once
     bar_idx = order[np.arange(int(cnt.sum())) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)].astype(np.int32)
+    inv = inv.ravel()
+    built: list[Schedule] = []
+
+    def make(name: str) -> np.ndarray:
+        if not built:
+            built.append(_joined(first, second, k, uniq, inv, bar_ptr, bar_idx))
+        return getattr(built[0], name)
+
+    out = Deferred(len(first) + len(uniq) + len(second), make)
+    # the stages and their joints, for `decompose.simulate`: barrier b (rank uniq // k, chunk uniq % k) waits
+    # for first's transfers bar_src[bar_ptr[b]:bar_ptr[b+1]]; transfer i of `second` waits for barrier inv[i]
+    out._sequence = (first, second, bar_ptr, bar_idx.astype(np.int64), inv, uniq % k)
+    return out
+
+
+def _joined(first: Schedule, second: Schedule, k: int, uniq: np.ndarray, inv: np.ndarray, bar_ptr: np.ndarray,
+            bar_idx: np.ndarray) -> Schedule:
+    """The arrays of `sequence(first, second)`: first, then the barriers, then second."""
     bars = Schedule((uniq // k).astype(np.int32), (uniq // k).astype(np.int32), np.zeros(len(uniq)),
                     (uniq % k).astype(np.int32), bar_ptr, bar_idx - len(first))   # concat adds len(first)
     head = concat([first, bars])
@@ -116,7 +137,7 @@ def sequence(first: Schedule, second: Schedule) -> Schedule:
     ptr[1:] = np.cumsum(own + 1)
     idx = np.empty(int(ptr[-1]), dtype=np.int64)
     idx[np.arange(len(second.dep_idx)) + np.repeat(np.arange(n2), own)] = second.dep_idx
-    idx[ptr[1:] - 1] = len(first) + inv.ravel() - off      # relative to `second`; concat adds `off`
+    idx[ptr[1:] - 1] = len(first) + inv - off      # relative to `second`; concat adds `off`
     tail = Schedule(second.src, second.dst, second.nbytes, second.chunk, ptr, idx.astype(np.int32))
     return concat([head, tail])
 
@@ -129,7 +150,46 @@ def _chain_ids(n: int, steps: int, chunks: int) -> tuple[np.ndarray, np.ndarray,
 _FIELDS = ("src", "dst", "nbytes", "chunk", "dep_ptr", "dep_idx")
 
 
-class RingSchedule(Schedule):
+class Deferred(Schedule):
+    """A schedule of known length whose arrays are built by `make(name)` when first read (and then kept).
+
+    `concat` and `sequence` return one: `decompose.simulate` reads their parts and stages instead, so a
+    collective it simulates piece by piece never builds its whole arrays. Assigning a field replaces it;
+    `dataclasses.replace` gives a plain Schedule.
+    """
+
+    def __new__(cls, *args, **kw):
+        if len(args) + len(kw) == len(_FIELDS):   # dataclasses.replace / Schedule-style construction
+            return Schedule(*args, **kw)
+        return super().__new__(cls)
+
+    def __init__(self, length: int, make):  # noqa: D107 (no super: lazy)
+        object.__setattr__(self, "_n", int(length))
+        object.__setattr__(self, "_make", make)
+        object.__setattr__(self, "_arrays", {})
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __repr__(self) -> str:
+        return f"Deferred(transfers={self._n})"
+
+    def __setattr__(self, name, value):
+        if name in _FIELDS:
+            self._arrays[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattribute__(self, name):
+        if name in _FIELDS:
+            arrays = object.__getattribute__(self, "_arrays")
+            if name not in arrays:
+                arrays[name] = object.__getattribute__(self, "_make")(name)
+            return arrays[name]
+        return object.__getattribute__(self, name)
+
+
+class RingSchedule(Deferred):
     """A ring schedule kept as its shape (group, steps, chunks, bytes per transfer).
 
     Reads like any Schedule: the per-transfer arrays are built on first access (read-only, cached). The
@@ -138,40 +198,22 @@ class RingSchedule(Schedule):
     is then simulated from its arrays like any other.
     """
 
-    def __new__(cls, *args, **kw):
-        if len(args) + len(kw) == len(_FIELDS):   # dataclasses.replace / Schedule-style construction
-            return Schedule(*args, **kw)
-        return super().__new__(cls)
-
-    def __init__(self, group: np.ndarray, steps: int, chunks: int, size: float):  # noqa: D107 (no super: lazy)
+    def __init__(self, group: np.ndarray, steps: int, chunks: int, size: float):  # noqa: D107
         object.__setattr__(self, "group", np.ascontiguousarray(group, dtype=np.int32))
         object.__setattr__(self, "steps", int(steps))
         object.__setattr__(self, "chunks", int(chunks))
         object.__setattr__(self, "size", float(size))
-        object.__setattr__(self, "_arrays", {})
         object.__setattr__(self, "overridden", False)
-
-    def __len__(self) -> int:
-        return self.chunks * self.steps * len(self.group)
+        super().__init__(self.chunks * self.steps * len(self.group), self._build)
 
     def __repr__(self) -> str:
         return (f"RingSchedule(n={len(self.group)}, steps={self.steps}, chunks={self.chunks}, "
                 f"size={self.size!r}, transfers={len(self)})")
 
     def __setattr__(self, name, value):
+        super().__setattr__(name, value)
         if name in _FIELDS:
-            self._arrays[name] = value
             object.__setattr__(self, "overridden", True)
-        else:
-            object.__setattr__(self, name, value)
-
-    def __getattribute__(self, name):
-        if name in _FIELDS:
-            arrays = object.__getattribute__(self, "_arrays")
-            if name not in arrays:
-                arrays[name] = object.__getattribute__(self, "_build")(name)
-            return arrays[name]
-        return object.__getattribute__(self, name)
 
     @property
     def materialized(self) -> bool:
@@ -229,22 +271,32 @@ def _ring_dep_idx(n, steps, chunks):
 def ring_groups_schedule(groups: np.ndarray, steps: int, chunks: int, size: float) -> Schedule:
     """`concat([ring(g, size, steps, chunks) for g in groups])` for a (m, n) matrix of equal-size groups,
     built with array broadcasting instead of part by part (same arrays, same dtypes, same values)."""
+    return Schedule(*[_ring_groups_field(groups, steps, chunks, size, name) for name in _FIELDS])
+
+
+def _ring_groups_field(groups: np.ndarray, steps: int, chunks: int, size: float, name: str) -> np.ndarray:
+    """One array of `ring_groups_schedule`."""
     groups = np.ascontiguousarray(groups, dtype=np.int32)
     m, n = groups.shape
     reps = chunks * steps
     length = reps * n
-    src = np.broadcast_to(groups[:, None, :], (m, reps, n)).ravel()
-    dst = np.broadcast_to(np.roll(groups, -1, axis=1)[:, None, :], (m, reps, n)).ravel()
-    nbytes = np.full(m * length, float(size))
-    chunk = np.tile(np.repeat(np.arange(chunks, dtype=np.int32), steps * n), m)
-    one_ptr = _ring_dep_ptr(n, steps, chunks)
+    if name == "src":
+        return np.broadcast_to(groups[:, None, :], (m, reps, n)).ravel()
+    if name == "dst":
+        return np.broadcast_to(np.roll(groups, -1, axis=1)[:, None, :], (m, reps, n)).ravel()
+    if name == "nbytes":
+        return np.full(m * length, float(size))
+    if name == "chunk":
+        return np.tile(np.repeat(np.arange(chunks, dtype=np.int32), steps * n), m)
+    if name == "dep_ptr":
+        one_ptr = _ring_dep_ptr(n, steps, chunks)
+        k = chunks * max(steps - 1, 0) * n
+        dep_ptr = np.empty(m * length + 1, np.int64)
+        dep_ptr[0] = 0
+        dep_ptr[1:] = (one_ptr[1:][None, :] + np.arange(m, dtype=np.int64)[:, None] * k).ravel()
+        return dep_ptr
     one_idx = _ring_dep_idx(n, steps, chunks)
-    k = len(one_idx)
-    dep_ptr = np.empty(m * length + 1, np.int64)
-    dep_ptr[0] = 0
-    dep_ptr[1:] = (one_ptr[1:][None, :] + np.arange(m, dtype=np.int64)[:, None] * k).ravel()
-    dep_idx = (one_idx[None, :] + np.arange(m, dtype=np.int32)[:, None] * np.int32(length)).ravel().astype(np.int32)
-    return Schedule(src, dst, nbytes, chunk, dep_ptr, dep_idx)
+    return (one_idx[None, :] + np.arange(m, dtype=np.int32)[:, None] * np.int32(length)).ravel().astype(np.int32)
 
 
 def ring(group: list[int], nbytes_per_transfer: float, steps: int, chunks: int) -> Schedule:

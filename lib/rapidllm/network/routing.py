@@ -204,7 +204,7 @@ def route_table(router: Router, src: np.ndarray, dst: np.ndarray) -> tuple[np.nd
     routed once (Router caches too).
     """
     n = router.topo.n_nodes
-    if n * n <= 1 << 24:
+    if n * n <= 1 << 24 and len(src) * 16 >= n * n:     # the table pays only for many transfers
         route_of, uniq = _dense_route_ids(np.asarray(src), np.asarray(dst), n)
     else:
         key = np.asarray(src).astype(np.int64) * n + np.asarray(dst)

@@ -1,0 +1,201 @@
+"""Exact shortcuts through the event loop: simulate a schedule piece by piece where pieces cannot meet.
+
+Two decompositions, applied recursively by `simulate` (same finish times, busy seconds and event count as
+`simulator.simulate_schedule` on the whole schedule, bit for bit; tests/test_network_decompose.py):
+
+**Stages.** A schedule built by `collectives.sequence(first, second)` (a hierarchical collective's stages)
+remembers them. When no link is used by both, the stages interact only through the barriers, and a
+barrier's time is a max (exact in floating point): simulate `first`, take each barrier's time as the max of
+its release and its inputs' finish times, and simulate `second` with each transfer released at the max of
+its own release and its barrier's time. Each stage's events at its links come in the same (time, transfer
+id, hop) order as in the whole run, so every float is the same. Stages that share a link (an all-reduce's
+reduce-scatter and all-gather inside a node) are simulated together.
+
+**Replicas.** A schedule built by `collectives.concat` from m parts (the contending groups of one
+collective, the outer rings of a hierarchical stage, or several concurrent requests) remembers them. When
+every part is a relabelled copy of the first one, the event loop would compute the same numbers m times:
+
+- the parts have the same transfers in the same order (sources and destinations aside): equal byte
+  counts, chunks and dependency lists, and equal release times;
+- transfer i of part k takes as many hops as transfer i of part 0, and the map "link at hop h of
+  transfer i in part 0 -> link at hop h of transfer i in part k" is one-to-one both ways (two transfers
+  share a link in part k exactly when they share one in part 0), with equal bandwidth and latency on
+  every mapped pair;
+- no link is used by two parts, and no part depends on another (`sequence` also concatenates, with
+  dependencies from the second part into the first: such parts are refused).
+
+Then the parts never meet in a link queue and do not depend on each other, so each part's events are a
+subsequence of the whole run in the same (time, transfer id, hop) order, and part k performs the same
+floating-point operations on the same numbers as part 0: finish times and busy seconds are equal bit for
+bit. Only the first part is simulated.
+
+Every condition is checked on the schedules' structure (ring shapes, stages, parts, barrier arrays) and
+arrays (routes of ring positions, bandwidths, latencies, release times; no event is simulated for a
+check); when one fails (a fault or degraded link in one group only, groups sharing fat-tree uplinks,
+stages sharing NVLink) that piece is simulated whole.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from rapidllm.network.collectives import RingSchedule, Schedule
+from rapidllm.network.routing import Router, route_table
+from rapidllm.network.simulator import simulate_schedule
+
+Result = tuple[np.ndarray, np.ndarray, int]      # finish per transfer, busy seconds per link, link events
+
+
+def simulate(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.ndarray,
+             link_lat: np.ndarray) -> Result:
+    """`simulate_schedule(router, sched, release, link_bw, link_lat)`, by stages and replicas where exact."""
+    release = np.ascontiguousarray(release, dtype=np.float64)
+    if release.shape == (len(sched),) and len(sched):
+        out = run_staged(router, sched, release, link_bw, link_lat)
+        if out is None:
+            out = run_replicated(router, sched, release, link_bw, link_lat)
+        if out is not None:
+            return out
+    return simulate_schedule(router, sched, release, link_bw, link_lat)
+
+
+def _link_set(router: Router, sched: Schedule) -> np.ndarray:
+    """Distinct links any transfer of `sched` crosses (routing its units, see _units)."""
+    src, dst = _units(sched)
+    return np.unique(route_table(router, src, dst)[2])
+
+
+def run_staged(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.ndarray,
+               link_lat: np.ndarray) -> Result | None:
+    """A `sequence(first, second)` simulated stage by stage (module docstring), or None if it is not one or
+    its stages share a link."""
+    staged = getattr(sched, "_sequence", None)
+    if staged is None:
+        return None
+    first, second, bar_ptr, bar_src, bar_of, _ = staged
+    n1, nb = len(first), len(bar_ptr) - 1
+    if n1 + nb + len(second) != len(sched):
+        return None
+    if len(np.intersect1d(_link_set(router, first), _link_set(router, second), assume_unique=True)):
+        return None
+    f1, busy1, ev1 = simulate(router, first, release[:n1], link_bw, link_lat)
+    bars = release[n1:n1 + nb].copy()
+    counts = np.diff(bar_ptr)
+    has = counts > 0
+    if np.any(has):                  # max of the inputs' finish times (segments are non-empty where has)
+        seg = np.maximum.reduceat(f1[bar_src], bar_ptr[:-1][has])
+        bars[has] = np.maximum(bars[has], seg)
+    rel2 = np.maximum(release[n1 + nb:], bars[bar_of])
+    f2, busy2, ev2 = simulate(router, second, rel2, link_bw, link_lat)
+    return np.concatenate([f1, bars, f2]), busy1 + busy2, int(ev1) + int(ev2)
+
+
+def _lazy_ring(part: Schedule) -> bool:
+    return type(part) is RingSchedule and not part.overridden
+
+
+def _same(a: Schedule, b: Schedule) -> bool:
+    """Equal transfers in the same order apart from their end points, and every transfer's end points
+    taken from the same unit (see _units): rings of equal shape, sequences of equal stages and joints,
+    concatenations of equal parts, else equal arrays with dependencies inside the schedule."""
+    if _lazy_ring(a) or _lazy_ring(b):
+        return (_lazy_ring(a) and _lazy_ring(b) and len(a.group) == len(b.group)
+                and (a.steps, a.chunks, a.size) == (b.steps, b.chunks, b.size))
+    sa, sb = getattr(a, "_sequence", None), getattr(b, "_sequence", None)
+    if sa is not None or sb is not None:
+        return (sa is not None and sb is not None and _same(sa[0], sb[0]) and _same(sa[1], sb[1])
+                and all(np.array_equal(x, y) for x, y in zip(sa[2:], sb[2:])))
+    pa, pb = getattr(a, "_parts", None), getattr(b, "_parts", None)
+    if pa or pb:
+        return bool(pa) and bool(pb) and len(pa) == len(pb) and all(_same(x, y) for x, y in zip(pa, pb))
+    return (len(a) == len(b) and np.array_equal(a.nbytes, b.nbytes) and np.array_equal(a.chunk, b.chunk)
+            and np.array_equal(a.dep_ptr, b.dep_ptr) and np.array_equal(a.dep_idx, b.dep_idx)
+            and (len(a.dep_idx) == 0 or a.dep_idx.min() >= 0))
+
+
+def _units(sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    """Source and destination ranks of the schedule's units: the positions of its lazy rings (every
+    transfer of position p takes position p's route), its stages' and parts' units in order, else every
+    transfer. Barriers (zero hops) are no units."""
+    if _lazy_ring(sched):
+        return sched.group, np.roll(sched.group, -1)
+    staged = getattr(sched, "_sequence", None)
+    pieces = staged[:2] if staged is not None else getattr(sched, "_parts", None)
+    if pieces:
+        if all(_lazy_ring(p) and len(p.group) == len(pieces[0].group) for p in pieces):
+            g = np.stack([p.group for p in pieces])
+            return g.ravel(), np.roll(g, -1, axis=1).ravel()
+        units = [_units(p) for p in pieces]
+        return np.concatenate([u[0] for u in units]), np.concatenate([u[1] for u in units])
+    return np.asarray(sched.src), np.asarray(sched.dst)
+
+
+def _expand(route_ids: np.ndarray, ptr: np.ndarray, links: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Links of the routes `route_ids`, hop by hop, concatenated; and the hop count of each."""
+    lens = np.diff(ptr)[route_ids]
+    starts = ptr[route_ids]
+    total = int(lens.sum())
+    offs = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+    return links[np.repeat(starts, lens) + offs].astype(np.int64), lens
+
+
+def _link_rows(router: Router, parts: tuple[Schedule, ...], link_bw: np.ndarray,
+               link_lat: np.ndarray) -> np.ndarray | None:
+    """(m, hops) links of every part hop by hop (one unit per distinct route of part 0, in the order of
+    their first use), or None unless every part is a link-disjoint, one-to-one relabelling of part 0 with
+    equal bandwidths and latencies."""
+    units = [_units(p) for p in parts]
+    m = len(parts)
+    if any(len(u[0]) != len(units[0][0]) for u in units):
+        return None
+    route_of, ptr, links = route_table(router, np.concatenate([u[0] for u in units]),
+                                       np.concatenate([u[1] for u in units]))
+    route_of = route_of.reshape(m, -1)
+    # units of part 0 with equal routes must have equal routes in every part, and distinct ones distinct:
+    # then one unit per distinct route of part 0 (the first) stands for all
+    _, first_unit, inv0 = np.unique(route_of[0], return_index=True, return_inverse=True)
+    reps = route_of[:, first_unit]
+    if not (reps[:, inv0.ravel()] == route_of).all():
+        return None
+    per_part = (np.arange(m, dtype=np.int64)[:, None] * (len(ptr) - 1) + reps).ravel()
+    if len(np.unique(per_part)) != per_part.size:
+        return None
+    flat, lens = _expand(reps.ravel(), ptr, links)
+    lens = lens.reshape(m, -1)
+    if not (lens == lens[0]).all():
+        return None
+    hops = flat.reshape(m, int(lens[0].sum()))
+    for prop in (link_bw, link_lat):
+        v = prop[hops]
+        if not (v == v[0]).all():
+            return None
+    # link-sharing pattern: each hop labelled by the first hop of its part on the same link
+    keys = (np.arange(m, dtype=np.int64)[:, None] * len(link_bw) + hops).ravel()
+    uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+    label = (first % max(hops.shape[1], 1))[inv.ravel()].reshape(hops.shape)
+    if not (label == label[0]).all() or len(np.unique(hops)) != len(uniq):
+        return None                  # a different pattern in some part, or a link used by two parts
+    return hops
+
+
+def run_replicated(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.ndarray,
+                   link_lat: np.ndarray) -> Result | None:
+    """`sched` by simulating only the first of its identical parts, or None when it has no recorded parts
+    or they are not identical and link-disjoint (module docstring)."""
+    parts = getattr(sched, "_parts", None)
+    if not parts or len(parts) < 2:
+        return None
+    first = parts[0]
+    size = len(first)
+    m = len(parts)
+    if size == 0 or size * m != len(sched) or not all(_same(first, p) for p in parts[1:]):
+        return None
+    rel = release.reshape(m, size)
+    if not (rel == rel[0]).all():
+        return None
+    hops = _link_rows(router, parts, link_bw, link_lat)
+    if hops is None:
+        return None
+    finish0, busy0, events0 = simulate(router, first, rel[0], link_bw, link_lat)
+    busy = busy0.copy()
+    busy[hops[1:].ravel()] = np.tile(busy0[hops[0]], m - 1)
+    return np.tile(finish0, m), busy, int(events0) * m
