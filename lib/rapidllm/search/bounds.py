@@ -150,7 +150,9 @@ def optimistic_record(case: Case, work: ShardWork, profile: Profile | None = Non
     if w.concurrency > w.batch or case.parallelism.microbatch_overlap > 1:
         return None            # two overlapped micro-batches price other (half-batch) operators than `work`
     ttft = forward_compute(case, work, "prefill_") * SLACK
-    itl = 0.5 * (forward_compute(case, work, "decode_first_") + forward_compute(case, work, "decode_last_")) * SLACK
+    # a speculative decode step emits tokens_per_step tokens per sequence (engine/inference.py)
+    itl = 0.5 * (forward_compute(case, work, "decode_first_") + forward_compute(case, work, "decode_last_")) \
+        * SLACK / w.tokens_per_step
     e2e = ttft + max(w.output_tokens - 1, 0) * itl       # output_tokens 0: an encoder's forward pass
     if e2e <= 0:
         return None
