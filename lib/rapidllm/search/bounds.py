@@ -8,7 +8,8 @@ so the step is at least m x (forward + backward compute) of a stage; the first t
 micro-batch's forwards on every earlier model chunk (at least one chunk on each earlier stage), and its
 last task is followed by that micro-batch's backwards through them, which adds their compute (the
 pipeline fill and drain). Inference: TTFT is at least the prefill's compute through all layers, ITL the mean of
-the first and last decode step's compute. A factor (1 - 1e-9) absorbs the different order of the float
+the first and last decode step's compute over the tokens a step emits (`tokens_per_step`: 1 without
+speculative decoding). A factor (1 - 1e-9) absorbs the different order of the float
 additions. Bounds exist for training and for static-batching inference without the two-micro-batch
 overlap; other cases get none.
 """
