@@ -13,13 +13,13 @@ tables a prediction runs with changes its run time only, never its numbers.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rapidllm.caches import Caches
-from rapidllm.engine.engine import ENGINES, simulate
+from rapidllm.engine.engine import ENGINES, Adjust, simulate
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import price_case, price_table
@@ -29,8 +29,6 @@ from rapidllm.spec.experiment import Experiment, expand_with_cases, load_experim
 
 if TYPE_CHECKING:
     import pandas as pd
-
-Adjust = Callable[["pd.DataFrame"], "pd.DataFrame"]
 
 MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "framework", "capacity")
 TRAINING_ONLY = ("mfu", "hfu")

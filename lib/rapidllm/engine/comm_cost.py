@@ -19,6 +19,7 @@ base latency (`collective_latency`: it is NCCL's).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -129,7 +130,7 @@ class CommCost:
             self.events[key] = (ev, len(groups))
         return self._times[key]
 
-    def _shared(self, key: tuple, compute) -> object:
+    def _shared(self, key: tuple, compute: Callable[..., object]) -> object:
         """`compute(*key[1:])` from this case's lookups, else from `Caches.groups` under the layout's key."""
         if key not in self._local:
             ckey = (key[0], self._layout_key(), self.symmetric, *key[1:])

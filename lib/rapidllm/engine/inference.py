@@ -38,7 +38,7 @@ from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import Replayed, replay_all
 from rapidllm.engine.microbatch import Adjust, Ops, at_batch, overlap_active, overlapped_pass
 from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, simulate
-from rapidllm.graph.templates import Template, extra_templates, layer_counts, layer_templates, ops_view
+from rapidllm.graph.templates import Template, extra_templates, layer_counts, layer_templates, layer_tokens, ops_view
 from rapidllm.spec.case import Case, InferenceWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 
@@ -81,8 +81,7 @@ def pass_parts(case: Case, ops: Ops, prefix: str, cost: CommCost, overlap: bool)
     r = replay_all(case, ops, templates, cost, -1, overlap)
     layers = tuple((section, n, r.span(section, "fwd"), r.compute(section, "fwd"))
                    for section, n in layer_counts(case, prefix).items())
-    tokens = w.batch * (w.prompt_tokens if prefix.startswith("prefill") else w.step_queries)
-    nbytes = tokens * case.model.hidden * DTYPE_BYTES[case.activation_precision]
+    nbytes = layer_tokens(case, prefix) * case.model.hidden * DTYPE_BYTES[case.activation_precision]
     return PassParts(p.pp, layers, r.span(f"{prefix}head", "extra_fwd"), r.compute(f"{prefix}head", "extra_fwd"),
                      cost.time("pp", "send_recv", nbytes), float(nbytes), r, tuple(templates))
 

@@ -150,7 +150,7 @@ def overlapped_replay(case: Case, ops: Ops, prefix: str, cost: CommCost, overlap
     chains = [_chain(bcase, bops, prefix) for bcase, bops in micro_cases(case, ops, adjust)]
     template, durations = merged_template(chains, f"{prefix}microbatches")
     share = dispatcher_sms(case) / case.hardware.sm_count if prefix.startswith("prefill") else 0.0
-    return replay_template(template, durations, lambda axis, op, nb: cost.time(axis, op, nb), cost.dims, overlap,
+    return replay_template(template, durations, cost.time, cost.dims, overlap,
                            sm_share=(lambda axis: share if axis == "ep" else 0.0) if share else None)
 
 
@@ -163,7 +163,6 @@ def overlapped_pass(case: Case, ops: Ops, prefix: str, cost: CommCost, overlap: 
     span, compute = layers.span, layers.compute
     for t in extra_templates(case, view):
         if t.section == f"{prefix}head":
-            head = replay_template(t, compute_durations(view, t), lambda axis, op, nb: cost.time(axis, op, nb),
-                                   cost.dims, overlap)
+            head = replay_template(t, compute_durations(view, t), cost.time, cost.dims, overlap)
             span, compute = span + head.span, compute + head.compute
     return span, compute

@@ -17,7 +17,7 @@ import numpy as np
 
 from rapidllm.caches import current
 from rapidllm.graph.comm_nodes import dispatch_bytes, moe_tp_collectives
-from rapidllm.ops.price import OperatorTable
+from rapidllm.ops.price import OperatorTable, case_sections
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 
@@ -161,7 +161,6 @@ def operator_frame(case: Case) -> pd.DataFrame:
     """(section, name, phase) of every operator in execution order, without pricing (the trace stage)."""
     import pandas as pd
 
-    from rapidllm.ops.price import case_sections
     return pd.DataFrame([(s, o.name, o.phase) for s, o in case_sections(case)], columns=["section", "name", "phase"])
 
 

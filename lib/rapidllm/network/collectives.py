@@ -12,7 +12,9 @@ link queues.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -158,12 +160,12 @@ class Deferred(Schedule):
     `dataclasses.replace` gives a plain Schedule.
     """
 
-    def __new__(cls, *args, **kw):
+    def __new__(cls, *args: Any, **kw: Any) -> Schedule:
         if len(args) + len(kw) == len(_FIELDS):   # dataclasses.replace / Schedule-style construction
             return Schedule(*args, **kw)
         return super().__new__(cls)
 
-    def __init__(self, length: int, make):  # noqa: D107 (no super: lazy)
+    def __init__(self, length: int, make: Callable[[str], np.ndarray]) -> None:  # noqa: D107 (no super: lazy)
         object.__setattr__(self, "_n", int(length))
         object.__setattr__(self, "_make", make)
         object.__setattr__(self, "_arrays", {})
@@ -174,13 +176,13 @@ class Deferred(Schedule):
     def __repr__(self) -> str:
         return f"Deferred(transfers={self._n})"
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         if name in _FIELDS:
             self._arrays[name] = value
         else:
             object.__setattr__(self, name, value)
 
-    def __getattribute__(self, name):
+    def __getattribute__(self, name: str) -> Any:
         if name in _FIELDS:
             arrays = object.__getattribute__(self, "_arrays")
             if name not in arrays:
@@ -198,7 +200,7 @@ class RingSchedule(Deferred):
     is then simulated from its arrays like any other.
     """
 
-    def __init__(self, group: np.ndarray, steps: int, chunks: int, size: float):  # noqa: D107
+    def __init__(self, group: np.ndarray, steps: int, chunks: int, size: float) -> None:  # noqa: D107
         object.__setattr__(self, "group", np.ascontiguousarray(group, dtype=np.int32))
         object.__setattr__(self, "steps", int(steps))
         object.__setattr__(self, "chunks", int(chunks))
@@ -210,7 +212,7 @@ class RingSchedule(Deferred):
         return (f"RingSchedule(n={len(self.group)}, steps={self.steps}, chunks={self.chunks}, "
                 f"size={self.size!r}, transfers={len(self)})")
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
         if name in _FIELDS:
             object.__setattr__(self, "overridden", True)

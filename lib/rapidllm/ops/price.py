@@ -195,10 +195,12 @@ class OperatorTable:
         self.rows = rows
 
     def column(self, name: str) -> list:
+        """One column's values in row order, as the rows hold them."""
         j = OPERATOR_COLUMNS.index(name)
         return [r[j] for r in self.rows]
 
     def frame(self) -> pd.DataFrame:
+        """The rows as the DataFrame `price_case` returns."""
         return _frame(self.rows)
 
 

@@ -196,28 +196,22 @@ def expert_load(model: ModelSpec, s: Shard) -> tuple[int, int]:
     pools the tiles of all its experts, so that total, spread over the experts that receive any token,
     prices it. With few tokens (decode) some experts get none and their weights are not read: each of the
     N routed tokens picks top_k of E experts, so an expert is missed by all of them with probability
-    (1 - top_k/E)^N.
+    (1 - top_k/E)^N. With redundant replicas (inference, DeepSeek's EPLB) a rank holds (E + redundant) / ep
+    slots and the busiest one's load is where `eplb_rank_loads` places it.
     """
     moe = model.moe
     assert moe is not None
     group_tokens = s.moe_tokens * s.ep * moe.top_k
+    local = (moe.experts + s.redundant_experts) // s.ep
     if s.redundant_experts:
-        return _replicated_expert_load(moe.experts, moe.top_k, s, group_tokens)
-    local = moe.experts // s.ep
-    hot = min(group_tokens / moe.experts * s.hot_expert_factor, group_tokens)
-    rest = (group_tokens - hot) / max(moe.experts - 1, 1)
+        # the busiest rank as EPLB places the experts + redundant slots (ops/moe_routing.eplb_rank_loads)
+        busiest = max(eplb_rank_loads(moe.experts, s.redundant_experts, s.ep, s.hot_expert_factor)) \
+            * group_tokens / moe.experts
+    else:
+        hot = min(group_tokens / moe.experts * s.hot_expert_factor, group_tokens)
+        rest = (group_tokens - hot) / max(moe.experts - 1, 1)
+        busiest = hot + (local - 1) * rest
     hit = 1.0 - (1.0 - moe.top_k / moe.experts) ** (s.moe_tokens * s.ep)
-    active = min(local, max(1, round(1 + (local - 1) * hit)))
-    return max(math.ceil((hot + (local - 1) * rest) / active - 1e-9), 1), active
-
-
-def _replicated_expert_load(experts: int, top_k: int, s: Shard, group_tokens: int) -> tuple[int, int]:
-    """`expert_load` with redundant replicas: the busiest rank's tokens as EPLB places the experts +
-    redundant slots (ops/moe_routing.eplb_rank_loads), over its (experts + redundant) / ep slots, of which
-    those whose expert any of the N routed tokens picks receive tokens (as in `expert_load`)."""
-    local = (experts + s.redundant_experts) // s.ep
-    busiest = max(eplb_rank_loads(experts, s.redundant_experts, s.ep, s.hot_expert_factor)) * group_tokens / experts
-    hit = 1.0 - (1.0 - top_k / experts) ** (s.moe_tokens * s.ep)
     active = min(local, max(1, round(1 + (local - 1) * hit)))
     return max(math.ceil(busiest / active - 1e-9), 1), active
 

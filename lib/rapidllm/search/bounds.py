@@ -8,7 +8,8 @@ so the step is at least m x (forward + backward compute) of a stage; the first t
 micro-batch's forwards on every earlier model chunk (at least one chunk on each earlier stage), and its
 last task is followed by that micro-batch's backwards through them, which adds their compute (the
 pipeline fill and drain). Inference: TTFT is at least the prefill's compute through all layers, ITL the mean of
-the first and last decode step's compute. A factor (1 - 1e-9) absorbs the different order of the float
+the first and last decode step's compute over the tokens a step emits (`tokens_per_step`: 1 without
+speculative decoding). A factor (1 - 1e-9) absorbs the different order of the float
 additions. Bounds exist for training and for static-batching inference without the two-micro-batch
 overlap; other cases get none.
 """
@@ -150,7 +151,9 @@ def optimistic_record(case: Case, work: ShardWork, profile: Profile | None = Non
     if w.concurrency > w.batch or case.parallelism.microbatch_overlap > 1:
         return None            # two overlapped micro-batches price other (half-batch) operators than `work`
     ttft = forward_compute(case, work, "prefill_") * SLACK
-    itl = 0.5 * (forward_compute(case, work, "decode_first_") + forward_compute(case, work, "decode_last_")) * SLACK
+    # a speculative decode step emits tokens_per_step tokens per sequence (engine/inference.py)
+    itl = 0.5 * (forward_compute(case, work, "decode_first_") + forward_compute(case, work, "decode_last_")) \
+        * SLACK / w.tokens_per_step
     e2e = ttft + max(w.output_tokens - 1, 0) * itl       # output_tokens 0: an encoder's forward pass
     if e2e <= 0:
         return None

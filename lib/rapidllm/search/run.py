@@ -27,10 +27,10 @@ from typing import Any
 
 import pandas as pd
 
+from rapidllm.engine.comm_cost import CommCost
 from rapidllm.memory.model import memory_for_case, training_liveness
 from rapidllm.memory.state import FRAMEWORKS, conventions, state_bytes
 from rapidllm.prediction import predict
-from rapidllm.engine.comm_cost import CommCost
 from rapidllm.search.bounds import Profile, ShardWork, chunks_used, optimistic_record, shard_work, stage_profile
 from rapidllm.search.space import LAYOUT_COLUMNS, Layout, layouts, placement, rebuild
 from rapidllm.search.tails import layer_floor, param_gather, refinable, step_tail, template_spans

@@ -41,9 +41,9 @@ from rapidllm.engine.composer import (
 from rapidllm.engine.sharding import layer_comm_seconds
 from rapidllm.graph.comm_nodes import dp_reduced_parameters
 from rapidllm.graph.schedules import interleaving, schedule_code, stage_actions_array
+from rapidllm.graph.templates import ops_view, shared_case_templates
 from rapidllm.memory.closed_form import state_bytes_per_param
-from rapidllm.graph.templates import case_templates, ops_view
-from rapidllm.ops.price import case_sections, operator_times, price_case
+from rapidllm.ops.price import case_sections, operator_times, price_table
 from rapidllm.search.bounds import ShardWork
 from rapidllm.spec.case import Case, TrainingWorkload
 
@@ -116,8 +116,8 @@ def template_spans(case: Case, cost: CommCost) -> ShardWork | None:
     shortens a span by the all-to-all time the partner action hides."""
     if case.parallelism.moe_a2a_overlap:
         return None
-    view = ops_view(price_case(case))
-    replayed = replay_all(case, view, case_templates(case, view), cost, -1)
+    view = ops_view(price_table(case))          # the engine's own table and templates (engine/composer.py)
+    replayed = replay_all(case, view, shared_case_templates(case, view), cost, -1)
     fwd: dict[str, float] = {}
     bwd: dict[str, float] = {}
     for (section, part), result in replayed.results.items():

@@ -25,8 +25,6 @@ from rapidllm.spec.schema import load_yaml
 from rapidllm.units import parse_quantity
 
 
-# Field metadata: a field added after case ids were published enters the hash only when it differs from its
-# default, so every case that does not use it keeps its id (`_plain`).
 @functools.lru_cache(maxsize=4096)
 def chunk_split(pp: int, v: int, layers: int, embedding_in_split: bool, loss_in_split: bool
                 ) -> tuple[tuple[int, ...], ...]:
