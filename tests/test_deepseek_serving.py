@@ -164,6 +164,16 @@ def test_speculation_with_zero_acceptance_is_never_faster_and_full_acceptance_ha
     assert full["itl_s"] == pytest.approx(none["itl_s"] / 2, rel=1e-12)
 
 
+def test_baseline_engine_prices_speculation_as_the_event_engine_counts_tokens() -> None:
+    """The alpha-beta ablation also verifies 1 + d queries per step and emits tokens_per_step tokens: at
+    acceptance 1 a token costs half a verifying step, and a verifying step is never cheaper than a plain one."""
+    plain = evaluate(lite(), engine="baseline")
+    none = evaluate(lite(draft_tokens=1, draft_acceptance=0.0), engine="baseline")
+    full = evaluate(lite(draft_tokens=1, draft_acceptance=1.0), engine="baseline")
+    assert none["itl_s"] >= plain["itl_s"]
+    assert full["itl_s"] == pytest.approx(none["itl_s"] / 2, rel=1e-12)
+
+
 def test_disaggregated_decode_drops_the_prefill_share_and_holds_every_sequence() -> None:
     mixed = lite(batch=1, concurrency=32)
     decode_only = lite(batch=1, concurrency=32, serving="disaggregated")

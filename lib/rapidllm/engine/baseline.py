@@ -126,10 +126,13 @@ def compose_inference(case: Case, ops: pd.DataFrame, nodes: list[CommNode]) -> P
         return t + _section_time(ops, f"{prefix}head") + hops
 
     ttft = pass_time("prefill_", 1.0)
-    decode_scale = 1.0 / w.prompt_tokens     # decode moves one token per sequence instead of the prompt
+    # decode moves each sequence's step queries (1 + draft tokens) instead of the prompt; a step emits
+    # tokens_per_step tokens per sequence on average (speculative decoding, as engine/inference.py)
+    decode_scale = w.step_queries / w.prompt_tokens
     itl = 0.0
     if w.output_tokens:                      # an encoder's forward pass (output_tokens 0) decodes nothing
-        itl = 0.5 * (pass_time("decode_first_", decode_scale) + pass_time("decode_last_", decode_scale))
+        step = 0.5 * (pass_time("decode_first_", decode_scale) + pass_time("decode_last_", decode_scale))
+        itl = step / w.tokens_per_step
     e2e = ttft + max(w.output_tokens - 1, 0) * itl
     return Prediction(step_time_s=e2e, compute_time_s=e2e, ttft_s=ttft, itl_s=itl, e2e_latency_s=e2e,
                       tokens_per_s=w.rate_tokens / e2e)
