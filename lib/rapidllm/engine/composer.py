@@ -163,6 +163,36 @@ def _sharded_layer_comm(case: Case, cost: CommCost, stage: int) -> tuple[float, 
     return layer_comm_seconds(case, cost, stage, gather, scatter, sharded_layer_params(case))
 
 
+@dataclass(frozen=True)
+class GradientBuckets:
+    """The heaviest stage's data-parallel gradient reduction as Megatron-LM buckets it: the step ends with
+    it (and a sharded optimizer's parameter gather), so the engine times it and a search bounds it from
+    this one sizing. `op` is "" where nothing is bucketed (dp 1, ZeRO-3 / full_shard reduce per layer)."""
+    op: str = ""                 # reduce_scatter (sharded optimizer) or all_reduce
+    count: int = 0               # buckets per model chunk
+    nbytes: float = 0.0          # gradient bytes per bucket
+    sharded: bool = False        # ZeRO-1/2 or shard_grad_op: the weights are gathered after the optimizer
+    gather_bytes: float = 0.0    # the heaviest stage's weights, which that gather moves
+    stage: int = 0               # the heaviest stage
+
+
+def gradient_buckets(case: Case, v: int) -> GradientBuckets:
+    """`GradientBuckets` of a training case run with `v` model chunks per stage: max(40M, 1M x dp)
+    parameters per bucket (Megatron-LM's DDP default, `BUCKET_PARAMS`) over the heaviest stage's chunk."""
+    p = case.parallelism
+    if p.dp <= 1 or p.zero == 3 or p.fsdp == "full_shard":
+        return GradientBuckets()
+    params, expert_params = stage_parameters(case)
+    heavy = int(params.argmax())
+    heaviest = dp_reduced_parameters(case, float(params[heavy]), float(expert_params[heavy]))
+    wb, gb, _ = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)
+    sharded = p.zero in (1, 2) or p.fsdp == "shard_grad_op"
+    chunk_params = heaviest / v
+    buckets = max(1, math.ceil(chunk_params / max(BUCKET_PARAMS, 1e6 * p.dp)))
+    return GradientBuckets("reduce_scatter" if sharded else "all_reduce", buckets, chunk_params * gb / buckets,
+                           sharded, heaviest * wb, heavy)
+
+
 def exposed_param_gather(bucket_s: float, buckets: int, forward_s: float) -> float:
     """Exposed time of a sharded optimizer's parameter all-gather under Megatron-Core's
     --overlap-param-gather (megatron/core/distributed: the gathers of the updated parameters are issued
@@ -238,27 +268,20 @@ def training_plan(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, cost:
     cost.count("pp", "send_recv", act, 2 * m * v)
     if regather and p.pp > 1:
         cost.count("tp", "all_gather", regather, 2 * m * v)
-    wb, gb, _ = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)
-    sharded_opt = p.zero in (1, 2) or p.fsdp == "shard_grad_op"
-    buckets, bucket_s, gather_s = 0, 0.0, 0.0
-    op, bucket_bytes, gather_bytes = "", 0.0, 0.0
-    params, expert_params = stage_parameters(case)
-    heavy = int(params.argmax())
-    heaviest = dp_reduced_parameters(case, float(params[heavy]), float(expert_params[heavy]))
-    if p.dp > 1 and not (p.zero == 3 or p.fsdp == "full_shard"):
-        chunk_params = heaviest / v
-        buckets = max(1, math.ceil(chunk_params / max(BUCKET_PARAMS, 1e6 * p.dp)))
-        op = "reduce_scatter" if sharded_opt else "all_reduce"
-        bucket_bytes = chunk_params * gb / buckets
+    params, _ = stage_parameters(case)
+    grads = gradient_buckets(case, v)
+    buckets, bucket_s, gather_s = grads.count, 0.0, 0.0
+    op, bucket_bytes, gather_bytes = grads.op, grads.nbytes, 0.0
+    if op:
         bucket_s = cost.time("dp", op, bucket_bytes, 0)
         cost.count("dp", op, bucket_bytes, buckets * v)
-        if sharded_opt and p.overlap_param_gather:
-            gather_bytes = heaviest * wb / (buckets * v)
+        if grads.sharded and p.overlap_param_gather:
+            gather_bytes = grads.gather_bytes / (buckets * v)
             gather_s = exposed_param_gather(cost.time("dp", "all_gather", gather_bytes, 0), buckets * v,
-                                            float(f_span[heavy].sum()))
+                                            float(f_span[grads.stage].sum()))
             cost.count("dp", "all_gather", gather_bytes, buckets * v)
-        elif sharded_opt:
-            gather_bytes = heaviest * wb
+        elif grads.sharded:
+            gather_bytes = grads.gather_bytes
             gather_s = cost.time("dp", "all_gather", gather_bytes, 0)
             cost.count("dp", "all_gather", gather_bytes, 1)
     # the same row selections, products and sums as the pandas masks they replace (table order kept)

@@ -19,30 +19,27 @@ simulated), placed where the pipeline graph (`graph/pipeline_dag.py`) puts them:
   plus one exposed gather per chunk (`engine/composer.py: _chunk_times`);
 - a layer's span is its template replayed with its collectives (exposed TP / CP / EP communication), which
   is what the pipeline's tasks last.
-The quantities mirror `engine/composer.py: training_plan`, which computes them inline; tests/test_search.py
+The gradient buckets and gather are `engine/composer.gradient_buckets`, the engine's own sizing; tests/test_search.py
 checks the refined bound against the simulation on every feasible layout of its spaces. Only symmetric
 (fault-free) networks get the refinement: with faults every stage's collectives differ.
 """
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import (
-    BUCKET_PARAMS,
+    gradient_buckets,
     replay_all,
     sharded_layer_bytes,
     sharded_layer_params,
     stage_parameters,
 )
 from rapidllm.engine.sharding import layer_comm_seconds
-from rapidllm.graph.comm_nodes import dp_reduced_parameters
 from rapidllm.graph.schedules import interleaving, schedule_code, stage_actions_array
 from rapidllm.graph.templates import ops_view, shared_case_templates
-from rapidllm.memory.closed_form import state_bytes_per_param
 from rapidllm.ops.price import case_sections, operator_times, price_table
 from rapidllm.search.bounds import ShardWork
 from rapidllm.spec.case import Case, TrainingWorkload
@@ -88,22 +85,17 @@ def step_tail(case: Case, cost: CommCost, gather: bool = True) -> np.ndarray:
     assert isinstance(w, TrainingWorkload)
     m = max(w.microbatches(p.dp), 1)
     v = interleaving(p.schedule, p.pp, p.virtual_stages, m)
-    params, expert_params = stage_parameters(case)
+    params, _ = stage_parameters(case)
     tail = optimizer_seconds(case) * (params / params.mean())
-    if p.dp > 1 and not (p.zero == 3 or p.fsdp == "full_shard"):
-        heavy = int(params.argmax())
-        heaviest = dp_reduced_parameters(case, float(params[heavy]), float(expert_params[heavy]))
-        wb, gb, _ = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)
-        sharded = p.zero in (1, 2) or p.fsdp == "shard_grad_op"
-        chunk = heaviest / v
-        buckets = max(1, math.ceil(chunk / max(BUCKET_PARAMS, 1e6 * p.dp)))
-        bucket_s = cost.time("dp", "reduce_scatter" if sharded else "all_reduce", chunk * gb / buckets, 0)
+    grads = gradient_buckets(case, v)
+    if grads.op:
+        bucket_s = cost.time("dp", grads.op, grads.nbytes, 0)
         if not p.overlap_grad_reduce:
-            tail = tail + buckets * v * bucket_s
+            tail = tail + grads.count * v * bucket_s
         elif ends_with_last_backward(p.schedule, p.pp, m, v):
             tail = tail + bucket_s
         if gather and param_gather(case):
-            tail = tail + cost.time("dp", "all_gather", heaviest * wb, 0)
+            tail = tail + cost.time("dp", "all_gather", grads.gather_bytes, 0)
     return tail
 
 
