@@ -66,3 +66,21 @@ def test_b200_rows_carry_device_validated_false(summary):
     b200 = summary[summary.hardware == "b200"]
     assert len(b200) == 16 and not b200.device_validated.astype(bool).any()
     assert summary[summary.hardware == "h100-sxm5-80gb"].device_validated.astype(bool).all()
+
+
+def test_moe_rows_take_their_own_release_settings(suite):
+    """Each release's MoE rows run that release's performance scripts: 25.09 (Megatron-Bridge v0.1.0rc4)
+    overlaps the EP all-to-all only for DeepSeek-V3 H100, 25.11 (v0.2.0) also for Qwen3-235B H100/B200 and
+    Qwen3-30B H100; neither recomputes Qwen3-30B-A3B (the performance configs reset the recipe's full
+    recompute to none)."""
+    def par(label):
+        return next(c for c in suite.experiment.cases if c["label"] == label)["parallelism"]
+    assert not par("25.09 DGX-H100 Qwen3_235B_a22B primary 256").get("moe_a2a_overlap")
+    assert not par("25.09 DGX-B200 Qwen3_235B_a22B primary 64").get("moe_a2a_overlap")
+    assert not par("25.09 DGX-H100 Qwen3_30B_a3B primary 16").get("moe_a2a_overlap")
+    assert par("25.11 DGX-H100 Qwen3_235B_a22B primary 256")["moe_a2a_overlap"]
+    assert par("25.11 DGX-B200 Qwen3_235B_a22B primary 64")["moe_a2a_overlap"]
+    assert par("25.11 DGX-H100 Qwen3_30B_a3B primary 16")["moe_a2a_overlap"]
+    assert par("25.09 DGX-H100 DeepSeekV3 primary 1024")["moe_a2a_overlap"]
+    for label in ("25.09 DGX-H100 Qwen3_30B_a3B primary 16", "25.11 DGX-B200 Qwen3_30B_a3B primary 8"):
+        assert par(label).get("recompute", "none") == "none"
