@@ -33,12 +33,12 @@ def _case(model="llama2-7b", mode="training", **kw):
                          "workload": work, "parallelism": par, **kw}, "test")
 
 
-def _gpt_layer(tp: int, sp: bool, recompute: str, micro_batch: int = 2):
+def _gpt_layer(tp: int, sp: bool, recompute: str, micro_batch: int = 2, fp8: bool = False):
     case = _case(parallelism={"tp": tp, "sp": sp, "dp": 1}, micro_batch=micro_batch, global_batch=micro_batch * 4)
     case = dataclasses.replace(case, model=ModelSpec(**GPT), attention_impl="naive")
     shard = wl.training_shard(case)
     ops = wl.layer_forward(case.model, shard, False)
-    return layer_liveness(ops, flash=False, recompute=recompute, dropout=True), shard
+    return layer_liveness(ops, flash=False, recompute=recompute, dropout=True, fp8_inputs=fp8), shard
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4])
@@ -48,6 +48,22 @@ def test_korthikanti_no_recompute(tp):
     assert lv.stored == pytest.approx((34 * sbh + 5 * a * seq * seq * b) / tp)
     lv1, _ = _gpt_layer(1, sp=False, recompute="none")
     assert lv1.stored == pytest.approx(34 * sbh + 5 * a * seq * seq * b)
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_fp8_training_saves_gemm_inputs_in_one_byte(tp):
+    """Korthikanti's 34sbh with Transformer Engine FP8 GEMMs: the QKV, fc1 and fc2 inputs (2, 2 and 8 sbh)
+    are kept as FP8 copies (1, 1, 4 sbh), and the attention output, which the attention core keeps in BF16
+    for its own backward, gets an FP8 copy for the output projection besides (+1 sbh): 29sbh."""
+    lv, s = _gpt_layer(tp, sp=True, recompute="none", fp8=True)
+    sbh, a, b, seq = s.tokens * GPT["hidden"], GPT["heads"], s.batch, s.q_len
+    assert lv.stored == pytest.approx((29 * sbh + 5 * a * seq * seq * b) / tp)
+
+
+def test_fp8_training_needs_less_activation_memory_than_bf16():
+    bf16 = memory_for_case(_case("llama3.1-8b", precision="bf16", parallelism={"tp": 2, "sp": True}))
+    fp8 = memory_for_case(_case("llama3.1-8b", precision="fp8", parallelism={"tp": 2, "sp": True}))
+    assert fp8.activations < bf16.activations
 
 
 @pytest.mark.parametrize("tp", [2, 8])

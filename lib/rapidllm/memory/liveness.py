@@ -8,6 +8,11 @@ keep their input, the loss keeps its fp32 probabilities; residual adds, rotary a
 nothing. Sequence-parallel norms produce sequence-sharded tensors, which is what the following GEMM keeps
 (Megatron re-gathers them in backward), so SP and CP sharding come from the operator shapes themselves.
 A framework may instead keep the all-gathered input (`keep_gathered`, as nanotron does).
+FP8 training (`fp8_inputs`): Transformer Engine saves the columnwise FP8 copy of an FP8 GEMM's input for
+the weight gradient, 1 byte per element, not the BF16 tensor ("input in FP8 saved for backward", TE docs,
+features/low_precision_training/performance_considerations, "Memory usage"); by default that copy is
+kept even when another operator keeps the BF16 tensor too (TE's `save_original_input=False`), so the two
+are counted apart. GEMMs that FP8 recipes keep in BF16 (`ops.workload.fp8_gemm`) save BF16 as before.
 Recompute: `selective` drops what its modules' operators keep (Megatron-Core --recompute-modules; the
 default, core_attn, drops what the attention core keeps besides its inputs and output), and backward
 holds them again while it runs that layer; `full` keeps only each layer's input and rematerializes one
@@ -18,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rapidllm.ops.operators import ATTENTION, GEMM, Operator
-from rapidllm.ops.workload import LAYER_INPUT, recomputed
+from rapidllm.ops.workload import LAYER_INPUT, fp8_gemm, recomputed
 
 NORMS = ("norm1", "norm2", "final_norm", "latent_norm")
 
@@ -67,31 +72,34 @@ def attention_extra(op: Operator, flash: bool, recompute: str, dropout: bool) ->
 
 def layer_liveness(ops: list[Operator], flash: bool = True, recompute: str = "none",
                    dropout: bool = False, keep_gathered: bool = False,
-                   modules: tuple[str, ...] = ("core_attn",)) -> LayerLiveness:
+                   modules: tuple[str, ...] = ("core_attn",), fp8_inputs: bool = False) -> LayerLiveness:
     """Walk one layer's forward operators in order: allocate outputs, free after the last consumer."""
     fwd = [o for o in ops if o.phase == "fwd"]
     sizes = {o.name: _size(o) for o in fwd}
     first = fwd[0]
     in_bytes = _size(first) if first.name in NORMS else float(first.out_bytes)
     sizes[LAYER_INPUT] = in_bytes
-    saved: dict[str, float] = {}
+    saved: dict[tuple[str, bool], float] = {}          # (tensor, kept as its FP8 copy) -> bytes
     extra = 0.0
     for o in fwd:
+        fp8_copy = fp8_inputs and o.kind == GEMM and fp8_gemm(o.name)
         for name in _saved_inputs(o):
             size = sizes.get(name, 0.0)
             if keep_gathered and o.kind == GEMM and o.gemm and name in NORMS:
                 size = max(size, o.gemm[1] * o.gemm[3] * o.dtype_bytes)   # all-gathered SP input kept
-            saved[name] = max(saved.get(name, 0.0), size)
+            if fp8_copy:
+                size /= o.dtype_bytes                   # one byte per element
+            saved[name, fp8_copy] = max(saved.get((name, fp8_copy), 0.0), size)
         if o.kind == ATTENTION:
-            saved[o.name] = sizes[o.name]
+            saved[o.name, False] = sizes[o.name]
             core = recompute if recomputed(o.name, recompute, modules) else "none"
             extra += attention_extra(o, flash, core, dropout)
         if dropout and o.name.startswith("residual"):
             extra += sizes[o.name] / o.dtype_bytes    # 1-byte mask of the residual dropout
         if o.name == "cross_entropy":
-            saved[o.name] = sizes[o.name]
+            saved[o.name, False] = sizes[o.name]
     stored_full = sum(saved.values()) + extra
-    fwd_extra = _walk(fwd, sizes, set(saved))
+    fwd_extra = _walk(fwd, sizes, {name for name, fp8 in saved if not fp8})   # an FP8 copy frees its BF16 source
     # Backward: the gradient w.r.t. an output and w.r.t. its input are alive together, plus a GEMM's
     # half-precision weight gradient before it is added into the gradient buffer.
     bwd_extra = 0.0
@@ -109,7 +117,7 @@ def layer_liveness(ops: list[Operator], flash: bool = True, recompute: str = "no
         return LayerLiveness(in_bytes, fwd_extra + stored_full, stored_full - in_bytes + bwd_extra, in_bytes)
     # Selective modules: what their own operators produced is not kept (a module keeps its inputs, which
     # other operators produced) and comes back for this layer's backward.
-    dropped = sum(v for name, v in saved.items() if name != "attn" and recomputed(name, recompute, modules))
+    dropped = sum(v for (name, _), v in saved.items() if name != "attn" and recomputed(name, recompute, modules))
     return LayerLiveness(stored_full - dropped, fwd_extra, bwd_extra + dropped, in_bytes)
 
 
