@@ -64,14 +64,13 @@ def test_parallel_inference_sweep_is_byte_identical() -> None:
 def test_chunks_keep_layout_groups_together(experiment: Path) -> None:
     items = expand_with_cases(load_experiment(experiment), case_json=False)
     todo = [i for i, (row, case) in enumerate(items) if case is not None]
-    chunks = prediction._chunks(items, todo, workers=2)
+    chunks = prediction._chunks(prediction._groups(items, todo), workers=2)
     assert sorted(i for c in chunks for i in c) == todo          # every evaluable row exactly once
     owner = {}
     for n, chunk in enumerate(chunks):
         for i in chunk:
             p = items[i][1].parallelism
-            key = (items[i][1].model.name, p.dp, p.tp, p.pp)
-            assert owner.setdefault(key, n) == n                  # micro-batch variants share a chunk
+            assert owner.setdefault((p.dp, p.tp, p.pp), n) == n   # a layout's models and variants share one
     assert len(chunks) > 2
 
 

@@ -234,7 +234,8 @@ def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: s
         exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
         items = expand_with_cases(exp, case_json=False)
         todo = [i for i, (row, case) in enumerate(items) if row["status"] == "ok" and case is not None]
-        chunks = _chunks(items, todo, workers) if workers > 1 else []
+        groups = _groups(items, todo)
+        chunks = _chunks(groups, workers) if workers > 1 else []
         out: list[dict[str, Any]] = [row for row, _ in items]
         with tqdm(total=len(items), desc=exp.name, unit="case", disable=not progress) as bar:
             bar.update(len(items) - len(todo))
@@ -247,7 +248,7 @@ def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: s
                             out[i] = rec
                         bar.update(len(done))
             else:
-                for i in todo:
+                for i in (i for group in groups for i in group):
                     out[i] = _sweep_row(*items[i], engine)
                     bar.update(1)
     return pd.DataFrame(out)
@@ -271,19 +272,24 @@ def _sweep_row(row: dict[str, Any], case: Case, engine: str) -> dict[str, Any]:
         return {**row, "case_id": "", "status": "invalid", "reason": str(err)}
 
 
-def _chunks(items: list[tuple[dict, Case | None]], todo: list[int], workers: int) -> list[list[int]]:
-    """Row indices in work units for the pool. Cases of one model, device, fabric and layout stay together
-    (their recompute and micro-batch variants share priced layers, groups and collectives in one worker's
-    memo tables); about eight units per worker, cut at those group boundaries, balance the load."""
+def _groups(items: list[tuple[dict, Case | None]], todo: list[int]) -> list[list[int]]:
+    """The rows to evaluate, by device, fabric and parallel layout (in order of first appearance). The cases
+    of one layout share work that only the time values tell apart (the pipeline DAG's shape, process
+    groups, the sized fabric); evaluated together, they find it in small memo tables."""
     groups: dict[tuple, list[int]] = {}
     for i in todo:
         c = items[i][1]
         p = c.parallelism
-        key = (c.model.name, c.hardware.name, c.network.name, p.dp, p.tp, p.pp, p.cp, p.ep, p.virtual_stages)
+        key = (c.hardware.name, c.network.name, p.dp, p.tp, p.pp, p.cp, p.ep, p.virtual_stages, p.schedule)
         groups.setdefault(key, []).append(i)
-    target = max(len(todo) // (8 * workers), 1)
+    return list(groups.values())
+
+
+def _chunks(groups: list[list[int]], workers: int) -> list[list[int]]:
+    """Work units for the pool: whole `_groups`, about eight units per worker to balance the load."""
+    target = max(sum(map(len, groups)) // (8 * workers), 1)
     chunks: list[list[int]] = [[]]
-    for members in groups.values():
+    for members in groups:
         if len(chunks[-1]) >= target:
             chunks.append([])
         chunks[-1].extend(members)
