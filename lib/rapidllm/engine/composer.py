@@ -35,7 +35,7 @@ from rapidllm.graph.templates import (
     shared_case_templates,
 )
 from rapidllm.memory.closed_form import state_bytes_per_param
-from rapidllm.memory.state import conventions, stage_params
+from rapidllm.memory.state import all_stage_params, conventions
 from rapidllm.ops.price import OperatorTable, local_parameters
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -93,7 +93,7 @@ def stage_parameters(case: Case) -> tuple[np.ndarray, np.ndarray]:
     """[pp] parameters one rank of each stage holds before ZeRO/FSDP, all and routed experts only, placed
     as the memory model places them (`memory.state.stage_params`: embedding first, head last)."""
     conv = conventions(case)
-    stages = [stage_params(case, s, conv) for s in range(case.parallelism.pp)]
+    stages = all_stage_params(case, conv)
     return np.array([st.total for st in stages]), np.array([st.experts for st in stages])
 
 

@@ -17,7 +17,14 @@ from rapidllm.caches import current
 from rapidllm.jit import njit
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.liveness import LayerLiveness, forward_working_set, layer_liveness
-from rapidllm.memory.state import ZERO_PAPER, Conventions, StateBytes, stage_layer_counts, stage_params, state_bytes
+from rapidllm.memory.state import (
+    ZERO_PAPER,
+    Conventions,
+    StateBytes,
+    stage_kind,
+    stage_params,
+    state_bytes,
+)
 from rapidllm.memory.state import conventions as framework_conventions
 from rapidllm.ops import workload as wl
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
@@ -136,13 +143,12 @@ def _walk_peak(code: int, pp: int, stage: int, m: int, v: int, last: bool, per_c
 
 def _training_stage(case: Case, stage: int, conv: Conventions, layer: LayerLiveness,
                     head: LayerLiveness, states: dict[tuple, StateBytes] | None = None) -> MemoryResult:
-    """Memory of one stage. `states`: the state bytes of stages computed before in this case, keyed by what
-    they depend on (the stage's layer count, and whether it holds the embedding or the head): the middle
-    stages of a deep pipeline hold the same state."""
+    """Memory of one stage. `states`: the state bytes of stages computed before in this case, by
+    `stage_kind` (the middle stages of a deep pipeline hold the same state)."""
     hw, w = case.hardware, case.workload
     assert isinstance(w, TrainingWorkload)
-    layers = stage_layer_counts(case, conv)[stage]
-    key = (layers, stage == 0, stage == case.parallelism.pp - 1)
+    key = stage_kind(case, stage, conv)
+    layers = key[0]
     st = states.get(key) if states is not None else None
     if st is None:
         st = state_bytes(case, stage, conv)
