@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rapidllm.caches import current
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.replay import TemplateResult, replay_template
 from rapidllm.engine.sharding import layer_collectives, layer_comm_seconds
@@ -64,19 +65,38 @@ class Replayed:
 def replay_all(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, templates: list[Template], cost: CommCost, stage: int,
                overlap: bool = True, silent: tuple[str, ...] = ()) -> Replayed:
     """Replay every template of a stage; collectives of the `silent` axes take no time (to measure how much
-    of a span they make)."""
+    of a span they make).
+
+    A replay is a function of the template and the durations and channels it is given: it is kept in
+    `Caches.replays` under those values (with the template object, which must be the same one for a hit;
+    templates are shared per case shape, `shared_case_templates`). Layouts that differ only in dp or pp
+    replay their layers with the same durations. The collectives are priced in the replay's own order
+    (a fused one by `overlap_durations` only), so `cost` records the same uses either way."""
     out = Replayed()
     ops = ops_view(ops)
     p = case.parallelism
+    table = current().replays
     for t in templates:
         comm = lambda axis, op, nb: 0.0 if axis in silent else cost.time(axis, op, nb, stage)
         compute = compute_durations(ops, t)
-        fused = overlap_durations(t, compute, comm, p.tp, case.hardware.sm_count) if p.tp_comm_overlap else None
-        out.results[(t.section, t.part)] = replay_template(t, compute, comm, cost.dims, overlap, fused)
-        for n in t.nodes:
-            if n.kind == COMM:
-                key = (t.section, t.part, n.axis, n.op, n.nbytes)
-                out.comm_instances[key] = out.comm_instances.get(key, 0) + 1
+        fused = overlap_durations(t, compute, comm, p.tp, case.hardware.sm_count) \
+            if p.tp_comm_overlap else None
+        comms = [(i, n) for i, n in enumerate(t.nodes) if n.kind == COMM]
+        key = (t.section, t.part, tuple(compute), overlap, tuple(sorted(fused.items())) if fused else None,
+               tuple((fused[i] if fused and i in fused else comm(n.axis, n.op, n.nbytes), cost.dims(n.axis))
+                     for i, n in comms))
+        hit = table.get(key)
+        if hit is None or hit[0] is not t:
+            instances: dict[tuple, float] = {}
+            for _, n in comms:
+                k = (t.section, t.part, n.axis, n.op, n.nbytes)
+                instances[k] = instances.get(k, 0) + 1
+            result = replay_template(t, compute, comm, cost.dims, overlap, fused)
+            result.start.flags.writeable = result.finish.flags.writeable = False     # shared by every hit
+            hit = table.put(key, (t, result, instances))
+        out.results[(t.section, t.part)] = hit[1]
+        for k, n_inst in hit[2].items():
+            out.comm_instances[k] = out.comm_instances.get(k, 0) + n_inst
     return out
 
 
