@@ -68,9 +68,10 @@ def replay_all(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, template
     of a span they make).
 
     A replay is a function of the template and the durations and channels it is given: it is kept in
-    `Caches.replays` under those values (with the template object, which must be the same one for a hit;
-    templates are shared per case shape, `shared_case_templates`). Layouts that differ only in dp or pp
-    replay their layers with the same durations. The collectives are priced in the replay's own order
+    `Caches.replays` under those values and the template object's id (templates are shared per case shape,
+    `shared_case_templates`; hashing one by value would cost what the replay does). The entry holds the
+    template, so the id cannot be reused while it exists, and a hit must be that very object. Layouts that
+    differ only in dp or pp replay their layers with the same durations. The collectives are priced in the replay's own order
     (a fused one by `overlap_durations` only), so `cost` records the same uses either way."""
     out = Replayed()
     ops = ops_view(ops)
@@ -82,7 +83,7 @@ def replay_all(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, template
         fused = overlap_durations(t, compute, comm, p.tp, case.hardware.sm_count) \
             if p.tp_comm_overlap else None
         comms = [(i, n) for i, n in enumerate(t.nodes) if n.kind == COMM]
-        key = (t.section, t.part, tuple(compute), overlap, tuple(sorted(fused.items())) if fused else None,
+        key = (id(t), tuple(compute), overlap, tuple(sorted(fused.items())) if fused else None,
                tuple((fused[i] if fused and i in fused else comm(n.axis, n.op, n.nbytes), cost.dims(n.axis))
                      for i, n in comms))
         hit = table.get(key)
