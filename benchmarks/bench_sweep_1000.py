@@ -11,7 +11,9 @@ priced, checked for memory and, if feasible, simulated). The median over repeats
 CPU seconds of the process (`time.process_time`) are printed beside wall seconds: on a shared machine
 they are the number to compare. With --jobs N (N worker processes, `sweep(..., jobs=N)`) the workers' CPU
 seconds (RUSAGE_CHILDREN, counted once the pool has exited) are added, and the wall-second rate is the one
-to quote: it is what the pool buys on N free cores. Peak RSS is the process maximum (ru_maxrss; a worker's
+to quote: it is what the pool buys on N free cores. A serial repeat loads the kernels the first case did
+not need during the first repeat (the median hides it); workers forked for every repeat would load them
+each time, so with --jobs the bench first runs one untimed serial sweep. Peak RSS is the process maximum (ru_maxrss; a worker's
 is its own). Results go to docs/performance.md by hand.
 """
 from __future__ import annotations
@@ -48,6 +50,8 @@ def main() -> None:
     t_expand = time.perf_counter() - t0
     first = next(r for r in rows if r["status"] == "ok")
     evaluate(resolve_case(json.loads(first["case_json"]), first["label"]))      # JIT warm-up
+    if args.jobs != 1:      # kernels the first case did not load: forked workers would load them every repeat
+        sweep(exp, progress=False)
     walls, cpus = [], []
     for _ in range(args.repeat):            # each sweep runs with fresh memo tables of its own
         t0, c0, k0 = time.perf_counter(), time.process_time(), _children_cpu()

@@ -286,8 +286,9 @@ def _groups(items: list[tuple[dict, Case | None]], todo: list[int]) -> list[list
 
 
 def _chunks(groups: list[list[int]], workers: int) -> list[list[int]]:
-    """Work units for the pool: whole `_groups`, about eight units per worker to balance the load."""
-    target = max(sum(map(len, groups)) // (8 * workers), 1)
+    """Work units for the pool: whole `_groups`, about four units per worker. More units balance the load
+    better, fewer repeat less memo work (collectives shared between layouts) in more than one worker."""
+    target = max(sum(map(len, groups)) // (4 * workers), 1)
     chunks: list[list[int]] = [[]]
     for members in groups:
         if len(chunks[-1]) >= target:
