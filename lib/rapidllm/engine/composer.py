@@ -226,29 +226,33 @@ def exposed_param_gather(bucket_s: float, buckets: int, forward_s: float) -> flo
 
 def _chunk_times(case: Case, replayed: list[Replayed], cost: CommCost, v: int
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """[pp, v] forward span, forward compute, backward span and backward compute of each chunk."""
+    """[pp, v] forward span, forward compute, backward span and backward compute of each chunk.
+
+    Whole arrays per layer section, in the order a per-chunk loop adds them (each element sees the same
+    products and sums; `max(a, b)` is spelled `where(b > a, b, a)` as Python's builtin decides), then the
+    first and last chunk's extra sections."""
     p = case.parallelism
     f_span, f_comp, b_span, b_comp = (np.zeros((p.pp, v)) for _ in range(4))
-    counts = layer_counts(case)
     scale = chunk_scale(case, v)
-    for s in range(p.pp):
-        r = replayed[s if not cost.symmetric else 0]
-        gather, scatter = _sharded_layer_comm(case, cost, s)
-        for c in range(v):
-            for section, n in counts.items():
-                n_chunk = n / v * scale[s, c]
-                exposed = gather if gather and n_chunk else 0.0       # an empty chunk gathers nothing
-                fs, bs = r.span(section, "fwd"), r.span(section, "bwd")
-                f_span[s, c] += n_chunk * max(fs, gather) + exposed
-                b_span[s, c] += n_chunk * max(bs, gather + scatter) + (exposed + scatter if exposed else 0.0)
-                f_comp[s, c] += n_chunk * r.compute(section, "fwd")
-                b_comp[s, c] += n_chunk * r.compute(section, "bwd")
-            for section, first in (("first_stage", s == 0 and c == 0), ("last_stage", s == p.pp - 1 and c == v - 1)):
-                if first:
-                    f_span[s, c] += r.span(section, "extra_fwd")
-                    f_comp[s, c] += r.compute(section, "extra_fwd")
-                    b_span[s, c] += r.span(section, "extra_bwd")
-                    b_comp[s, c] += r.compute(section, "extra_bwd")
+    per_stage = [replayed[s if not cost.symmetric else 0] for s in range(p.pp)]
+    comm = np.array([_sharded_layer_comm(case, cost, s) for s in range(p.pp)], dtype=float).reshape(p.pp, 2)
+    gather, scatter = comm[:, :1], comm[:, 1:]
+    column = lambda get: np.array([get(r) for r in per_stage], dtype=float)[:, None]     # noqa: E731
+    for section, n in layer_counts(case).items():
+        n_chunk = n / v * scale
+        exposed = np.where((gather != 0) & (n_chunk != 0), gather, 0.0)      # an empty chunk gathers nothing
+        fs, bs = column(lambda r: r.span(section, "fwd")), column(lambda r: r.span(section, "bwd"))
+        held = gather + scatter
+        f_span += n_chunk * np.where(gather > fs, gather, fs) + exposed
+        b_span += n_chunk * np.where(held > bs, held, bs) + np.where(exposed != 0, exposed + scatter, 0.0)
+        f_comp += n_chunk * column(lambda r: r.compute(section, "fwd"))
+        b_comp += n_chunk * column(lambda r: r.compute(section, "bwd"))
+    for section, (s, c) in (("first_stage", (0, 0)), ("last_stage", (p.pp - 1, v - 1))):
+        r = per_stage[s]
+        f_span[s, c] += r.span(section, "extra_fwd")
+        f_comp[s, c] += r.compute(section, "extra_fwd")
+        b_span[s, c] += r.span(section, "extra_bwd")
+        b_comp[s, c] += r.compute(section, "extra_bwd")
     return f_span, f_comp, b_span, b_comp
 
 
