@@ -61,6 +61,13 @@ def test_parallel_inference_sweep_is_byte_identical() -> None:
     assert sweep(path, jobs=2).to_csv(index=False) == sweep(path).to_csv(index=False)
 
 
+def test_spawned_workers_give_the_same_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where fork is missing (Windows, macOS by default) the rows travel to spawned workers pickled."""
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    path = Path("config/experiments/optimus-cost-inference.yaml")
+    assert sweep(path, jobs=2).to_csv(index=False) == sweep(path).to_csv(index=False)
+
+
 def test_chunks_keep_layout_groups_together(experiment: Path) -> None:
     items = expand_with_cases(load_experiment(experiment), case_json=False)
     todo = [i for i, (row, case) in enumerate(items) if case is not None]
