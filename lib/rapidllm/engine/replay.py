@@ -97,7 +97,7 @@ def longest_path(dur: np.ndarray, dep_ptr: np.ndarray, dep_idx: np.ndarray) -> t
     return relax(dur, succ_ptr, succ, order, count)
 
 
-@njit(cache=True)
+@njit(cache=True, work=lambda dur, succ_ptr, succ, order, count: len(dur) + len(succ))
 def relax(dur: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, order: np.ndarray,
           count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`longest_path` over a `kahn_order` computed before (graphs of one shape share it): a node starts

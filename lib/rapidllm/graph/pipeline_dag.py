@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rapidllm.caches import current
 from rapidllm.graph.schedules import (
     INTERLEAVED,
     ONE_STAGE,
@@ -24,7 +25,6 @@ from rapidllm.graph.schedules import (
     stage_actions,
     stage_actions_array,
 )
-from rapidllm.caches import current
 from rapidllm.jit import njit
 
 TASK, P2P, GRAD, OPT, PARAM = 0, 1, 2, 3, 4
@@ -351,7 +351,7 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
             kind[:n].copy(), stage[:n].copy(), ptr, idx)
 
 
-@njit(cache=True)
+@njit(cache=True, work=lambda values, src, *rest: len(src))
 def _fill(values, src, csrc, pieces, hid, oth):
     """Durations and compute seconds of every node from the flat value vector, with the builder's own
     operations: a merged action's span less min(hidden EP time, partner's compute), then / pieces."""
@@ -423,6 +423,8 @@ class PipelineShape:
 
 
 def _shape(key: tuple) -> PipelineShape:
+    """The shape for `_build_structure`'s arguments `key`, built once per owner of the memo tables; its
+    arrays are read-only, since every graph of the shape holds them."""
     table = current().pipeline_shapes
     hit = table.get(key)
     if hit is None:
