@@ -241,7 +241,7 @@ def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: s
             bar.update(len(items) - len(todo))
             if len(chunks) > 1:
                 for i in todo:
-                    device_record(items[i][1])      # the parent warns once; forked workers inherit _WARNED
+                    device_record(items[i][1])      # the parent warns once, the workers not again
                 with _pool(items, engine, active, min(workers, len(chunks))) as pool:
                     for done in pool.imap_unordered(_run_chunk, chunks):
                         for i, rec in done:
@@ -300,11 +300,13 @@ def _chunks(groups: list[list[int]], workers: int) -> list[list[int]]:
 _WORKER: tuple[list, str, Caches] | None = None       # a pool worker's rows, engine and memo tables
 
 
-def _init_worker(items: list, engine: str, caches: Caches) -> None:
-    """Pool initializer: keep the sweep's rows (inherited, not pickled, under fork); Ctrl-C is the
-    parent's to handle (it terminates the pool), so workers ignore SIGINT instead of printing tracebacks."""
+def _init_worker(items: list, engine: str, caches: Caches, warned: set[tuple[str, str]]) -> None:
+    """Pool initializer: keep the sweep's rows (inherited, not pickled, under fork) and the devices the
+    parent has warned about; Ctrl-C is the parent's to handle (it terminates the pool), so workers ignore
+    SIGINT instead of printing tracebacks."""
     global _WORKER
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WARNED.update(warned)
     _WORKER = (items, engine, caches)
 
 
@@ -324,4 +326,5 @@ def _pool(items: list, engine: str, caches: Caches, workers: int) -> Any:
 
     fork = "fork" in multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if fork else "spawn")
-    return ctx.Pool(workers, initializer=_init_worker, initargs=(items, engine, caches if fork else Caches()))
+    return ctx.Pool(workers, initializer=_init_worker,
+                    initargs=(items, engine, caches if fork else Caches(), set(_WARNED)))
