@@ -12,8 +12,10 @@ tables a prediction runs with changes its run time only, never its numbers.
 """
 from __future__ import annotations
 
+import os
+import signal
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -215,22 +217,114 @@ def predict_many(cases: Iterable[Case | str | Path | Mapping[str, Any]], engine:
 
 
 def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: str = "event",
-          caches: Caches | None = None) -> pd.DataFrame:
+          caches: Caches | None = None, jobs: int = 1) -> pd.DataFrame:
     """Every combination of an experiment, evaluated in-process: one row per combination, invalid and
     infeasible ones kept with their reason (what `rapidllm sweep` writes). Memo tables: `caches`, else a
-    fresh set for this sweep."""
+    fresh set for this sweep.
+
+    jobs > 1 evaluates in that many worker processes (0: one per available core; `resolve_jobs`). Rows
+    are the same values in the same order as with jobs=1 (every memo key is a value, so which process
+    priced a case never changes its numbers). With jobs > 1 each worker starts from a copy of `caches`
+    (fork) or a fresh set (spawn) and its new entries stay in the worker."""
     import pandas as pd
     from tqdm import tqdm
 
-    with (caches or Caches()).active():
+    workers = resolve_jobs(jobs)
+    with (caches or Caches()).active() as active:
         exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
-        out = []
-        for row, case in tqdm(expand_with_cases(exp, case_json=False), desc=exp.name, unit="case", disable=not progress):
-            if row["status"] != "ok" or case is None:
-                out.append(row)
-                continue
-            try:
-                out.append({**row, **evaluate(case, engine)})
-            except SpecError as err:            # a limit met while predicting: the row says so, the sweep goes on
-                out.append({**row, "case_id": "", "status": "invalid", "reason": str(err)})
+        items = expand_with_cases(exp, case_json=False)
+        todo = [i for i, (row, case) in enumerate(items) if row["status"] == "ok" and case is not None]
+        groups = _groups(items, todo)
+        chunks = _chunks(groups, workers) if workers > 1 else []
+        out: list[dict[str, Any]] = [row for row, _ in items]
+        with tqdm(total=len(items), desc=exp.name, unit="case", disable=not progress) as bar:
+            bar.update(len(items) - len(todo))
+            if len(chunks) > 1:
+                for i in todo:
+                    device_record(items[i][1])      # the parent warns once, the workers not again
+                with _pool(items, engine, active, min(workers, len(chunks))) as pool:
+                    for done in pool.imap_unordered(_run_chunk, chunks):
+                        for i, rec in done:
+                            out[i] = rec
+                        bar.update(len(done))
+            else:
+                for i in (i for group in groups for i in group):
+                    out[i] = _sweep_row(*items[i], engine)
+                    bar.update(1)
     return pd.DataFrame(out)
+
+
+def resolve_jobs(jobs: int) -> int:
+    """Worker processes for `jobs`: itself when >= 1, every core this process may use when 0."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise SpecError(f"jobs: {jobs!r} is not allowed; allowed: an integer >= 1 (worker processes) or 0 "
+                        "(one per available core)")
+    if jobs:
+        return jobs
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity else (os.cpu_count() or 1)
+
+
+def _sweep_row(row: dict[str, Any], case: Case, engine: str) -> dict[str, Any]:
+    try:
+        return {**row, **evaluate(case, engine)}
+    except SpecError as err:            # a limit met while predicting: the row says so, the sweep goes on
+        return {**row, "case_id": "", "status": "invalid", "reason": str(err)}
+
+
+def _groups(items: list[tuple[dict, Case | None]], todo: list[int]) -> list[list[int]]:
+    """The rows to evaluate, by device, fabric and parallel layout (in order of first appearance). The cases
+    of one layout share work that only the time values tell apart (the pipeline DAG's shape, process
+    groups, the sized fabric); evaluated together, they find it in small memo tables."""
+    groups: dict[tuple, list[int]] = {}
+    for i in todo:
+        c = items[i][1]
+        p = c.parallelism
+        key = (c.hardware.name, c.network.name, p.dp, p.tp, p.pp, p.cp, p.ep, p.virtual_stages, p.schedule)
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())
+
+
+def _chunks(groups: list[list[int]], workers: int) -> list[list[int]]:
+    """Work units for the pool: whole `_groups`, about four units per worker. More units balance the load
+    better, fewer repeat less memo work (collectives shared between layouts) in more than one worker."""
+    target = max(sum(map(len, groups)) // (4 * workers), 1)
+    chunks: list[list[int]] = [[]]
+    for members in groups:
+        if len(chunks[-1]) >= target:
+            chunks.append([])
+        chunks[-1].extend(members)
+    return [c for c in chunks if c]
+
+
+_WORKER: tuple[list, str, Caches] | None = None       # a pool worker's rows, engine and memo tables
+
+
+def _init_worker(items: list, engine: str, caches: Caches, warned: set[tuple[str, str]]) -> None:
+    """Pool initializer: keep the sweep's rows (inherited, not pickled, under fork) and the devices the
+    parent has warned about; Ctrl-C is the parent's to handle (it terminates the pool), so workers ignore
+    SIGINT instead of printing tracebacks."""
+    global _WORKER
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WARNED.update(warned)
+    _WORKER = (items, engine, caches)
+
+
+def _run_chunk(indices: list[int]) -> list[tuple[int, dict[str, Any]]]:
+    assert _WORKER is not None
+    items, engine, caches = _WORKER
+    with caches.active():
+        return [(i, _sweep_row(*items[i], engine)) for i in indices]
+
+
+def _pool(items: list, engine: str, caches: Caches, workers: int) -> Any:
+    """A process pool whose workers hold the sweep's rows: forked where the platform can (the rows and a
+    copy of `caches` are inherited, not pickled), else spawned with fresh memo tables. Used as a context
+    manager: leaving the block (done, an error, or Ctrl-C in the parent) terminates the pool, so an
+    interrupted sweep leaves no process behind and returns nothing."""
+    import multiprocessing
+
+    fork = "fork" in multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if fork else "spawn")
+    return ctx.Pool(workers, initializer=_init_worker,
+                    initargs=(items, engine, caches if fork else Caches(), set(_WARNED)))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from rapidllm.cli.common import output_path, write_output
@@ -12,18 +13,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("experiment", help="experiment YAML")
     s.add_argument("--out", help="output CSV (default results/NAME/sweep.csv)")
     s.add_argument("--quiet", action="store_true")
+    s.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="worker processes (default 1; 0: one per available core); the table is identical")
     s.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from rapidllm.pipeline.io import write_table
-    from rapidllm.prediction import sweep
+    from rapidllm.prediction import resolve_jobs, sweep
+    from rapidllm.spec.errors import SpecError
     from rapidllm.spec.experiment import load_experiment
 
+    if args.jobs < 0:
+        raise SpecError(f"rapidllm sweep: --jobs: {args.jobs} is not allowed; allowed: an integer >= 1 (worker "
+                        "processes) or 0 (one per available core)")
     exp = load_experiment(args.experiment)
     out = output_path(args.out or f"results/{exp.name}/sweep.csv", "sweep output")
-    df = sweep(exp, progress=not args.quiet)
-    write_output(lambda p: write_table(df, p), out, "sweep table")
+    try:
+        df = sweep(exp, progress=not args.quiet, jobs=resolve_jobs(args.jobs))
+        write_output(lambda p: write_table(df, p), out, "sweep table")
+    except KeyboardInterrupt:           # the pool is already terminated; the table is written atomically
+        print("sweep interrupted: no output file written", file=sys.stderr)
+        return 130
     counts = df.status.value_counts().to_dict()
     print(f"{len(df)} cases -> {out} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))})")
     return 0

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rapidllm.caches import current
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.replay import TemplateResult, replay_template
 from rapidllm.engine.sharding import layer_collectives, layer_comm_seconds
@@ -35,7 +36,7 @@ from rapidllm.graph.templates import (
     shared_case_templates,
 )
 from rapidllm.memory.closed_form import state_bytes_per_param
-from rapidllm.memory.state import conventions, stage_params
+from rapidllm.memory.state import all_stage_params, conventions
 from rapidllm.ops.price import OperatorTable, local_parameters
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -64,19 +65,39 @@ class Replayed:
 def replay_all(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, templates: list[Template], cost: CommCost, stage: int,
                overlap: bool = True, silent: tuple[str, ...] = ()) -> Replayed:
     """Replay every template of a stage; collectives of the `silent` axes take no time (to measure how much
-    of a span they make)."""
+    of a span they make).
+
+    A replay is a function of the template and the durations and channels it is given: it is kept in
+    `Caches.replays` under those values and the template object's id (templates are shared per case shape,
+    `shared_case_templates`; hashing one by value would cost what the replay does). The entry holds the
+    template, so the id cannot be reused while it exists, and a hit must be that very object. Layouts that
+    differ only in dp or pp replay their layers with the same durations. The collectives are priced in the replay's own order
+    (a fused one by `overlap_durations` only), so `cost` records the same uses either way."""
     out = Replayed()
     ops = ops_view(ops)
     p = case.parallelism
+    table = current().replays
     for t in templates:
         comm = lambda axis, op, nb: 0.0 if axis in silent else cost.time(axis, op, nb, stage)
         compute = compute_durations(ops, t)
-        fused = overlap_durations(t, compute, comm, p.tp, case.hardware.sm_count) if p.tp_comm_overlap else None
-        out.results[(t.section, t.part)] = replay_template(t, compute, comm, cost.dims, overlap, fused)
-        for n in t.nodes:
-            if n.kind == COMM:
-                key = (t.section, t.part, n.axis, n.op, n.nbytes)
-                out.comm_instances[key] = out.comm_instances.get(key, 0) + 1
+        fused = overlap_durations(t, compute, comm, p.tp, case.hardware.sm_count) \
+            if p.tp_comm_overlap else None
+        comms = [(i, n) for i, n in enumerate(t.nodes) if n.kind == COMM]
+        key = (id(t), tuple(compute), overlap, tuple(sorted(fused.items())) if fused else None,
+               tuple((fused[i] if fused and i in fused else comm(n.axis, n.op, n.nbytes), cost.dims(n.axis))
+                     for i, n in comms))
+        hit = table.get(key)
+        if hit is None or hit[0] is not t:
+            instances: dict[tuple, float] = {}
+            for _, n in comms:
+                k = (t.section, t.part, n.axis, n.op, n.nbytes)
+                instances[k] = instances.get(k, 0) + 1
+            result = replay_template(t, compute, comm, cost.dims, overlap, fused)
+            result.start.flags.writeable = result.finish.flags.writeable = False     # shared by every hit
+            hit = table.put(key, (t, result, instances))
+        out.results[(t.section, t.part)] = hit[1]
+        for k, n_inst in hit[2].items():
+            out.comm_instances[k] = out.comm_instances.get(k, 0) + n_inst
     return out
 
 
@@ -93,7 +114,7 @@ def stage_parameters(case: Case) -> tuple[np.ndarray, np.ndarray]:
     """[pp] parameters one rank of each stage holds before ZeRO/FSDP, all and routed experts only, placed
     as the memory model places them (`memory.state.stage_params`: embedding first, head last)."""
     conv = conventions(case)
-    stages = [stage_params(case, s, conv) for s in range(case.parallelism.pp)]
+    stages = all_stage_params(case, conv)
     return np.array([st.total for st in stages]), np.array([st.experts for st in stages])
 
 
@@ -205,29 +226,33 @@ def exposed_param_gather(bucket_s: float, buckets: int, forward_s: float) -> flo
 
 def _chunk_times(case: Case, replayed: list[Replayed], cost: CommCost, v: int
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """[pp, v] forward span, forward compute, backward span and backward compute of each chunk."""
+    """[pp, v] forward span, forward compute, backward span and backward compute of each chunk.
+
+    Whole arrays per layer section, in the order a per-chunk loop adds them (each element sees the same
+    products and sums; `max(a, b)` is spelled `where(b > a, b, a)` as Python's builtin decides), then the
+    first and last chunk's extra sections."""
     p = case.parallelism
     f_span, f_comp, b_span, b_comp = (np.zeros((p.pp, v)) for _ in range(4))
-    counts = layer_counts(case)
     scale = chunk_scale(case, v)
-    for s in range(p.pp):
-        r = replayed[s if not cost.symmetric else 0]
-        gather, scatter = _sharded_layer_comm(case, cost, s)
-        for c in range(v):
-            for section, n in counts.items():
-                n_chunk = n / v * scale[s, c]
-                exposed = gather if gather and n_chunk else 0.0       # an empty chunk gathers nothing
-                fs, bs = r.span(section, "fwd"), r.span(section, "bwd")
-                f_span[s, c] += n_chunk * max(fs, gather) + exposed
-                b_span[s, c] += n_chunk * max(bs, gather + scatter) + (exposed + scatter if exposed else 0.0)
-                f_comp[s, c] += n_chunk * r.compute(section, "fwd")
-                b_comp[s, c] += n_chunk * r.compute(section, "bwd")
-            for section, first in (("first_stage", s == 0 and c == 0), ("last_stage", s == p.pp - 1 and c == v - 1)):
-                if first:
-                    f_span[s, c] += r.span(section, "extra_fwd")
-                    f_comp[s, c] += r.compute(section, "extra_fwd")
-                    b_span[s, c] += r.span(section, "extra_bwd")
-                    b_comp[s, c] += r.compute(section, "extra_bwd")
+    per_stage = [replayed[s if not cost.symmetric else 0] for s in range(p.pp)]
+    comm = np.array([_sharded_layer_comm(case, cost, s) for s in range(p.pp)], dtype=float).reshape(p.pp, 2)
+    gather, scatter = comm[:, :1], comm[:, 1:]
+    column = lambda get: np.array([get(r) for r in per_stage], dtype=float)[:, None]     # noqa: E731
+    for section, n in layer_counts(case).items():
+        n_chunk = n / v * scale
+        exposed = np.where((gather != 0) & (n_chunk != 0), gather, 0.0)      # an empty chunk gathers nothing
+        fs, bs = column(lambda r: r.span(section, "fwd")), column(lambda r: r.span(section, "bwd"))
+        held = gather + scatter
+        f_span += n_chunk * np.where(gather > fs, gather, fs) + exposed
+        b_span += n_chunk * np.where(held > bs, held, bs) + np.where(exposed != 0, exposed + scatter, 0.0)
+        f_comp += n_chunk * column(lambda r: r.compute(section, "fwd"))
+        b_comp += n_chunk * column(lambda r: r.compute(section, "bwd"))
+    for section, (s, c) in (("first_stage", (0, 0)), ("last_stage", (p.pp - 1, v - 1))):
+        r = per_stage[s]
+        f_span[s, c] += r.span(section, "extra_fwd")
+        f_comp[s, c] += r.compute(section, "extra_fwd")
+        b_span[s, c] += r.span(section, "extra_bwd")
+        b_comp[s, c] += r.compute(section, "extra_bwd")
     return f_span, f_comp, b_span, b_comp
 
 

@@ -22,7 +22,7 @@ from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import TrainingPlan, training_plan
 from rapidllm.engine.inference import Adjust, inference_record
 from rapidllm.engine.metrics import hardware_flops_per_step, model_flops_per_step, utilization
-from rapidllm.engine.replay import longest_path
+from rapidllm.engine.replay import longest_path, relax
 from rapidllm.graph.comm_nodes import communication_nodes
 from rapidllm.graph.pipeline_dag import (
     GRAD,
@@ -124,7 +124,8 @@ def replay_training(case: Case, ops: pd.DataFrame | OperatorTable, overlap: bool
     cost = CommCost(case)
     plan = training_plan(case, ops, cost, overlap, templates)
     g = build_pipeline(plan.inputs)
-    start, finish, crit = longest_path(g.dur, g.dep_ptr, g.dep_idx)
+    start, finish, crit = relax(g.dur, *g.order) if g.order is not None else \
+        longest_path(g.dur, g.dep_ptr, g.dep_idx)
     return TrainingReplay(case, cost, plan, g, start, finish, crit)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rapidllm.graph.pipeline_dag import kahn_order
 from rapidllm.graph.templates import COMPUTE, Template
 from rapidllm.jit import njit
 
@@ -92,33 +93,22 @@ def _slowed_finish(t: float, work: float, holding: list[tuple[float, float, floa
 @njit(cache=True)
 def longest_path(dur: np.ndarray, dep_ptr: np.ndarray, dep_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Start, finish and binding dependency (-1: none) of every node of a DAG (Kahn order)."""
+    succ_ptr, succ, order, count = kahn_order(dep_ptr, dep_idx)
+    return relax(dur, succ_ptr, succ, order, count)
+
+
+@njit(cache=True, work=lambda dur, succ_ptr, succ, order, count: len(dur) + len(succ))
+def relax(dur: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, order: np.ndarray,
+          count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`longest_path` over a `kahn_order` computed before (graphs of one shape share it): a node starts
+    when its last dependency finishes, its binding dependency is the first to reach that time; a cycle
+    (count below the node count) leaves every finish NaN."""
     n = len(dur)
-    indeg = np.zeros(n, np.int64)
-    succ_cnt = np.zeros(n + 1, np.int64)
-    for i in range(n):
-        indeg[i] = dep_ptr[i + 1] - dep_ptr[i]
-        for k in range(dep_ptr[i], dep_ptr[i + 1]):
-            succ_cnt[dep_idx[k] + 1] += 1
-    succ_ptr = np.cumsum(succ_cnt)
-    fill = succ_ptr[:-1].copy()
-    succ = np.empty(len(dep_idx), np.int64)
-    for i in range(n):
-        for k in range(dep_ptr[i], dep_ptr[i + 1]):
-            d = dep_idx[k]
-            succ[fill[d]] = i
-            fill[d] += 1
     start = np.zeros(n)
     finish = np.zeros(n)
     crit = np.full(n, -1, np.int64)
-    queue = np.empty(n, np.int64)
-    head = tail = 0
-    for i in range(n):
-        if indeg[i] == 0:
-            queue[tail] = i
-            tail += 1
-    while head < tail:
-        i = queue[head]
-        head += 1
+    for h in range(count):
+        i = order[h]
         finish[i] = start[i] + dur[i]
         for k in range(succ_ptr[i], succ_ptr[i + 1]):
             j = succ[k]
@@ -126,10 +116,6 @@ def longest_path(dur: np.ndarray, dep_ptr: np.ndarray, dep_idx: np.ndarray) -> t
                 if finish[i] >= start[j]:
                     start[j] = finish[i]
                     crit[j] = i
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                queue[tail] = j
-                tail += 1
-    if head < n:
+    if count < n:
         finish[:] = np.nan          # a cycle: the caller's graph is wrong
     return start, finish, crit

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rapidllm.caches import current
 from rapidllm.graph.schedules import (
     INTERLEAVED,
     ONE_STAGE,
@@ -72,6 +73,8 @@ class PipelineGraph:
     stage: np.ndarray
     dep_ptr: np.ndarray
     dep_idx: np.ndarray
+    # `kahn_order(dep_ptr, dep_idx)` when the builder has it already (shared by graphs of one shape)
+    order: tuple[np.ndarray, np.ndarray, np.ndarray, int] | None = None
 
     def __len__(self) -> int:
         return len(self.dur)
@@ -195,11 +198,12 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
 
 
 @njit(cache=True)
-def _add_node(n, d, c, k, s, prev, channel_last, repeats, dur, comp, kind, stage, deps, ndep):
-    """Write node n (duration d, compute c, kind k, stage s) after `prev`, plus `repeats` dependencies on
-    the last node of its channel (one per network dimension, as the dict-based builder lists them)."""
-    dur[n] = d
-    comp[n] = c
+def _add_node(n, v, c, k, s, prev, channel_last, repeats, src, csrc, kind, stage, deps, ndep):
+    """Write node n (duration from value slot v, compute from slot c, kind k, stage s) after `prev`, plus
+    `repeats` dependencies on the last node of its channel (one per network dimension, as the dict-based
+    builder lists them)."""
+    src[n] = v
+    csrc[n] = c
     kind[n] = k
     stage[n] = s
     deps[n, 0] = prev
@@ -211,20 +215,30 @@ def _add_node(n, d, c, k, s, prev, channel_last, repeats, dur, comp, kind, stage
 
 
 @njit(cache=True, work=lambda code, pp, v, m, *rest: 8 * pp * v * m)
-def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_bwd, buckets, bucket_s,
-                  optimizer_s, param_gather_s, n_pp_dims, n_dp_dims, merge, f_hidden, b_hidden, grad_overlap,
-                  blocking):
-    """`build_pipeline_reference` on plain arrays: same node numbering, same dependency lists and order.
+def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims, merge, grad_overlap, blocking,
+                     has_param):
+    """`build_pipeline_reference`'s nodes and dependencies, without their durations: same node numbering,
+    same dependency lists and order. Each node names the slots of the flat value vector (`_values`)
+    its duration and compute time come from, the pieces they are split into (gradient buckets) and, for a
+    merged action (moe_a2a_overlap), the hidden EP time and the partner's compute it is shortened by.
 
     A stage's channels of one kind (forward sends, backward sends, gradient queue) are always claimed
     together for every network dimension, so one "last node" per kind stands for all of its keys; a node
     lists that predecessor once per dimension, exactly as the dict-based builder does.
     """
-    split = buckets if (buckets and bucket_s > 0) else 1
+    pv = pp * v
+    F_SPAN, F_COMP, B_SPAN, B_COMP = 0, pv, 2 * pv, 3 * pv
+    P2P_F, P2P_B, OPT_S = 4 * pv, 4 * pv + pp, 4 * pv + 2 * pp
+    BUCKET, PARAM_S, ZERO = 4 * pv + 3 * pp, 4 * pv + 3 * pp + 1, 4 * pv + 3 * pp + 2
+    F_HID, B_HID = 4 * pv + 3 * pp + 3, 5 * pv + 3 * pp + 3
+    split = buckets if (buckets and has_buckets) else 1
     cap = pp * (4 * v * m + 2 * v * split + 2)
     width = 2 + max(2, n_pp_dims, n_dp_dims)
-    dur = np.empty(cap)
-    comp = np.empty(cap)
+    src = np.empty(cap, np.int64)
+    csrc = np.empty(cap, np.int64)
+    pieces_of = np.ones(cap, np.int64)
+    hid = np.full(cap, -1, np.int64)
+    oth = np.full(cap, -1, np.int64)
     kind = np.empty(cap, np.int8)
     stage = np.empty(cap, np.int32)
     deps = np.empty((cap, width), np.int64)
@@ -244,20 +258,18 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
         for k in range(len(ad)):
             a, c, i = ad[k], ac[k], ai[k]
             fwd = a == 0
-            span = f_span[s, c] if fwd else b_span[s, c]
-            cpu = f_comp[s, c] if fwd else b_comp[s, c]
             q = partner[k]
-            if q >= 0:
-                hidden = f_hidden[s, c] if fwd else b_hidden[s, c]
-                other = f_comp[s, ac[q]] if ad[q] == 0 else b_comp[s, ac[q]]
-                span -= min(hidden, other)
-            grads = grad_overlap and (not fwd) and i == m - 1 and buckets != 0 and bucket_s > 0
+            grads = grad_overlap and (not fwd) and i == m - 1 and buckets != 0 and has_buckets
             pieces = buckets if grads else 1
             first = -1
             posted[a, s, c, i] = prev
             for _ in range(pieces):
-                dur[n] = span / pieces
-                comp[n] = cpu / pieces
+                src[n] = (F_SPAN if fwd else B_SPAN) + s * v + c
+                csrc[n] = (F_COMP if fwd else B_COMP) + s * v + c
+                pieces_of[n] = pieces
+                if q >= 0:
+                    hid[n] = (F_HID if fwd else B_HID) + s * v + c
+                    oth[n] = (F_COMP if ad[q] == 0 else B_COMP) + s * v + ac[q]
                 kind[n] = TASK
                 stage[n] = s
                 if prev >= 0:
@@ -271,12 +283,12 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
                 if first < 0:
                     first = prev
                 if grads:
-                    _add_node(n, bucket_s, 0.0, GRAD, s, prev, last_dp, n_dp_dims, dur, comp, kind, stage, deps, ndep)
+                    _add_node(n, BUCKET, ZERO, GRAD, s, prev, last_dp, n_dp_dims, src, csrc, kind, stage, deps, ndep)
                     if n_dp_dims > 0:
                         last_dp = n
                     n += 1
             entry[a, s, c, i] = first
-            # the consumer of this action's output (see _consumer)
+            # the consumer of this action's output (see consumer_of)
             ns, nc = -1, -1
             if fwd:
                 if s + 1 < pp:
@@ -289,8 +301,8 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
                 elif c > 0:
                     ns, nc = pp - 1, c - 1
             if ns >= 0:
-                _add_node(n, p2p_fwd[s] if fwd else p2p_bwd[s], 0.0, P2P, s, prev, last_f if fwd else last_b,
-                          n_pp_dims, dur, comp, kind, stage, deps, ndep)
+                _add_node(n, (P2P_F if fwd else P2P_B) + s, ZERO, P2P, s, prev, last_f if fwd else last_b,
+                          n_pp_dims, src, csrc, kind, stage, deps, ndep)
                 if n_pp_dims > 0:
                     if fwd:
                         last_f = n
@@ -301,34 +313,33 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
                 n += 1
             else:
                 sent = -1
-        if (not grad_overlap) and buckets != 0 and bucket_s > 0:
+        if (not grad_overlap) and buckets != 0 and has_buckets:
             for _ in range(buckets * v):
-                _add_node(n, bucket_s, 0.0, GRAD, s, prev, last_dp, n_dp_dims, dur, comp, kind, stage, deps, ndep)
+                _add_node(n, BUCKET, ZERO, GRAD, s, prev, last_dp, n_dp_dims, src, csrc, kind, stage, deps, ndep)
                 if n_dp_dims > 0:
                     last_dp = n
                 n += 1
         opt = n
-        _add_node(n, optimizer_s[s], optimizer_s[s], OPT, s, prev, last_dp, n_dp_dims, dur, comp, kind, stage,
-                  deps, ndep)
+        _add_node(n, OPT_S + s, OPT_S + s, OPT, s, prev, last_dp, n_dp_dims, src, csrc, kind, stage, deps, ndep)
         if sent >= 0:
             deps[n, ndep[n]] = sent
             ndep[n] += 1
         n += 1
-        if param_gather_s > 0:
-            _add_node(n, param_gather_s, 0.0, PARAM, s, opt, last_dp, n_dp_dims, dur, comp, kind, stage, deps, ndep)
+        if has_param:
+            _add_node(n, PARAM_S, ZERO, PARAM, s, opt, last_dp, n_dp_dims, src, csrc, kind, stage, deps, ndep)
             n += 1
     for a in range(2):
         for s in range(pp):
             for c in range(v):
                 for i in range(m):
-                    src = incoming[a, s, c, i]
-                    if src >= 0:
+                    origin = incoming[a, s, c, i]
+                    if origin >= 0:
                         e = entry[a, s, c, i]
-                        deps[e, ndep[e]] = src
+                        deps[e, ndep[e]] = origin
                         ndep[e] += 1
                         if blocking and v == 1 and posted[a, s, c, i] >= 0:
-                            deps[src, ndep[src]] = posted[a, s, c, i]
-                            ndep[src] += 1
+                            deps[origin, ndep[origin]] = posted[a, s, c, i]
+                            ndep[origin] += 1
     ptr = np.zeros(n + 1, np.int64)
     for j in range(n):
         ptr[j + 1] = ptr[j] + ndep[j]
@@ -336,28 +347,124 @@ def _build_arrays(code, pp, v, m, f_span, f_comp, b_span, b_comp, p2p_fwd, p2p_b
     for j in range(n):
         for q in range(ndep[j]):
             idx[ptr[j] + q] = deps[j, q]
-    return dur[:n].copy(), comp[:n].copy(), kind[:n].copy(), stage[:n].copy(), ptr, idx
+    return (src[:n].copy(), csrc[:n].copy(), pieces_of[:n].copy(), hid[:n].copy(), oth[:n].copy(),
+            kind[:n].copy(), stage[:n].copy(), ptr, idx)
+
+
+@njit(cache=True, work=lambda values, src, *rest: len(src))
+def _fill(values, src, csrc, pieces, hid, oth):
+    """Durations and compute seconds of every node from the flat value vector, with the builder's own
+    operations: a merged action's span less min(hidden EP time, partner's compute), then / pieces."""
+    n = len(src)
+    dur = np.empty(n)
+    comp = np.empty(n)
+    for j in range(n):
+        span = values[src[j]]
+        if hid[j] >= 0:
+            span -= min(values[hid[j]], values[oth[j]])
+        dur[j] = span / pieces[j]
+        comp[j] = values[csrc[j]] / pieces[j]
+    return dur, comp
+
+
+@njit(cache=True)
+def kahn_order(dep_ptr: np.ndarray, dep_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Successor lists (CSR, in the order the dependency lists name them) and the Kahn order (first-in
+    first-out from the sources in index order) of a DAG: what a longest-path pass visits, which depends
+    on the edges only. The count is below the node count when there is a cycle."""
+    n = len(dep_ptr) - 1
+    indeg = np.zeros(n, np.int64)
+    succ_cnt = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        indeg[i] = dep_ptr[i + 1] - dep_ptr[i]
+        for k in range(dep_ptr[i], dep_ptr[i + 1]):
+            succ_cnt[dep_idx[k] + 1] += 1
+    succ_ptr = np.cumsum(succ_cnt)
+    fill = succ_ptr[:-1].copy()
+    succ = np.empty(len(dep_idx), np.int64)
+    for i in range(n):
+        for k in range(dep_ptr[i], dep_ptr[i + 1]):
+            d = dep_idx[k]
+            succ[fill[d]] = i
+            fill[d] += 1
+    queue = np.empty(n, np.int64)
+    head = tail = 0
+    for i in range(n):
+        if indeg[i] == 0:
+            queue[tail] = i
+            tail += 1
+    while head < tail:
+        i = queue[head]
+        head += 1
+        for k in range(succ_ptr[i], succ_ptr[i + 1]):
+            j = succ[k]
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                queue[tail] = j
+                tail += 1
+    return succ_ptr, succ, queue, tail
+
+
+@dataclass(frozen=True)
+class PipelineShape:
+    """What a pipeline DAG is without its durations: the node recipe of `_build_structure`, its edges and
+    their Kahn order. Cases that differ only in times (recompute, the model, collective sizes) share one
+    (`Caches.pipeline_shapes`)."""
+    src: np.ndarray
+    csrc: np.ndarray
+    pieces: np.ndarray
+    hid: np.ndarray
+    oth: np.ndarray
+    kind: np.ndarray
+    stage: np.ndarray
+    dep_ptr: np.ndarray
+    dep_idx: np.ndarray
+    order: tuple[np.ndarray, np.ndarray, np.ndarray, int]
+
+
+def _shape(key: tuple) -> PipelineShape:
+    """The shape for `_build_structure`'s arguments `key`, built once per owner of the memo tables; its
+    arrays are read-only, since every graph of the shape holds them."""
+    table = current().pipeline_shapes
+    hit = table.get(key)
+    if hit is None:
+        *recipe, kind, stage, ptr, idx = _build_structure(*key)
+        order = kahn_order(ptr, idx)
+        for a in (*recipe, kind, stage, ptr, idx, *order[:3]):
+            a.flags.writeable = False           # shared by every graph of this shape
+        hit = table.put(key, PipelineShape(*recipe, kind, stage, ptr, idx, order))
+    return hit
+
+
+def _values(x: PipelineInputs, merge: bool) -> np.ndarray:
+    """Every duration a node can take, in the slots `_build_structure` names: f_span, f_compute, b_span,
+    b_compute ([pp, v] each, row-major), p2p_fwd, p2p_bwd, optimizer_s ([pp] each), bucket_s,
+    param_gather_s, 0.0, then f_hidden and b_hidden ([pp, v]; zeros without merging)."""
+    f = lambda a: np.asarray(a, dtype=np.float64).ravel()
+    pp = x.pp
+    hidden = (f(x.f_hidden), f(x.b_hidden)) if merge else (np.zeros(pp * x.v), np.zeros(pp * x.v))
+    return np.concatenate([f(x.f_span), f(x.f_compute), f(x.b_span), f(x.b_compute), f(x.p2p_fwd)[:pp],
+                           f(x.p2p_bwd)[:pp], f(x.optimizer_s)[:pp],
+                           np.array([float(x.bucket_s), float(x.param_gather_s), 0.0]), *hidden])
 
 
 def build_pipeline(x: PipelineInputs) -> PipelineGraph:
-    """The pipeline DAG, built in numba (node for node what `build_pipeline_reference` builds).
+    """The pipeline DAG, built in numba (node for node what `build_pipeline_reference` builds): its shape
+    once per distinct structure (`_shape`), its durations per case (`_fill`).
 
     Falls back to the reference builder for inputs outside the schedules' contract (interleaving with
     m not divisible by pp), where micro-batch indices would leave the arrays.
     """
     code = schedule_code(x.schedule, x.pp, x.v)
-    f = lambda a: np.ascontiguousarray(a, dtype=np.float64)
+    f = lambda a: np.asarray(a, dtype=np.float64)
     shapes_ok = all(f(a).shape == (x.pp, x.v) for a in (x.f_span, x.f_compute, x.b_span, x.b_compute)) and \
         all(f(a).ndim == 1 and len(a) >= x.pp for a in (x.p2p_fwd, x.p2p_bwd, x.optimizer_s))
     if not shapes_ok or x.pp < 1 or x.v < 1 or x.m < 1 or (code == INTERLEAVED and x.m % x.pp) or \
             (code == ONE_STAGE and x.v != 1):
         return build_pipeline_reference(x)
     merge = x.f_hidden is not None and x.b_hidden is not None
-    zeros = np.zeros((x.pp, x.v))
-    dur, comp, kind, stage, ptr, idx = _build_arrays(
-        code, int(x.pp), int(x.v), int(x.m), f(x.f_span), f(x.f_compute), f(x.b_span), f(x.b_compute),
-        f(x.p2p_fwd), f(x.p2p_bwd), int(x.buckets), float(x.bucket_s), f(x.optimizer_s),
-        float(x.param_gather_s), len(x.pp_dims), len(x.dp_dims), merge,
-        f(x.f_hidden) if merge else zeros, f(x.b_hidden) if merge else zeros, bool(x.grad_overlap),
-        bool(x.p2p_blocking))
-    return PipelineGraph(dur, comp, kind, stage, ptr, idx)
+    shape = _shape((code, int(x.pp), int(x.v), int(x.m), int(x.buckets), bool(float(x.bucket_s) > 0),
+                    len(x.pp_dims), len(x.dp_dims), merge, bool(x.grad_overlap), bool(x.p2p_blocking),
+                    bool(float(x.param_gather_s) > 0)))
+    dur, comp = _fill(_values(x, merge), shape.src, shape.csrc, shape.pieces, shape.hid, shape.oth)
+    return PipelineGraph(dur, comp, shape.kind, shape.stage, shape.dep_ptr, shape.dep_idx, shape.order)

@@ -13,10 +13,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rapidllm.caches import current
 from rapidllm.jit import njit
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.liveness import LayerLiveness, forward_working_set, layer_liveness
-from rapidllm.memory.state import ZERO_PAPER, Conventions, stage_layer_counts, stage_params, state_bytes
+from rapidllm.memory.state import (
+    ZERO_PAPER,
+    Conventions,
+    StateBytes,
+    stage_kind,
+    stage_params,
+    state_bytes,
+)
 from rapidllm.memory.state import conventions as framework_conventions
 from rapidllm.ops import workload as wl
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
@@ -53,6 +61,18 @@ def training_liveness(case: Case, conv: Conventions = ZERO_PAPER) -> tuple[Layer
         logits = 4.0 * shard.tokens * case.model.vocab / p.tp * conv.loss_fp32_copies
         head = LayerLiveness(head.stored, head.forward_peak + logits, head.backward_peak + logits, head.input_bytes)
     return LayerLiveness(stored, fwd, bwd, inp), head
+
+
+def shared_training_liveness(case: Case, conv: Conventions) -> tuple[LayerLiveness, LayerLiveness]:
+    """`training_liveness` memoized in `Caches.liveness` under every input it reads (the model, the layer
+    shard, the attention kernel, the recompute settings, sp and the conventions): a sweep's layouts that
+    differ only in dp or pp share it."""
+    p = case.parallelism
+    key = (case.model, wl.training_shard(case), case.attention_impl != "naive", p.recompute, p.recompute_modules,
+           p.sp, conv)
+    table = current().liveness
+    hit = table.get(key)
+    return hit if hit is not None else table.put(key, training_liveness(case, conv))
 
 
 @dataclass(frozen=True)
@@ -122,11 +142,18 @@ def _walk_peak(code: int, pp: int, stage: int, m: int, v: int, last: bool, per_c
 
 
 def _training_stage(case: Case, stage: int, conv: Conventions, layer: LayerLiveness,
-                    head: LayerLiveness) -> MemoryResult:
+                    head: LayerLiveness, states: dict[tuple, StateBytes] | None = None) -> MemoryResult:
+    """Memory of one stage. `states`: the state bytes of stages computed before in this case, by
+    `stage_kind` (the middle stages of a deep pipeline hold the same state)."""
     hw, w = case.hardware, case.workload
     assert isinstance(w, TrainingWorkload)
-    st = state_bytes(case, stage, conv)
-    layers = stage_layer_counts(case, conv)[stage]
+    key = stage_kind(case, stage, conv)
+    layers = key[0]
+    st = states.get(key) if states is not None else None
+    if st is None:
+        st = state_bytes(case, stage, conv)
+        if states is not None:
+            states[key] = st
     acts = activation_peak(case, stage, layer, head, layers) + st.gathered_layer + conv.runtime_allocated
     step = st.step_transient + conv.runtime_allocated + conv.step_hidden_bytes * w.micro_batch * w.seq_len * case.model.hidden
     return MemoryResult(st.weights, st.gradients, st.optimizer, acts, 0.0, hw.framework_memory,
@@ -179,8 +206,9 @@ def memory_for_case(case: Case, conventions: Conventions | None = None, stage: i
     conventions = conventions or framework_conventions(case)
     stages = range(case.parallelism.pp) if stage is None else [stage]
     if case.training:
-        layer, head = liveness or training_liveness(case, conventions)
-        results = [_training_stage(case, s, conventions, layer, head) for s in stages]
+        layer, head = liveness or shared_training_liveness(case, conventions)
+        states: dict[tuple, StateBytes] = {}
+        results = [_training_stage(case, s, conventions, layer, head, states) for s in stages]
     else:
         results = [_inference_stage(case, s, conventions) for s in stages]
     return max(results, key=lambda r: r.peak)

@@ -147,6 +147,24 @@ def stage_params(case: Case, stage: int, conv: Conventions = ZERO_PAPER) -> Stag
     return StageParams(dense=dense, experts=experts * case.expert_replication, layers=layers)
 
 
+def stage_kind(case: Case, stage: int, conv: Conventions = ZERO_PAPER) -> tuple[int, bool, bool]:
+    """What a stage's parameters and state depend on: its layer count, whether it holds the embedding
+    (first) and the head (last). The middle stages of a deep pipeline are alike."""
+    return stage_layer_counts(case, conv)[stage], stage == 0, stage == case.parallelism.pp - 1
+
+
+def all_stage_params(case: Case, conv: Conventions = ZERO_PAPER) -> list[StageParams]:
+    """`stage_params` of every stage, once per distinct `stage_kind`."""
+    seen: dict[tuple[int, bool, bool], StageParams] = {}
+    out = []
+    for s in range(case.parallelism.pp):
+        key = stage_kind(case, s, conv)
+        if key not in seen:
+            seen[key] = stage_params(case, s, conv)
+        out.append(seen[key])
+    return out
+
+
 def zero_stage(case: Case) -> int:
     """Effective ZeRO stage: FSDP full_shard is 3, shard_grad_op is 2."""
     p = case.parallelism

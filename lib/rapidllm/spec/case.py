@@ -274,18 +274,33 @@ def _plain(obj: Any) -> Any:
     in HASH_OMITTED_DEFAULTS are left out while they hold their default, so adding such a field keeps the
     ids of every case that does not use it. Shared named specs reuse the plain form computed when they were
     built (callers never mutate it)."""
+    if type(obj) in _SCALARS:
+        return obj
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         shared = current().plain_specs.get((type(obj), getattr(obj, "name", None)))
         if shared is not None and shared[0] is obj:
             return shared[1]
-        omit = getattr(obj, "HASH_OMITTED_DEFAULTS", ())
-        return {f.name: _plain(v) for f in dataclasses.fields(obj)
-                if not ((v := getattr(obj, f.name)) == f.default and f.name in omit)}
+        out = {}
+        for name, default, omit in _hash_fields(type(obj)):
+            v = getattr(obj, name)
+            if not (omit and v == default):
+                out[name] = v if type(v) in _SCALARS else _plain(v)
+        return out
     if isinstance(obj, (list, tuple)):
         return [_plain(v) for v in obj]
     if isinstance(obj, dict):
         return {_plain(k): _plain(v) for k, v in obj.items()}
     return obj
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})     # returned as they are, without a call
+
+
+@functools.lru_cache(maxsize=None)
+def _hash_fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+    """(name, default, omitted at its default) of each field of a spec class, in declaration order."""
+    omit = getattr(cls, "HASH_OMITTED_DEFAULTS", ())
+    return tuple((f.name, f.default, f.name in omit) for f in dataclasses.fields(cls))
 
 
 # Bounds on products of keys, which a schema cannot state (docs/limits.md gives the reasons).

@@ -33,7 +33,13 @@ def _package_root() -> Path:
 
 
 def schema_dir() -> Path:
-    return project_root() / "workflow" / "schemas"
+    return _schema_dir(project_root())
+
+
+@functools.lru_cache(maxsize=64)
+def _schema_dir(root: Path) -> Path:
+    """One Path per root: spec validation asks for it per key of every case (10^4 joins a sweep)."""
+    return root / "workflow" / "schemas"
 
 
 def config_dir(kind: str) -> Path:
