@@ -180,3 +180,13 @@ def test_every_mpt_fsdp_row_fits():
     assert len(rows) == 52 and rows.feasible.all()
 
 
+
+
+def test_fp8_and_bf16_cases_do_not_share_a_memoized_liveness():
+    """The sweep's liveness memo (Caches.liveness) keys on FP8 saved inputs: within one cache scope an FP8
+    case after a BF16 case of the same layout gets its own, smaller activations."""
+    from rapidllm.caches import Caches
+    with Caches().active():
+        bf16 = memory_for_case(_case("llama3.1-8b", precision="bf16", parallelism={"tp": 2, "sp": True}))
+        fp8 = memory_for_case(_case("llama3.1-8b", precision="fp8", parallelism={"tp": 2, "sp": True}))
+    assert fp8.activations < bf16.activations

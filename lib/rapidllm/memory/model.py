@@ -65,11 +65,11 @@ def training_liveness(case: Case, conv: Conventions = ZERO_PAPER) -> tuple[Layer
 
 def shared_training_liveness(case: Case, conv: Conventions) -> tuple[LayerLiveness, LayerLiveness]:
     """`training_liveness` memoized in `Caches.liveness` under every input it reads (the model, the layer
-    shard, the attention kernel, the recompute settings, sp and the conventions): a sweep's layouts that
-    differ only in dp or pp share it."""
+    shard, the attention kernel, the recompute settings, sp, FP8 saved inputs and the conventions): a sweep's
+    layouts that differ only in dp or pp share it."""
     p = case.parallelism
     key = (case.model, wl.training_shard(case), case.attention_impl != "naive", p.recompute, p.recompute_modules,
-           p.sp, conv)
+           p.sp, case.precision == "fp8", conv)
     table = current().liveness
     hit = table.get(key)
     return hit if hit is not None else table.put(key, training_liveness(case, conv))
