@@ -75,6 +75,7 @@ def concat(parts: list[Schedule]) -> Schedule:
             out = Deferred(sum(len(p) for p in parts),
                            lambda name: _ring_groups_field(groups, first.steps, first.chunks, first.size, name))
             out._parts = tuple(parts)
+            out._rings = (groups, first.steps, first.chunks, first.size)
             return out
     out = Deferred(sum(len(p) for p in parts), lambda name: _concat_field(parts, name))
     if all(len(p) == len(first) for p in parts):
@@ -169,6 +170,7 @@ class Deferred(Schedule):
         object.__setattr__(self, "_n", int(length))
         object.__setattr__(self, "_make", make)
         object.__setattr__(self, "_arrays", {})
+        object.__setattr__(self, "overridden", False)
 
     def __len__(self) -> int:
         return self._n
@@ -179,6 +181,7 @@ class Deferred(Schedule):
     def __setattr__(self, name: str, value: Any) -> None:
         if name in _FIELDS:
             self._arrays[name] = value
+            object.__setattr__(self, "overridden", True)
         else:
             object.__setattr__(self, name, value)
 
@@ -205,17 +208,11 @@ class RingSchedule(Deferred):
         object.__setattr__(self, "steps", int(steps))
         object.__setattr__(self, "chunks", int(chunks))
         object.__setattr__(self, "size", float(size))
-        object.__setattr__(self, "overridden", False)
         super().__init__(self.chunks * self.steps * len(self.group), self._build)
 
     def __repr__(self) -> str:
         return (f"RingSchedule(n={len(self.group)}, steps={self.steps}, chunks={self.chunks}, "
                 f"size={self.size!r}, transfers={len(self)})")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        super().__setattr__(name, value)
-        if name in _FIELDS:
-            object.__setattr__(self, "overridden", True)
 
     @property
     def materialized(self) -> bool:
@@ -268,6 +265,15 @@ def _ring_dep_idx(n, steps, chunks):
                 dep_idx[k] = i - n + (p + n - 1) % n
                 k += 1
     return dep_idx
+
+
+def ring_shape(sched: Schedule) -> tuple[np.ndarray, int, int, float] | None:
+    """(groups as an (m, n) matrix, steps, chunks, bytes per transfer) of a lazy ring or of a `concat` of
+    lazy rings of one shape, when no field of it was assigned (the simulator's ring fast path); else None."""
+    if isinstance(sched, RingSchedule):
+        return None if sched.overridden else (sched.group[None, :], sched.steps, sched.chunks, sched.size)
+    rings = getattr(sched, "_rings", None)
+    return None if rings is None or sched.overridden else rings
 
 
 def ring_groups_schedule(groups: np.ndarray, steps: int, chunks: int, size: float) -> Schedule:
