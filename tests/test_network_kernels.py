@@ -208,6 +208,38 @@ def test_sequence_barriers_wait_for_every_arrival_of_their_rank_and_chunk():
         assert len(bar) == 1 and s.src[bar[0]] == second.src[j] and s.chunk[bar[0]] == second.chunk[j]
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_sequence_of_rings_joins_them_without_their_arrays(seed):
+    """Ring stages are joined from their shapes (collectives._ring_joint) with the same barriers as from
+    their arrays (_joint), and every barrier waits for exactly the arrivals into its rank and chunk."""
+    from rapidllm.network.collectives import _joint, _ring_joint, sequence
+    rng = np.random.default_rng(seed)
+    m1, n1 = int(rng.integers(1, 4)), int(rng.integers(2, 6))
+    ranks = rng.permutation(40)
+    g1 = ranks[:m1 * n1].reshape(m1, n1)
+    m2 = int(rng.integers(1, 4))
+    n2 = int(rng.integers(2, 6))
+    g2 = rng.choice(ranks[:m1 * n1 + 4], size=m2 * n2, replace=False).reshape(m2, n2)  # some with no arrivals
+    c1, c2 = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    s1, s2 = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+    first = concat([ring([int(r) for r in g], 1.0, s1, c1) for g in g1])
+    second = concat([ring([int(r) for r in g], 1.0, s2, c2) for g in g2])
+    fast = _ring_joint(first, second)
+    assert fast is not None and not first._arrays and not second._arrays
+    slow = _joint(first, second)
+    assert fast[0] == slow[0]
+    for x, y in zip(fast[1:], slow[1:]):
+        assert np.array_equal(x, y) and x.dtype == y.dtype
+    s = sequence(first, second)
+    s.check()
+    n_bars = len(s) - len(first) - len(second)
+    for b in range(len(first), len(first) + n_bars):
+        want = [i for i in range(len(first)) if first.dst[i] == s.src[b] and first.chunk[i] == s.chunk[b]]
+        assert list(s.deps(b)) == want
+    shared = concat([ring([0, 1, 2], 1.0, 2, 1), ring([3, 1, 4], 1.0, 2, 1)])   # rank 1: two ring positions
+    assert _ring_joint(shared, second) is None
+
+
 def test_release_of_the_wrong_length_is_rejected():
     topo = build_topology(net("ring", 4))
     sched = ring_collective("all_reduce", [0, 1, 2, 3], S, 2)

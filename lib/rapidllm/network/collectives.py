@@ -103,17 +103,7 @@ def sequence(first: Schedule, second: Schedule) -> Schedule:
     arrival of `first` into r for chunk c, and every transfer of `second` from r for chunk c waits for it."""
     if not len(first) or not len(second):
         return concat([first, second])
-    k = int(max(first.chunk.max(), second.chunk.max())) + 1
-    uniq, inv = np.unique(second.src.astype(np.int64) * k + second.chunk, return_inverse=True)
-    fkey = first.dst.astype(np.int64) * k + first.chunk
-    order = np.argsort(fkey, kind="stable")
-    lo = np.searchsorted(fkey[order], uniq, side="left")
-    hi = np.searchsorted(fkey[order], uniq, side="right")
-    bar_ptr = np.zeros(len(uniq) + 1, dtype=np.int64)
-    bar_ptr[1:] = np.cumsum(hi - lo)
-    cnt = hi - lo                       # segments [lo, hi) are disjoint and ascending: gather them at once
-    bar_idx = order[np.arange(int(cnt.sum())) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)].astype(np.int32)
-    inv = inv.ravel()
+    k, uniq, inv, bar_ptr, bar_idx = _ring_joint(first, second) or _joint(first, second)
     built: list[Schedule] = []
 
     def make(name: str) -> np.ndarray:
@@ -126,6 +116,60 @@ def sequence(first: Schedule, second: Schedule) -> Schedule:
     # for first's transfers bar_src[bar_ptr[b]:bar_ptr[b+1]]; transfer i of `second` waits for barrier inv[i]
     out._sequence = (first, second, bar_ptr, bar_idx.astype(np.int64), inv, uniq % k)
     return out
+
+
+def _joint(first: Schedule, second: Schedule) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The barriers of `sequence(first, second)`: (k, uniq, inv, bar_ptr, bar_idx). Barrier b is (rank
+    uniq[b] // k, chunk uniq[b] % k), the sorted keys of second's (source, chunk); transfer i of `second`
+    waits for barrier inv[i]; barrier b waits for first's transfers bar_idx[bar_ptr[b]:bar_ptr[b+1]]
+    (ascending ids) into its rank and chunk."""
+    k = int(max(first.chunk.max(), second.chunk.max())) + 1
+    uniq, inv = np.unique(second.src.astype(np.int64) * k + second.chunk, return_inverse=True)
+    fkey = first.dst.astype(np.int64) * k + first.chunk
+    order = np.argsort(fkey, kind="stable")
+    lo = np.searchsorted(fkey[order], uniq, side="left")
+    hi = np.searchsorted(fkey[order], uniq, side="right")
+    bar_ptr = np.zeros(len(uniq) + 1, dtype=np.int64)
+    bar_ptr[1:] = np.cumsum(hi - lo)
+    cnt = hi - lo                       # segments [lo, hi) are disjoint and ascending: gather them at once
+    bar_idx = order[np.arange(int(cnt.sum())) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)].astype(np.int32)
+    return k, uniq, inv.ravel(), bar_ptr, bar_idx
+
+
+def _ring_joint(first: Schedule, second: Schedule
+                ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """`_joint` from the ring shapes (ring_shape) of both stages, without their per-transfer arrays, when
+    every rank is the destination of at most one ring position of `first` (then a barrier's arrivals are
+    that position's transfers of its chunk, one per step, ascending); else None.
+
+    Ring k, chunk c, step t, position p is transfer ((k * chunks + c) * steps + t) * n + p, sending from
+    groups[k, p] to groups[k, p + 1] (collectives.RingSchedule)."""
+    a, b = ring_shape(first), ring_shape(second)
+    if a is None or b is None:
+        return None
+    g1, s1, c1, _ = a
+    g2, s2, c2, _ = b
+    dst = np.roll(g1, -1, axis=1).astype(np.int64).ravel()          # destination of each ring position
+    if len(np.unique(dst)) != dst.size:
+        return None
+    k = max(c1, c2)
+    (m1, n1), (m2, n2) = g1.shape, g2.shape
+    keys = g2.astype(np.int64)[:, None, :] * k + np.arange(c2, dtype=np.int64)[None, :, None]   # (m2, c2, n2)
+    uniq, unit_inv = np.unique(keys, return_inverse=True)
+    inv = np.broadcast_to(unit_inv.reshape(m2, c2, 1, n2), (m2, c2, s2, n2)).ravel()
+    # first's arrivals: unit (ring, chunk, position) with key dst * k + chunk, its first transfer's id
+    fkeys = (dst.reshape(m1, 1, n1) * k + np.arange(c1, dtype=np.int64)[None, :, None]).ravel()
+    ring, chunk, pos = np.unravel_index(np.arange(fkeys.size), (m1, c1, n1))
+    first_id = ((ring * c1 + chunk) * s1) * n1 + pos
+    order = np.argsort(fkeys)                                        # keys are distinct
+    at = np.minimum(np.searchsorted(fkeys[order], uniq), fkeys.size - 1)
+    found = fkeys[order][at] == uniq
+    cnt = np.where(found, s1, 0)
+    bar_ptr = np.zeros(len(uniq) + 1, dtype=np.int64)
+    bar_ptr[1:] = np.cumsum(cnt)
+    base = np.repeat(first_id[order][at][found], s1)
+    bar_idx = (base + np.tile(np.arange(s1, dtype=np.int64) * n1, int(found.sum()))).astype(np.int32)
+    return k, uniq, inv, bar_ptr, bar_idx
 
 
 def _joined(first: Schedule, second: Schedule, k: int, uniq: np.ndarray, inv: np.ndarray, bar_ptr: np.ndarray,
