@@ -147,8 +147,16 @@ def _link_rows(router: Router, parts: tuple[Schedule, ...], link_bw: np.ndarray,
     m = len(parts)
     if any(len(u[0]) != len(units[0][0]) for u in units):
         return None
-    route_of, ptr, links = route_table(router, np.concatenate([u[0] for u in units]),
-                                       np.concatenate([u[1] for u in units]))
+    src, dst = np.concatenate([u[0] for u in units]), np.concatenate([u[1] for u in units])
+    key = ("link_rows", m, src.astype(np.int64).tobytes(), dst.astype(np.int64).tobytes(),
+           router.intern(link_bw), router.intern(link_lat))
+    return router.remembered(key, len(src), lambda: _rows(router, m, src, dst, link_bw, link_lat))
+
+
+def _rows(router: Router, m: int, src: np.ndarray, dst: np.ndarray, link_bw: np.ndarray,
+          link_lat: np.ndarray) -> np.ndarray | None:
+    """`_link_rows` of m parts whose units (in part order, equally many each) go from `src` to `dst`."""
+    route_of, ptr, links = route_table(router, src, dst)
     route_of = route_of.reshape(m, -1)
     # units of part 0 with equal routes must have equal routes in every part, and distinct ones distinct:
     # then one unit per distinct route of part 0 (the first) stands for all
