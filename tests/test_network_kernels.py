@@ -118,7 +118,7 @@ def test_concat_of_rings_runs_on_ring_kernel_and_matches_generic(network, m, n, 
     assert ring_shape(sched) is not None
     release = rng.choice([0.0, 1e-6, 3e-6], size=len(sched))
     fast = simulate_schedule(Router(topo), sched, release, topo.bandwidth, topo.latency)
-    assert not sched._arrays                                # nothing per transfer was built
+    assert not sched.materialized                          # nothing per transfer was built
     ro, ptr, links = route_table(Router(topo), sched.src, sched.dst)
     args = (ro, sched.nbytes, release.copy(), sched.dep_ptr, sched.dep_idx, ptr, links, topo.bandwidth,
             topo.latency)
@@ -225,7 +225,7 @@ def test_sequence_of_rings_joins_them_without_their_arrays(seed):
     first = concat([ring([int(r) for r in g], 1.0, s1, c1) for g in g1])
     second = concat([ring([int(r) for r in g], 1.0, s2, c2) for g in g2])
     fast = _ring_joint(first, second)
-    assert fast is not None and not first._arrays and not second._arrays
+    assert fast is not None and not first.materialized and not second.materialized
     slow = _joint(first, second)
     assert fast[0] == slow[0]
     for x, y in zip(fast[1:], slow[1:]):

@@ -213,7 +213,6 @@ class Deferred(Schedule):
     def __init__(self, length: int, make: Callable[[str], np.ndarray]) -> None:  # noqa: D107 (no super: lazy)
         object.__setattr__(self, "_n", int(length))
         object.__setattr__(self, "_make", make)
-        object.__setattr__(self, "_arrays", {})
         object.__setattr__(self, "overridden", False)
 
     def __len__(self) -> int:
@@ -222,20 +221,24 @@ class Deferred(Schedule):
     def __repr__(self) -> str:
         return f"Deferred(transfers={self._n})"
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _FIELDS:
-            self._arrays[name] = value
-            object.__setattr__(self, "overridden", True)
-        else:
-            object.__setattr__(self, name, value)
+    @property
+    def materialized(self) -> bool:
+        """True once any per-transfer array has been built or assigned."""
+        return any(name in self.__dict__ for name in _FIELDS)
 
-    def __getattribute__(self, name: str) -> Any:
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
         if name in _FIELDS:
-            arrays = object.__getattribute__(self, "_arrays")
-            if name not in arrays:
-                arrays[name] = object.__getattribute__(self, "_make")(name)
-            return arrays[name]
-        return object.__getattribute__(self, name)
+            object.__setattr__(self, "overridden", True)
+
+    def __getattr__(self, name: str) -> Any:
+        """A field not built yet (Python asks only for attributes missing from the instance): build and keep
+        it, so that every later read is a plain attribute read."""
+        if name not in _FIELDS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = self._make(name)
+        object.__setattr__(self, name, value)
+        return value
 
 
 class RingSchedule(Deferred):
@@ -257,11 +260,6 @@ class RingSchedule(Deferred):
     def __repr__(self) -> str:
         return (f"RingSchedule(n={len(self.group)}, steps={self.steps}, chunks={self.chunks}, "
                 f"size={self.size!r}, transfers={len(self)})")
-
-    @property
-    def materialized(self) -> bool:
-        """True once any per-transfer array has been built or assigned."""
-        return bool(self._arrays)
 
     def _build(self, name: str) -> np.ndarray:
         g, steps, chunks = self.group, self.steps, self.chunks
