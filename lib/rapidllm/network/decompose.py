@@ -32,7 +32,8 @@ bit. Only the first part is simulated.
 Every condition is checked on the schedules' structure (ring shapes, stages, parts, barrier arrays) and
 arrays (routes of ring positions, bandwidths, latencies, release times; no event is simulated for a
 check); when one fails (a fault or degraded link in one group only, groups sharing fat-tree uplinks,
-stages sharing NVLink) that piece is simulated whole.
+stages sharing NVLink) that piece is simulated whole. The link checks do not depend on the bytes moved, so
+the router remembers them per rank arrays (`Router.remembered`): a sweep asks them again for every size.
 """
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def simulate(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.n
 def _link_set(router: Router, sched: Schedule) -> np.ndarray:
     """Distinct links any transfer of `sched` crosses (routing its units, see _units)."""
     src, dst = _units(sched)
-    return np.unique(route_table(router, src, dst)[2])
+    key = ("link_set", src.astype(np.int64).tobytes(), dst.astype(np.int64).tobytes())
+    return router.remembered(key, len(src), lambda: np.unique(route_table(router, src, dst)[2]))
 
 
 def run_staged(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.ndarray,

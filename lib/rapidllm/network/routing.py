@@ -76,9 +76,9 @@ class Router:
         if key not in self.cache:
             links: list[int] = []
             cur = a
-            for d in range(len(self.topo.sizes)):
-                ca, cb = self.topo.coords(cur)[d], self.topo.coords(b)[d]
-                if ca == cb:
+            goal = self.topo.coords(b)
+            for d, (ca, cb) in enumerate(zip(self.topo.coords(a), goal)):
+                if ca == cb:            # dimensions before d are corrected: only d's coordinate changes
                     continue
                 target = self.topo.with_coord(cur, d, cb)
                 links += self._dim_route(cur, target, d)
