@@ -248,7 +248,8 @@ def test_release_of_the_wrong_length_is_rejected():
     g = sched.group
     pr, ptr, links = route_table(Router(topo), g, np.roll(g, -1))
     with pytest.raises(ValueError, match="release"):
-        ring_kernel(pr[None, :], sched.steps, sched.chunks, sched.size, np.zeros(3), ptr, links, topo.bandwidth, topo.latency)
+        ring_kernel(pr[None, :], sched.steps, sched.chunks, sched.size, np.zeros(3), ptr, links, topo.bandwidth,
+                    topo.latency)
     ro, ptr, links = route_table(Router(topo), sched.src, sched.dst)
     with pytest.raises(ValueError):
         simulate_kernel(ro, sched.nbytes, np.zeros(3), sched.dep_ptr, sched.dep_idx, ptr, links, topo.bandwidth,
