@@ -60,7 +60,8 @@ def concat(parts: list[Schedule]) -> Schedule:
     """Independent schedules side by side (dependency ids shifted). A single part is returned as is (so a
     lazy RingSchedule keeps its fast path). Several parts give a `Deferred` schedule whose arrays are built
     field by field when read; parts of equal length are remembered as `_parts`, so `decompose.simulate`
-    can simulate one of identical copies without building the whole."""
+    can simulate one of identical copies without building the whole, and lazy rings of one shape as
+    `_rings` (`ring_shape`), so the simulator runs contending rings on its ring kernel."""
     parts = [p for p in parts if len(p)]
     if not parts:
         return empty()
