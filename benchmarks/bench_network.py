@@ -66,8 +66,8 @@ def ring_kernel_rate(n: int = N) -> tuple[int, float, float]:
     g = sched.group
     pos_route, ptr, links = route_table(Router(topo), g, np.roll(g, -1))
     release = np.zeros(len(sched))
-    return best_rate(lambda: ring_kernel(pos_route, sched.steps, sched.chunks, sched.size, release, ptr, links,
-                                         topo.bandwidth, topo.latency), 3)
+    return best_rate(lambda: ring_kernel(pos_route[None, :], sched.steps, sched.chunks, sched.size, release, ptr,
+                                         links, topo.bandwidth, topo.latency), 3)
 
 
 def one_run() -> dict:

@@ -1,7 +1,8 @@
 """Fast paths of the event loop (issue 5 speed/memory targets) agree bit for bit with the reference.
 
 - ring_kernel (lazy RingSchedule, no per-transfer inputs) == simulate_kernel on the materialized schedule
-  == the plain-Python reference, on topologies with 1-, 2- and many-hop routes, with release times.
+  == the plain-Python reference, on topologies with 1-, 2- and many-hop routes, with release times; also
+  for several contending rings of one shape (a `concat` of rings).
 - RingSchedule's lazily built arrays equal a straightforward construction.
 - simulate_kernel on random DAG schedules (ties, zero-hop barriers, long routes that force the event
   queue to compact its arena) == the reference.
@@ -16,7 +17,8 @@ from hypothesis import strategies as st
 from test_network_simulator import simulate_py
 
 from rapidllm.network.api import build_schedule, run_schedule, simulate_collective
-from rapidllm.network.collectives import RingSchedule, Schedule, from_lists, ring, ring_collective
+from rapidllm.network.collectives import (RingSchedule, Schedule, concat, from_lists, ring, ring_collective,
+                                          ring_shape)
 from rapidllm.network.routing import Router, route_table
 from rapidllm.network.simulator import ring_kernel, simulate_kernel, simulate_schedule
 from rapidllm.network.topology import build_topology
@@ -74,7 +76,7 @@ def run_three(network, group, steps, chunks, size, release=None):
     rel = np.zeros(len(sched)) if release is None else release
     g = sched.group
     pr, pptr, plinks = route_table(router, g, np.roll(g, -1))
-    fast = ring_kernel(pr, steps, chunks, size, rel, pptr, plinks, topo.bandwidth, topo.latency)
+    fast = ring_kernel(pr[None, :], steps, chunks, size, rel, pptr, plinks, topo.bandwidth, topo.latency)
     assert not sched.materialized
     ro, ptr, links = route_table(router, sched.src, sched.dst)
     args = (ro, sched.nbytes, rel.copy(), sched.dep_ptr, sched.dep_idx, ptr, links, topo.bandwidth, topo.latency)
@@ -99,6 +101,30 @@ def test_ring_kernel_matches_generic_and_reference(network, n, chunks):
     group = [int(x) for x in rng.permutation(n)]            # non-neighbour hops, shared links
     release = rng.choice([0.0, 1e-6, 3e-6], size=2 * (n - 1) * chunks * n)
     assert_same(*run_three(network, group, 2 * (n - 1), chunks, S / (n * chunks), release))
+
+
+@pytest.mark.parametrize("network, m, n", [
+    (net("fat_tree", 16, leaf_size=4), 4, 4), (net("ring", 12), 3, 4), (net("switch", 8), 2, 4),
+    (net("ring", 9, faults=[FaultSpec((3, 4), failed=True)]), 3, 3),
+])
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_concat_of_rings_runs_on_ring_kernel_and_matches_generic(network, m, n, chunks):
+    """Contending rings of one shape (sharing uplinks and ring links) run on ring_kernel unmaterialized,
+    with the generic kernel's and the reference's numbers bit for bit."""
+    topo = build_topology(network)
+    rng = np.random.default_rng(m * 100 + n * 10 + chunks)
+    groups = rng.permutation(m * n).reshape(m, n)
+    sched = concat([ring([int(r) for r in g], S / (n * chunks), 2 * (n - 1), chunks) for g in groups])
+    assert ring_shape(sched) is not None
+    release = rng.choice([0.0, 1e-6, 3e-6], size=len(sched))
+    fast = simulate_schedule(Router(topo), sched, release, topo.bandwidth, topo.latency)
+    assert not sched.materialized                          # nothing per transfer was built
+    ro, ptr, links = route_table(Router(topo), sched.src, sched.dst)
+    args = (ro, sched.nbytes, release.copy(), sched.dep_ptr, sched.dep_idx, ptr, links, topo.bandwidth,
+            topo.latency)
+    assert_same(fast, simulate_kernel(*args), simulate_py(*args))
+    sched.nbytes = np.full(len(sched), S)                   # an assigned field disables the fast path
+    assert ring_shape(sched) is None
 
 
 def test_ring_fast_path_used_by_simulate_collective_and_equals_generic():
@@ -182,6 +208,38 @@ def test_sequence_barriers_wait_for_every_arrival_of_their_rank_and_chunk():
         assert len(bar) == 1 and s.src[bar[0]] == second.src[j] and s.chunk[bar[0]] == second.chunk[j]
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_sequence_of_rings_joins_them_without_their_arrays(seed):
+    """Ring stages are joined from their shapes (collectives._ring_joint) with the same barriers as from
+    their arrays (_joint), and every barrier waits for exactly the arrivals into its rank and chunk."""
+    from rapidllm.network.collectives import _joint, _ring_joint, sequence
+    rng = np.random.default_rng(seed)
+    m1, n1 = int(rng.integers(1, 4)), int(rng.integers(2, 6))
+    ranks = rng.permutation(40)
+    g1 = ranks[:m1 * n1].reshape(m1, n1)
+    m2 = int(rng.integers(1, 4))
+    n2 = int(rng.integers(2, 6))
+    g2 = rng.choice(ranks[:m1 * n1 + 4], size=m2 * n2, replace=False).reshape(m2, n2)  # some with no arrivals
+    c1, c2 = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    s1, s2 = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+    first = concat([ring([int(r) for r in g], 1.0, s1, c1) for g in g1])
+    second = concat([ring([int(r) for r in g], 1.0, s2, c2) for g in g2])
+    fast = _ring_joint(first, second)
+    assert fast is not None and not first.materialized and not second.materialized
+    slow = _joint(first, second)
+    assert fast[0] == slow[0]
+    for x, y in zip(fast[1:], slow[1:]):
+        assert np.array_equal(x, y) and x.dtype == y.dtype
+    s = sequence(first, second)
+    s.check()
+    n_bars = len(s) - len(first) - len(second)
+    for b in range(len(first), len(first) + n_bars):
+        want = [i for i in range(len(first)) if first.dst[i] == s.src[b] and first.chunk[i] == s.chunk[b]]
+        assert list(s.deps(b)) == want
+    shared = concat([ring([0, 1, 2], 1.0, 2, 1), ring([3, 1, 4], 1.0, 2, 1)])   # rank 1: two ring positions
+    assert _ring_joint(shared, second) is None
+
+
 def test_release_of_the_wrong_length_is_rejected():
     topo = build_topology(net("ring", 4))
     sched = ring_collective("all_reduce", [0, 1, 2, 3], S, 2)
@@ -190,7 +248,8 @@ def test_release_of_the_wrong_length_is_rejected():
     g = sched.group
     pr, ptr, links = route_table(Router(topo), g, np.roll(g, -1))
     with pytest.raises(ValueError, match="release"):
-        ring_kernel(pr, sched.steps, sched.chunks, sched.size, np.zeros(3), ptr, links, topo.bandwidth, topo.latency)
+        ring_kernel(pr[None, :], sched.steps, sched.chunks, sched.size, np.zeros(3), ptr, links, topo.bandwidth,
+                    topo.latency)
     ro, ptr, links = route_table(Router(topo), sched.src, sched.dst)
     with pytest.raises(ValueError):
         simulate_kernel(ro, sched.nbytes, np.zeros(3), sched.dep_ptr, sched.dep_idx, ptr, links, topo.bandwidth,

@@ -1,5 +1,8 @@
-"""Dimension-order routing, fault-aware rerouting, cut-off errors."""
+"""Dimension-order routing, fault-aware rerouting, cut-off errors, the router's memo of route tables."""
+import numpy as np
 import pytest
+
+import rapidllm.network.routing as routing
 
 from rapidllm.network.routing import Router
 from rapidllm.network.topology import build_topology
@@ -77,3 +80,20 @@ def test_routes_are_deterministic():
     b = build_topology(net(("torus", 16, (4, 4)), faults=f))
     ra, rb = Router(a), Router(b)
     assert all(ra.route(i, j) == rb.route(i, j) for i in range(16) for j in range(16))
+
+
+def test_small_route_tables_are_remembered_and_equal_fresh_ones(monkeypatch):
+    topo = build_topology(net(("ring", 16)))
+    router = Router(topo)
+    src, dst = np.arange(16, dtype=np.int32), np.roll(np.arange(16, dtype=np.int32), -3)
+    first = routing.route_table(router, src, dst)
+    again = routing.route_table(router, src.astype(np.int64), dst)       # same ranks, other dtype: a hit
+    fresh = routing._route_table(Router(topo), src, dst)
+    assert all(a is b for a, b in zip(first, again))
+    assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(first, fresh))
+    monkeypatch.setattr(routing, "MEMO_UNITS", 8)                        # too many transfers: not kept
+    assert routing.route_table(router, src[::-1], dst) is not routing.route_table(router, src[::-1], dst)
+    monkeypatch.setattr(routing, "MEMO_BUDGET", 12)                      # over budget: the memo starts over
+    routing.route_table(router, src[:8], dst[:8])
+    routing.route_table(router, src[8:], dst[8:])
+    assert len(router._memo) == 1

@@ -60,7 +60,8 @@ def concat(parts: list[Schedule]) -> Schedule:
     """Independent schedules side by side (dependency ids shifted). A single part is returned as is (so a
     lazy RingSchedule keeps its fast path). Several parts give a `Deferred` schedule whose arrays are built
     field by field when read; parts of equal length are remembered as `_parts`, so `decompose.simulate`
-    can simulate one of identical copies without building the whole."""
+    can simulate one of identical copies without building the whole, and lazy rings of one shape as
+    `_rings` (`ring_shape`), so the simulator runs contending rings on its ring kernel."""
     parts = [p for p in parts if len(p)]
     if not parts:
         return empty()
@@ -75,6 +76,7 @@ def concat(parts: list[Schedule]) -> Schedule:
             out = Deferred(sum(len(p) for p in parts),
                            lambda name: _ring_groups_field(groups, first.steps, first.chunks, first.size, name))
             out._parts = tuple(parts)
+            out._rings = (groups, first.steps, first.chunks, first.size)
             return out
     out = Deferred(sum(len(p) for p in parts), lambda name: _concat_field(parts, name))
     if all(len(p) == len(first) for p in parts):
@@ -102,17 +104,7 @@ def sequence(first: Schedule, second: Schedule) -> Schedule:
     arrival of `first` into r for chunk c, and every transfer of `second` from r for chunk c waits for it."""
     if not len(first) or not len(second):
         return concat([first, second])
-    k = int(max(first.chunk.max(), second.chunk.max())) + 1
-    uniq, inv = np.unique(second.src.astype(np.int64) * k + second.chunk, return_inverse=True)
-    fkey = first.dst.astype(np.int64) * k + first.chunk
-    order = np.argsort(fkey, kind="stable")
-    lo = np.searchsorted(fkey[order], uniq, side="left")
-    hi = np.searchsorted(fkey[order], uniq, side="right")
-    bar_ptr = np.zeros(len(uniq) + 1, dtype=np.int64)
-    bar_ptr[1:] = np.cumsum(hi - lo)
-    cnt = hi - lo                       # segments [lo, hi) are disjoint and ascending: gather them at once
-    bar_idx = order[np.arange(int(cnt.sum())) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)].astype(np.int32)
-    inv = inv.ravel()
+    k, uniq, inv, bar_ptr, bar_idx = _ring_joint(first, second) or _joint(first, second)
     built: list[Schedule] = []
 
     def make(name: str) -> np.ndarray:
@@ -125,6 +117,60 @@ def sequence(first: Schedule, second: Schedule) -> Schedule:
     # for first's transfers bar_src[bar_ptr[b]:bar_ptr[b+1]]; transfer i of `second` waits for barrier inv[i]
     out._sequence = (first, second, bar_ptr, bar_idx.astype(np.int64), inv, uniq % k)
     return out
+
+
+def _joint(first: Schedule, second: Schedule) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The barriers of `sequence(first, second)`: (k, uniq, inv, bar_ptr, bar_idx). Barrier b is (rank
+    uniq[b] // k, chunk uniq[b] % k), the sorted keys of second's (source, chunk); transfer i of `second`
+    waits for barrier inv[i]; barrier b waits for first's transfers bar_idx[bar_ptr[b]:bar_ptr[b+1]]
+    (ascending ids) into its rank and chunk."""
+    k = int(max(first.chunk.max(), second.chunk.max())) + 1
+    uniq, inv = np.unique(second.src.astype(np.int64) * k + second.chunk, return_inverse=True)
+    fkey = first.dst.astype(np.int64) * k + first.chunk
+    order = np.argsort(fkey, kind="stable")
+    lo = np.searchsorted(fkey[order], uniq, side="left")
+    hi = np.searchsorted(fkey[order], uniq, side="right")
+    bar_ptr = np.zeros(len(uniq) + 1, dtype=np.int64)
+    bar_ptr[1:] = np.cumsum(hi - lo)
+    cnt = hi - lo                       # segments [lo, hi) are disjoint and ascending: gather them at once
+    bar_idx = order[np.arange(int(cnt.sum())) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)].astype(np.int32)
+    return k, uniq, inv.ravel(), bar_ptr, bar_idx
+
+
+def _ring_joint(first: Schedule, second: Schedule
+                ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """`_joint` from the ring shapes (ring_shape) of both stages, without their per-transfer arrays, when
+    every rank is the destination of at most one ring position of `first` (then a barrier's arrivals are
+    that position's transfers of its chunk, one per step, ascending); else None.
+
+    Ring k, chunk c, step t, position p is transfer ((k * chunks + c) * steps + t) * n + p, sending from
+    groups[k, p] to groups[k, p + 1] (collectives.RingSchedule)."""
+    a, b = ring_shape(first), ring_shape(second)
+    if a is None or b is None:
+        return None
+    g1, s1, c1, _ = a
+    g2, s2, c2, _ = b
+    dst = np.roll(g1, -1, axis=1).astype(np.int64).ravel()          # destination of each ring position
+    if len(np.unique(dst)) != dst.size:
+        return None
+    k = max(c1, c2)
+    (m1, n1), (m2, n2) = g1.shape, g2.shape
+    keys = g2.astype(np.int64)[:, None, :] * k + np.arange(c2, dtype=np.int64)[None, :, None]   # (m2, c2, n2)
+    uniq, unit_inv = np.unique(keys, return_inverse=True)
+    inv = np.broadcast_to(unit_inv.reshape(m2, c2, 1, n2), (m2, c2, s2, n2)).ravel()
+    # first's arrivals: unit (ring, chunk, position) with key dst * k + chunk, its first transfer's id
+    fkeys = (dst.reshape(m1, 1, n1) * k + np.arange(c1, dtype=np.int64)[None, :, None]).ravel()
+    ring, chunk, pos = np.unravel_index(np.arange(fkeys.size), (m1, c1, n1))
+    first_id = ((ring * c1 + chunk) * s1) * n1 + pos
+    order = np.argsort(fkeys)                                        # keys are distinct
+    at = np.minimum(np.searchsorted(fkeys[order], uniq), fkeys.size - 1)
+    found = fkeys[order][at] == uniq
+    cnt = np.where(found, s1, 0)
+    bar_ptr = np.zeros(len(uniq) + 1, dtype=np.int64)
+    bar_ptr[1:] = np.cumsum(cnt)
+    base = np.repeat(first_id[order][at][found], s1)
+    bar_idx = (base + np.tile(np.arange(s1, dtype=np.int64) * n1, int(found.sum()))).astype(np.int32)
+    return k, uniq, inv, bar_ptr, bar_idx
 
 
 def _joined(first: Schedule, second: Schedule, k: int, uniq: np.ndarray, inv: np.ndarray, bar_ptr: np.ndarray,
@@ -168,7 +214,7 @@ class Deferred(Schedule):
     def __init__(self, length: int, make: Callable[[str], np.ndarray]) -> None:  # noqa: D107 (no super: lazy)
         object.__setattr__(self, "_n", int(length))
         object.__setattr__(self, "_make", make)
-        object.__setattr__(self, "_arrays", {})
+        object.__setattr__(self, "overridden", False)
 
     def __len__(self) -> int:
         return self._n
@@ -176,19 +222,24 @@ class Deferred(Schedule):
     def __repr__(self) -> str:
         return f"Deferred(transfers={self._n})"
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _FIELDS:
-            self._arrays[name] = value
-        else:
-            object.__setattr__(self, name, value)
+    @property
+    def materialized(self) -> bool:
+        """True once any per-transfer array has been built or assigned."""
+        return any(name in self.__dict__ for name in _FIELDS)
 
-    def __getattribute__(self, name: str) -> Any:
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
         if name in _FIELDS:
-            arrays = object.__getattribute__(self, "_arrays")
-            if name not in arrays:
-                arrays[name] = object.__getattribute__(self, "_make")(name)
-            return arrays[name]
-        return object.__getattribute__(self, name)
+            object.__setattr__(self, "overridden", True)
+
+    def __getattr__(self, name: str) -> Any:
+        """A field not built yet (Python asks only for attributes missing from the instance): build and keep
+        it, so that every later read is a plain attribute read."""
+        if name not in _FIELDS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = self._make(name)
+        object.__setattr__(self, name, value)
+        return value
 
 
 class RingSchedule(Deferred):
@@ -205,22 +256,11 @@ class RingSchedule(Deferred):
         object.__setattr__(self, "steps", int(steps))
         object.__setattr__(self, "chunks", int(chunks))
         object.__setattr__(self, "size", float(size))
-        object.__setattr__(self, "overridden", False)
         super().__init__(self.chunks * self.steps * len(self.group), self._build)
 
     def __repr__(self) -> str:
         return (f"RingSchedule(n={len(self.group)}, steps={self.steps}, chunks={self.chunks}, "
                 f"size={self.size!r}, transfers={len(self)})")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        super().__setattr__(name, value)
-        if name in _FIELDS:
-            object.__setattr__(self, "overridden", True)
-
-    @property
-    def materialized(self) -> bool:
-        """True once any per-transfer array has been built or assigned."""
-        return bool(self._arrays)
 
     def _build(self, name: str) -> np.ndarray:
         g, steps, chunks = self.group, self.steps, self.chunks
@@ -268,6 +308,15 @@ def _ring_dep_idx(n, steps, chunks):
                 dep_idx[k] = i - n + (p + n - 1) % n
                 k += 1
     return dep_idx
+
+
+def ring_shape(sched: Schedule) -> tuple[np.ndarray, int, int, float] | None:
+    """(groups as an (m, n) matrix, steps, chunks, bytes per transfer) of a lazy ring or of a `concat` of
+    lazy rings of one shape, when no field of it was assigned (the simulator's ring fast path); else None."""
+    if isinstance(sched, RingSchedule):
+        return None if sched.overridden else (sched.group[None, :], sched.steps, sched.chunks, sched.size)
+    rings = getattr(sched, "_rings", None)
+    return None if rings is None or sched.overridden else rings
 
 
 def ring_groups_schedule(groups: np.ndarray, steps: int, chunks: int, size: float) -> Schedule:

@@ -32,7 +32,8 @@ bit. Only the first part is simulated.
 Every condition is checked on the schedules' structure (ring shapes, stages, parts, barrier arrays) and
 arrays (routes of ring positions, bandwidths, latencies, release times; no event is simulated for a
 check); when one fails (a fault or degraded link in one group only, groups sharing fat-tree uplinks,
-stages sharing NVLink) that piece is simulated whole.
+stages sharing NVLink) that piece is simulated whole. The link checks do not depend on the bytes moved, so
+the router remembers them per rank arrays (`Router.remembered`): a sweep asks them again for every size.
 """
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def simulate(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.n
 def _link_set(router: Router, sched: Schedule) -> np.ndarray:
     """Distinct links any transfer of `sched` crosses (routing its units, see _units)."""
     src, dst = _units(sched)
-    return np.unique(route_table(router, src, dst)[2])
+    key = ("link_set", src.astype(np.int64).tobytes(), dst.astype(np.int64).tobytes())
+    return router.remembered(key, len(src), lambda: np.unique(route_table(router, src, dst)[2]))
 
 
 def run_staged(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.ndarray,
@@ -147,8 +149,16 @@ def _link_rows(router: Router, parts: tuple[Schedule, ...], link_bw: np.ndarray,
     m = len(parts)
     if any(len(u[0]) != len(units[0][0]) for u in units):
         return None
-    route_of, ptr, links = route_table(router, np.concatenate([u[0] for u in units]),
-                                       np.concatenate([u[1] for u in units]))
+    src, dst = np.concatenate([u[0] for u in units]), np.concatenate([u[1] for u in units])
+    key = ("link_rows", m, src.astype(np.int64).tobytes(), dst.astype(np.int64).tobytes(),
+           router.intern(link_bw), router.intern(link_lat))
+    return router.remembered(key, len(src), lambda: _rows(router, m, src, dst, link_bw, link_lat))
+
+
+def _rows(router: Router, m: int, src: np.ndarray, dst: np.ndarray, link_bw: np.ndarray,
+          link_lat: np.ndarray) -> np.ndarray | None:
+    """`_link_rows` of m parts whose units (in part order, equally many each) go from `src` to `dst`."""
+    route_of, ptr, links = route_table(router, src, dst)
     route_of = route_of.reshape(m, -1)
     # units of part 0 with equal routes must have equal routes in every part, and distinct ones distinct:
     # then one unit per distinct route of part 0 (the first) stands for all

@@ -8,6 +8,8 @@ fabric fall back to a flat ring.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from rapidllm.network.collectives import Schedule, concat, ring_collective, sequence
@@ -18,8 +20,7 @@ def _coords(topo: Topology, ranks) -> np.ndarray:
     """(len(ranks), dims) coordinates, innermost dimension first: `topo.coords` for every rank at once."""
     r = np.asarray(ranks, dtype=np.int64).reshape(-1)
     sizes = np.asarray(topo.sizes, dtype=np.int64)
-    strides = np.ones(len(sizes), dtype=np.int64)
-    strides[1:] = np.cumprod(sizes[:-1])
+    strides = np.array([math.prod(topo.sizes[:d]) for d in range(len(topo.sizes))], dtype=np.int64)
     return (r[:, None] // strides[None, :]) % sizes[None, :]
 
 

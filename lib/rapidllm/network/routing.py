@@ -10,6 +10,8 @@ is unreachable a SpecError names the failed links that cut it off.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -17,14 +19,44 @@ from rapidllm.jit import njit
 from rapidllm.network.topology import Topology, grid_shape
 from rapidllm.spec.errors import SpecError
 
+_MISSING = object()
+MEMO_UNITS = 1 << 12           # results over at most this many transfers are remembered (`Router.remembered`)
+MEMO_BUDGET = 1 << 18          # ... up to this many transfers in all per router, then the memo starts over
+
 
 class Router:
-    """Routes between ranks of one topology; results are cached per (src, dst)."""
+    """Routes between ranks of one topology; results are cached per (src, dst), and small results that are
+    functions of rank arrays (route tables, decompose's replica checks) per those arrays: a sweep routes
+    the same groups for every byte size."""
 
     def __init__(self, topo: Topology):
         self.topo = topo
         self.cache: dict[tuple[int, int], list[int]] = {}
+        self._memo: dict[tuple, Any] = {}
+        self._memo_units = 0
+        self._interned: dict[tuple[str, bytes], int] = {}
         self._adj: list[list[int]] | None = None
+
+    def remembered(self, key: tuple, units: int, compute: Callable[[], Any]) -> Any:
+        """`compute()`, remembered under `key` when it covers at most MEMO_UNITS transfers. The key must
+        hold everything the result depends on besides this router (the rank arrays as bytes); results are
+        shared between callers and must not be written to."""
+        if units > MEMO_UNITS:
+            return compute()
+        hit = self._memo.get(key, _MISSING)
+        if hit is _MISSING:
+            if self._memo_units + units > MEMO_BUDGET:
+                self._memo.clear()
+                self._memo_units = 0
+            hit = self._memo[key] = compute()
+            self._memo_units += units
+        return hit
+
+    def intern(self, values: np.ndarray) -> int:
+        """A small number per distinct array content (link bandwidths and latencies in memo keys: a few
+        per router, one per utilization)."""
+        key = (values.dtype.str, values.tobytes())
+        return self._interned.setdefault(key, len(self._interned))
 
     def adjacency(self) -> list[list[int]]:
         """Outgoing surviving links per node, in link-id order."""
@@ -44,9 +76,9 @@ class Router:
         if key not in self.cache:
             links: list[int] = []
             cur = a
-            for d in range(len(self.topo.sizes)):
-                ca, cb = self.topo.coords(cur)[d], self.topo.coords(b)[d]
-                if ca == cb:
+            goal = self.topo.coords(b)
+            for d, (ca, cb) in enumerate(zip(self.topo.coords(a), goal)):
+                if ca == cb:            # dimensions before d are corrected: only d's coordinate changes
                     continue
                 target = self.topo.with_coord(cur, d, cb)
                 links += self._dim_route(cur, target, d)
@@ -201,8 +233,16 @@ def route_table(router: Router, src: np.ndarray, dst: np.ndarray) -> tuple[np.nd
     """Map transfers to route ids: (route_of[T] int32, route_ptr[R+1] int64, route_links int32).
 
     Route ids number the distinct (src, dst) pairs in ascending src * n_nodes + dst order; each pair is
-    routed once (Router caches too).
+    routed once (Router caches too). Small tables are remembered by the router (`Router.remembered`) and
+    shared between callers: the arrays returned must not be written to.
     """
+    src, dst = np.asarray(src), np.asarray(dst)
+    key = ("routes", src.astype(np.int64).tobytes(), dst.astype(np.int64).tobytes())
+    return router.remembered(key, len(src), lambda: _route_table(router, src, dst))
+
+
+def _route_table(router: Router, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`route_table` without the memo."""
     n = router.topo.n_nodes
     if n * n <= 1 << 24 and len(src) * 16 >= n * n:     # the table pays only for many transfers
         route_of, uniq = _dense_route_ids(np.asarray(src), np.asarray(dst), n)
