@@ -28,13 +28,24 @@ from typing import Any
 import pandas as pd
 
 from rapidllm.engine.comm_cost import CommCost
+from rapidllm.engine.metrics import model_flops_per_step
+from rapidllm.graph.schedules import interleaving
 from rapidllm.memory.model import memory_for_case, training_liveness
 from rapidllm.memory.state import FRAMEWORKS, conventions, state_bytes
 from rapidllm.prediction import predict
-from rapidllm.search.bounds import Profile, ShardWork, chunks_used, optimistic_record, shard_work, stage_profile
-from rapidllm.search.space import LAYOUT_COLUMNS, Layout, layouts, placement, rebuild
+from rapidllm.search.bounds import (
+    Profile,
+    ShardWork,
+    optimistic_record,
+    shard_work,
+    stage_profile,
+    step_bound,
+    training_record,
+)
+from rapidllm.search.space import LAYOUT_COLUMNS, PAR_FIELDS, Layout, layouts, rebuild
 from rapidllm.search.tails import layer_floor, param_gather, refinable, step_tail, template_spans
 from rapidllm.search.spec import SearchSpec, load_search
+from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.errors import SpecError
 
 REASONS = ("invalid", "filtered", "slo", "dominated", "out_of_memory")
@@ -72,45 +83,75 @@ class _Top:
             del self.keys[self.k:], self.rows[self.k:]
 
 
+# positions in a `Layout.key` (search/space.py: the PAR_FIELDS values, then micro-batch or batch, then kernel)
+DP, TP, PP, CP = (PAR_FIELDS.index(f) for f in ("dp", "tp", "pp", "cp"))
+SCHEDULE, VIRTUAL, SIZE = PAR_FIELDS.index("schedule"), PAR_FIELDS.index("virtual_stages"), len(PAR_FIELDS)
+
+
 class _Shared:
-    """Work shared between layouts: per layer shard its priced compute and activation liveness; per (shard,
-    pp, chunks used, layer floor, groups) a stage profile; the compute bound per (shard, dp, pp, schedule,
-    virtual stages); template spans per (shard, dp, pp); the step's tail, the layer floor and the
-    persistent-state verdict per parameter placement. Collective times are shared through the active
-    `Caches`."""
+    """Work shared between layouts: per layer shard its priced compute; per (shard, pp, chunks used, layer
+    floor, groups) a stage profile; the compute bound per (shard, dp, pp, schedule, virtual stages); template
+    spans per (shard, dp, pp); the step's tail, the layer floor and the persistent-state verdict per
+    parameter placement; the activation liveness per shard and the memory verdict per layout, both less the
+    attention kernel (the memory model reads it only as naive or not); the rates per (candidate, GPU count).
+    A layout's own case is built only where a shared result is missing. Collective times are shared through
+    the active `Caches`."""
 
     def __init__(self) -> None:
         self.works: dict[tuple, ShardWork] = {}
         self.profiles: dict[tuple, Profile] = {}
         self.livenesses: dict[tuple, Any] = {}
+        self.fits: dict[tuple, bool] = {}
         self.bounds: dict[tuple, dict[str, Any] | None] = {}
         self.tails: dict[tuple, tuple[tuple[float, float], Any]] = {}
         self.spans: dict[tuple, ShardWork | None] = {}
         self.states: dict[tuple, bool] = {}
+        self.rates: dict[tuple, tuple[Case, float]] = {}
+
+    @staticmethod
+    def _chunks(lay: Layout) -> tuple[int, int]:
+        """(micro-batches per step, model chunks per stage the engine runs): `chunks_used` from the key."""
+        k, w = lay.key, lay.base.workload
+        if not isinstance(w, TrainingWorkload):
+            return 1, interleaving(k[SCHEDULE], k[PP], k[VIRTUAL], 1)
+        m = max(w.global_batch // (k[DP] * k[SIZE]), 1)
+        return m, interleaving(k[SCHEDULE], k[PP], k[VIRTUAL], m)
+
+    def _work(self, lay: Layout) -> ShardWork:
+        if lay.shard_key not in self.works:
+            self.works[lay.shard_key] = shard_work(lay.case)
+        return self.works[lay.shard_key]
 
     def _profile(self, lay: Layout, work: ShardWork, floor: tuple[float, float] = (0.0, 0.0),
                  tag: tuple = ()) -> Profile:
         """The stage profile of `work` (the shard's compute, or its spans under the groups `tag` names)."""
-        case = lay.case
-        assert case is not None
-        key = (lay.shard_key, case.parallelism.pp, chunks_used(case), floor, tag)
+        key = (lay.shard_key, lay.key[PP], self._chunks(lay)[1], floor, tag)
         if key not in self.profiles:
-            self.profiles[key] = stage_profile(case, work, floor)
+            self.profiles[key] = stage_profile(lay.case, work, floor)
         return self.profiles[key]
+
+    def _record(self, lay: Layout, step: float) -> dict[str, Any] | None:
+        """The training record at a step time bound, with the model FLOPs and the rates' case shared by the
+        candidate's layouts on one GPU count (they differ in nothing the rates read)."""
+        k = lay.key
+        group = (lay.shard_key[0], k[DP] * k[TP] * k[PP] * k[CP])
+        if group not in self.rates:
+            self.rates[group] = (lay.case, model_flops_per_step(lay.case))
+        case, flops = self.rates[group]
+        return training_record(case, step, flops)
 
     def optimistic(self, lay: Layout) -> dict[str, Any] | None:
         """The layout's record at its compute-only bound, shared by the layouts that differ only in what it
         does not depend on (ZeRO / FSDP: the optimizer is not in it)."""
-        case = lay.case
-        assert case is not None
-        p = case.parallelism
-        key = (lay.shard_key, p.dp, p.pp, p.schedule, p.virtual_stages)
+        k = lay.key
+        key = (lay.shard_key, k[DP], k[PP], k[SCHEDULE], k[VIRTUAL])
         if key not in self.bounds:
-            if lay.shard_key not in self.works:
-                self.works[lay.shard_key] = shard_work(case)
-            work = self.works[lay.shard_key]
-            profile = self._profile(lay, work) if case.training else None
-            self.bounds[key] = optimistic_record(case, work, profile)
+            work = self._work(lay)
+            if lay.training:
+                step = step_bound(self._profile(lay, work), self._chunks(lay)[0])
+                self.bounds[key] = self._record(lay, step)
+            else:
+                self.bounds[key] = optimistic_record(lay.case, work)
         return self.bounds[key]
 
     def refined(self, lay: Layout, level: int) -> dict[str, Any] | None:
@@ -127,7 +168,7 @@ class _Shared:
         p = case.parallelism
         cost = None
         gather = level == FULL
-        key = (lay.shard_key[0], case.workload, gather, placement(lay.key))
+        key = (lay.shard_key[0], case.workload, gather, lay.placement)
         if key not in self.tails:
             cost = CommCost(case)
             self.tails[key] = (layer_floor(case, cost), step_tail(case, cost, gather))
@@ -140,7 +181,7 @@ class _Shared:
             spans = self.spans[(lay.shard_key, groups)]
             if spans is not None:
                 work, tag = spans, groups
-        return optimistic_record(case, work, self._profile(lay, work, floor, tag), tail)
+        return self._record(lay, step_bound(self._profile(lay, work, floor, tag), self._chunks(lay)[0], tail))
 
     def state_fits(self, lay: Layout) -> bool:
         """False when the weights, gradients and optimizer state of the first or the last pipeline stage,
@@ -148,33 +189,38 @@ class _Shared:
         step's transients) on top, so `predict` would call the case infeasible. They depend on the
         parameters' placement and sharding, not on the micro-batch, recompute, sp or the kernel, so those
         variants share one answer."""
-        case = lay.case
-        assert case is not None
-        if not case.training:
+        if not lay.training:
             return True
-        p = case.parallelism
-        key = (lay.shard_key[0], placement(lay.key))
+        key = (lay.shard_key[0], lay.placement)
         if key not in self.states:
+            case = lay.case
+            assert case is not None
             conv, hw = conventions(case), case.hardware
             self.states[key] = all(
                 st.weights + st.gradients + st.optimizer + hw.framework_memory <= hw.hbm_capacity
-                for st in (state_bytes(case, s, conv) for s in sorted({0, p.pp - 1})))
+                for st in (state_bytes(case, s, conv) for s in sorted({0, case.parallelism.pp - 1})))
         return self.states[key]
 
     def may_fit(self, lay: Layout) -> bool:
         """False when the first or the last pipeline stage alone already exceeds the HBM under the liveness
         memory model (so the worst stage does too: `predict` would call the case infeasible), with the
         per-layer liveness shared by the layouts of one shard. True leaves the verdict to `predict`, which
-        checks every stage. Embedding, LM head and the most in-flight micro-batches sit on those two."""
-        case = lay.case
-        assert case is not None
-        if not case.training:
+        checks every stage. Embedding, LM head and the most in-flight micro-batches sit on those two. The
+        memory model reads the attention kernel only as naive or not, so the layouts that differ in the
+        (non-naive) kernel alone share one verdict."""
+        if not lay.training:
             return True
-        if lay.shard_key not in self.livenesses:
-            self.livenesses[lay.shard_key] = training_liveness(case, FRAMEWORKS[case.framework])
-        liveness = self.livenesses[lay.shard_key]
-        return all(memory_for_case(case, stage=s, liveness=liveness).feasible
-                   for s in sorted({0, case.parallelism.pp - 1}))
+        shard = (*lay.shard_key[:-1], lay.key[-1] == "naive")
+        key = (shard, lay.placement)
+        if key not in self.fits:
+            case = lay.case
+            assert case is not None
+            if shard not in self.livenesses:
+                self.livenesses[shard] = training_liveness(case, FRAMEWORKS[case.framework])
+            liveness = self.livenesses[shard]
+            self.fits[key] = all(memory_for_case(case, stage=s, liveness=liveness).feasible
+                                 for s in sorted({0, case.parallelism.pp - 1}))
+        return self.fits[key]
 
 
 def _passes(row: dict, limits: dict[str, tuple[float, float]]) -> bool:

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from rapidllm.search.spec import LAYOUT_AXES, Candidate, SearchSpec
-from rapidllm.spec.case import Case, InferenceWorkload, Parallelism, TrainingWorkload, with_layout
+from rapidllm.spec.case import Case, InferenceWorkload, Parallelism, TrainingWorkload, check_layout, layout_case
 from rapidllm.spec.errors import SpecError
 
 LAYOUT_COLUMNS = LAYOUT_AXES
@@ -44,14 +43,30 @@ def placement(key: tuple) -> tuple:
     return tuple(key[i] for i in _PLACEMENT)
 
 
-@dataclass(frozen=True)
 class Layout:
-    """One point of the space: its key, and its case (None when a case rule rejects it)."""
-    key: tuple                   # what `rebuild` needs: the PAR_FIELDS values, micro-batch or batch, kernel
-    case: Case | None
-    training: bool
-    reason: str = ""             # the rejected rule's key and message
-    shard_key: tuple = ()        # what the layer pricing depends on (search/bounds.py)
+    """One point of the space: its key, the keys its shared work is filed under, and its case (None when a
+    case rule rejects it). The case is built on first use: a search checks every one of its hundreds of
+    thousands of layouts, but a bound or memory verdict shared with other layouts settles most of them, and
+    only the few it bounds first or simulates need a case of their own."""
+    __slots__ = ("key", "training", "reason", "shard_key", "placement", "base", "_build", "_case")
+
+    def __init__(self, key: tuple, training: bool, reason: str, shard_key: tuple, placement: tuple, base: Case,
+                 build: tuple | None) -> None:
+        self.key = key                    # what `rebuild` needs: the PAR_FIELDS values, micro-batch or batch, kernel
+        self.training = training
+        self.reason = reason              # the rejected rule's key and message
+        self.shard_key = shard_key        # what the layer pricing depends on (search/bounds.py)
+        self.placement = placement        # `placement(key)`
+        self.base = base                  # the candidate's base case
+        self._build = build               # (Parallelism, workload, sized fabric) of a valid layout, else None
+        self._case: Case | None = None
+
+    @property
+    def case(self) -> Case | None:
+        if self._case is None and self._build is not None:
+            par, workload, sized = self._build
+            self._case = layout_case(self.base, sized, par, workload, self.key[-1])
+        return self._case
 
     @property
     def columns(self) -> dict[str, Any]:
@@ -154,11 +169,10 @@ def _inner(spec: SearchSpec, cand: Candidate, ax: dict[str, list], training: boo
                             for mods in (ax["recompute_modules"] if rc == "selective" else [DEFAULT_MODULES]):
                                 for zero in zeros:
                                     for fsdp in ax["fsdp"]:
-                                        for attn in ax["attention_impl"]:
-                                            yield _layout(cand, workload, size, attn, spec.options, dict(
-                                                dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero,
-                                                fsdp=fsdp, recompute=rc, recompute_modules=mods,
-                                                schedule=sched, virtual_stages=v))
+                                        yield from _layouts(cand, workload, size, ax["attention_impl"], spec.options, dict(
+                                            dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero,
+                                            fsdp=fsdp, recompute=rc, recompute_modules=mods,
+                                            schedule=sched, virtual_stages=v))
 
 
 def _interleaves(base: Case, dp: int, pp: int, micro_batch: int) -> bool:
@@ -181,24 +195,29 @@ def _workload(base: Case, size: int) -> TrainingWorkload | InferenceWorkload:
 
 
 def rebuild(cand: Candidate, key: tuple, options: dict[str, Any]) -> Layout:
-    """The layout `key` (a `Layout.key`) stands for, case included: a search keeps the few bytes of the key
-    for each of its hundreds of thousands of layouts and rebuilds the case of the few it simulates.
-    `options` are the spec's fixed `parallelism` settings."""
+    """The layout `key` (a `Layout.key`) stands for: a search keeps the few bytes of the key for each of its
+    hundreds of thousands of layouts and rebuilds the layouts it visits. `options` are the spec's fixed
+    `parallelism` settings."""
     *par, size, attn = key
-    return _layout(cand, _workload(cand.base, size), size, attn, options, dict(zip(PAR_FIELDS, par)))
+    return next(_layouts(cand, _workload(cand.base, size), size, [attn], options, dict(zip(PAR_FIELDS, par))))
 
 
-def _layout(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, size: int, attn: str,
-            options: dict[str, Any], par_m: dict) -> Layout:
-    """The layout's key is its searched axes; `options` (the spec's fixed `parallelism` settings) are the
-    same in every row and shape the case only."""
+def _layouts(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, size: int, attns: list[str],
+             options: dict[str, Any], par_m: dict) -> Iterator[Layout]:
+    """The layouts of one parallelism and workload, one per attention kernel: the case rules do not look at
+    the kernel, so one check serves them all. The key is the searched axes; `options` (the spec's fixed
+    `parallelism` settings) are the same in every row and shape the case only."""
     par = Parallelism(**options, **par_m)
     training = isinstance(workload, TrainingWorkload)
     shard = (cand.label, par.tp, par.cp, par.ep, par.expert_tp, par.sp, par.recompute, par.recompute_modules,
-             size if training else 0, 0 if training else size, attn)
-    key = (*par_m.values(), size, attn)
+             size if training else 0, 0 if training else size)
+    values = (*par_m.values(), size)
+    place = placement(values)
+    base = cand.base
     try:
-        case = with_layout(cand.base, cand.network, par, workload, attn, "layout")
+        build: tuple | None = (par, workload, check_layout(base, cand.network, par, workload, "layout"))
+        reason = ""
     except SpecError as err:
-        return Layout(key, None, training, str(err).removeprefix("layout: "), shard)
-    return Layout(key, case, training, "", shard)
+        build, reason = None, str(err).removeprefix("layout: ")
+    for attn in attns:
+        yield Layout((*values, attn), training, reason, (*shard, attn), place, base, build)

@@ -469,9 +469,23 @@ def with_layout(base: Case, network: NetworkSpec, par: Parallelism, workload: Tr
     (`network` is the unsized fabric, sized here for the layout's world). A search builds thousands of
     layouts of one base case this way without re-validating the same model, hardware and network mappings;
     the result equals `resolve_case` of the equivalent mapping (tests/test_search.py compares case ids)."""
-    _check_layout(base.model, par, workload, source)
+    return layout_case(base, check_layout(base, network, par, workload, source), par, workload, attention_impl)
+
+
+def layout_case(base: Case, sized: NetworkSpec, par: Parallelism, workload: TrainingWorkload | InferenceWorkload,
+                attention_impl: str) -> Case:
+    """The case of a layout that `check_layout` passed, on the fabric it sized."""
     return dataclasses.replace(base, parallelism=par, workload=workload, attention_impl=attention_impl,
-                               network=_sized(network, par.world, source))
+                               network=sized)
+
+
+def check_layout(base: Case, network: NetworkSpec, par: Parallelism,
+                 workload: TrainingWorkload | InferenceWorkload, source: str) -> NetworkSpec:
+    """What `with_layout` checks, without building the case: raises SpecError where the layout breaks a case
+    rule, else returns `network` sized for its world. A search checks every layout and builds the cases of
+    the few it bounds or simulates."""
+    _check_layout(base.model, par, workload, source)
+    return _sized(network, par.world, source)
 
 
 def _sized(network: NetworkSpec, world: int, source: str) -> NetworkSpec:
