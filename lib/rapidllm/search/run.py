@@ -93,7 +93,7 @@ class _Shared:
     floor, groups) a stage profile; the compute bound per (shard, dp, pp, schedule, virtual stages); template
     spans per (shard, dp, pp); the step's tail, the layer floor and the persistent-state verdict per
     parameter placement; the activation liveness per shard and the memory verdict per layout, both less the
-    attention kernel (the memory model reads it only as naive or not); the rates per (candidate, GPU count).
+    attention kernel (the memory model reads it only as naive or not); a case per (candidate, GPU count).
     A layout's own case is built only where a shared result is missing. Collective times are shared through
     the active `Caches`."""
 
@@ -106,7 +106,8 @@ class _Shared:
         self.tails: dict[tuple, tuple[tuple[float, float], Any]] = {}
         self.spans: dict[tuple, ShardWork | None] = {}
         self.states: dict[tuple, bool] = {}
-        self.rates: dict[tuple, tuple[Case, float]] = {}
+        self.groups: dict[tuple, Case] = {}
+        self.flops: dict[str, float] = {}
 
     @staticmethod
     def _chunks(lay: Layout) -> tuple[int, int]:
@@ -130,15 +131,25 @@ class _Shared:
             self.profiles[key] = stage_profile(lay.case, work, floor)
         return self.profiles[key]
 
-    def _record(self, lay: Layout, step: float) -> dict[str, Any] | None:
-        """The training record at a step time bound, with the model FLOPs and the rates' case shared by the
-        candidate's layouts on one GPU count (they differ in nothing the rates read)."""
+    def group_case(self, lay: Layout) -> Case:
+        """A case of the layout's (candidate, GPU count) group: what the rates of a training bound and a
+        group-level objective read (world, model, hardware, global batch) is the same in all of them."""
         k = lay.key
         group = (lay.shard_key[0], k[DP] * k[TP] * k[PP] * k[CP])
-        if group not in self.rates:
-            self.rates[group] = (lay.case, model_flops_per_step(lay.case))
-        case, flops = self.rates[group]
-        return training_record(case, step, flops)
+        if group not in self.groups:
+            case = lay.case
+            assert case is not None
+            self.groups[group] = case
+        return self.groups[group]
+
+    def _record(self, lay: Layout, step: float) -> dict[str, Any] | None:
+        """The training record at a step time bound, with the model FLOPs shared by the candidate's layouts
+        and the rates computed on the group's case."""
+        label = lay.shard_key[0]
+        case = self.group_case(lay)
+        if label not in self.flops:
+            self.flops[label] = model_flops_per_step(case)
+        return training_record(case, step, self.flops[label])
 
     def optimistic(self, lay: Layout) -> dict[str, Any] | None:
         """The layout's record at its compute-only bound, shared by the layouts that differ only in what it
@@ -260,7 +271,7 @@ def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Coun
                 counts.layouts += 1
                 if counts.layouts % 1000 == 0:
                     bar.update(1000)
-                if lay.case is None:
+                if lay.reason:
                     counts.removed["invalid"] += 1
                     counts.invalid_by_rule[lay.reason.split(":")[0]] += 1
                     continue
@@ -276,7 +287,7 @@ def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Coun
                     if _breaks_slo(optimistic, spec):
                         counts.removed["slo"] += 1
                         continue
-                    bound_key = obj.key(obj.derive(optimistic, lay.case))
+                    bound_key = obj.key(obj.derive(optimistic, shared.group_case(lay) if obj.group_level else lay.case))
                 entries.append((bound_key, order, COMPUTE, len(groups) - 1, lay.key))
     return entries, groups
 

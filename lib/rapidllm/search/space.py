@@ -19,8 +19,17 @@ from collections.abc import Iterator
 from typing import Any
 
 from rapidllm.search.spec import LAYOUT_AXES, Candidate, SearchSpec
-from rapidllm.spec.case import Case, InferenceWorkload, Parallelism, TrainingWorkload, check_layout, layout_case
+from rapidllm.spec.case import (
+    Case,
+    InferenceWorkload,
+    Parallelism,
+    TrainingWorkload,
+    check_layout,
+    layout_case,
+    sized_network,
+)
 from rapidllm.spec.errors import SpecError
+from rapidllm.spec.network import NetworkSpec
 
 LAYOUT_COLUMNS = LAYOUT_AXES
 MIN_CP_TOKENS = 1024
@@ -139,6 +148,7 @@ def layouts(spec: SearchSpec, cand: Candidate, gpus: int) -> Iterator[Layout]:
     training = base.training
     ax = axis_defaults(spec, cand)
     dp_allowed = set(spec.space.get("dp", [] if training else [1]))
+    fabric = _fabric(cand, gpus)
     for tp in ax["tp"]:
         for cp in ax["cp"]:
             if gpus % (tp * cp):
@@ -147,11 +157,11 @@ def layouts(spec: SearchSpec, cand: Candidate, gpus: int) -> Iterator[Layout]:
             for pp in _user(spec, "pp", [d for d in divisors(rest) if d <= model.layers]):
                 if rest % pp or (dp_allowed and rest // pp not in dp_allowed):
                     continue
-                yield from _inner(spec, cand, ax, training, tp, cp, pp, rest // pp)
+                yield from _inner(spec, cand, ax, training, tp, cp, pp, rest // pp, fabric)
 
 
 def _inner(spec: SearchSpec, cand: Candidate, ax: dict[str, list], training: bool, tp: int, cp: int, pp: int,
-           dp: int) -> Iterator[Layout]:
+           dp: int, fabric: tuple[NetworkSpec | None, str]) -> Iterator[Layout]:
     base = cand.base
     sps = _user(spec, "sp", [True, False] if tp > 1 and training else [False])
     zeros = _user(spec, "zero", [0, 1, 2, 3] if training and dp > 1 else [0])
@@ -172,7 +182,7 @@ def _inner(spec: SearchSpec, cand: Candidate, ax: dict[str, list], training: boo
                                         yield from _layouts(cand, workload, size, ax["attention_impl"], spec.options, dict(
                                             dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero,
                                             fsdp=fsdp, recompute=rc, recompute_modules=mods,
-                                            schedule=sched, virtual_stages=v))
+                                            schedule=sched, virtual_stages=v), fabric)
 
 
 def _interleaves(base: Case, dp: int, pp: int, micro_batch: int) -> bool:
@@ -199,14 +209,26 @@ def rebuild(cand: Candidate, key: tuple, options: dict[str, Any]) -> Layout:
     hundreds of thousands of layouts and rebuilds the layouts it visits. `options` are the spec's fixed
     `parallelism` settings."""
     *par, size, attn = key
-    return next(_layouts(cand, _workload(cand.base, size), size, [attn], options, dict(zip(PAR_FIELDS, par))))
+    par_m = dict(zip(PAR_FIELDS, par))
+    world = par_m["dp"] * par_m["tp"] * par_m["pp"] * par_m["cp"]
+    return next(_layouts(cand, _workload(cand.base, size), size, [attn], options, par_m, _fabric(cand, world)))
+
+
+def _fabric(cand: Candidate, world: int) -> tuple[NetworkSpec | None, str]:
+    """The candidate's fabric sized for `world` ranks, or None and why it cannot be (every layout of one GPU
+    count shares it)."""
+    try:
+        return sized_network(cand.network, world, "layout"), ""
+    except SpecError as err:
+        return None, str(err).removeprefix("layout: ")
 
 
 def _layouts(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, size: int, attns: list[str],
-             options: dict[str, Any], par_m: dict) -> Iterator[Layout]:
+             options: dict[str, Any], par_m: dict, fabric: tuple[NetworkSpec | None, str]) -> Iterator[Layout]:
     """The layouts of one parallelism and workload, one per attention kernel: the case rules do not look at
-    the kernel, so one check serves them all. The key is the searched axes; `options` (the spec's fixed
-    `parallelism` settings) are the same in every row and shape the case only."""
+    the kernel, so one check serves them all (the rules first, then the fabric's sizing, as `with_layout`
+    checks). The key is the searched axes; `options` (the spec's fixed `parallelism` settings) are the same
+    in every row and shape the case only."""
     par = Parallelism(**options, **par_m)
     training = isinstance(workload, TrainingWorkload)
     shard = (cand.label, par.tp, par.cp, par.ep, par.expert_tp, par.sp, par.recompute, par.recompute_modules,
@@ -214,10 +236,11 @@ def _layouts(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, si
     values = (*par_m.values(), size)
     place = placement(values)
     base = cand.base
+    sized, reason = fabric
     try:
-        build: tuple | None = (par, workload, check_layout(base, cand.network, par, workload, "layout"))
-        reason = ""
+        check_layout(base.model, par, workload, "layout")
     except SpecError as err:
-        build, reason = None, str(err).removeprefix("layout: ")
+        reason = str(err).removeprefix("layout: ")
+    build = (par, workload, sized) if not reason else None
     for attn in attns:
         yield Layout((*values, attn), training, reason, (*shard, attn), place, base, build)
