@@ -43,7 +43,14 @@ from rapidllm.search.bounds import (
     training_record,
 )
 from rapidllm.search.space import LAYOUT_COLUMNS, PAR_FIELDS, Layout, layouts, rebuild
-from rapidllm.search.tails import layer_floor, param_gather, refinable, step_tail, template_spans
+from rapidllm.search.tails import (
+    layer_floor,
+    optimizer_seconds,
+    param_gather,
+    refinable,
+    step_tail,
+    template_spans,
+)
 from rapidllm.search.spec import SearchSpec, load_search
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.errors import SpecError
@@ -91,8 +98,8 @@ SCHEDULE, VIRTUAL, SIZE = PAR_FIELDS.index("schedule"), PAR_FIELDS.index("virtua
 class _Shared:
     """Work shared between layouts: per layer shard its priced compute; per (shard, pp, chunks used, layer
     floor, groups) a stage profile; the compute bound per (shard, dp, pp, schedule, virtual stages); template
-    spans per (shard, dp, pp); the step's tail, the layer floor and the persistent-state verdict per
-    parameter placement; the activation liveness per shard and the memory verdict per layout, both less the
+    spans per (shard, dp, pp); the step's tail, the layer floor, the optimizer's time and the
+    persistent-state verdict per parameter placement; the activation liveness per shard and the memory verdict per layout, both less the
     attention kernel (the memory model reads it only as naive or not); a case per (candidate, GPU count).
     A layout's own case is built only where a shared result is missing. Collective times are shared through
     the active `Caches`."""
@@ -103,7 +110,9 @@ class _Shared:
         self.livenesses: dict[tuple, Any] = {}
         self.fits: dict[tuple, bool] = {}
         self.bounds: dict[tuple, dict[str, Any] | None] = {}
-        self.tails: dict[tuple, tuple[tuple[float, float], Any]] = {}
+        self.floors: dict[tuple, tuple[float, float]] = {}
+        self.optimizers: dict[tuple, float] = {}
+        self.tails: dict[tuple, Any] = {}
         self.spans: dict[tuple, ShardWork | None] = {}
         self.states: dict[tuple, bool] = {}
         self.groups: dict[tuple, Case] = {}
@@ -178,12 +187,18 @@ class _Shared:
             return None
         p = case.parallelism
         cost = None
-        gather = level == FULL
-        key = (lay.shard_key[0], case.workload, gather, lay.placement)
-        if key not in self.tails:
+        label = lay.shard_key[0]
+        floor_key = (label, case.workload, lay.placement)
+        if floor_key not in self.floors:
             cost = CommCost(case)
-            self.tails[key] = (layer_floor(case, cost), step_tail(case, cost, gather))
-        floor, tail = self.tails[key]
+            self.floors[floor_key] = layer_floor(case, cost)
+        if (label, lay.placement) not in self.optimizers:
+            self.optimizers[(label, lay.placement)] = optimizer_seconds(case)
+        tail_key = (label, case.workload, level == FULL, lay.placement)
+        if tail_key not in self.tails:
+            cost = cost or CommCost(case)
+            self.tails[tail_key] = step_tail(case, cost, level == FULL, self.optimizers[(label, lay.placement)])
+        floor, tail = self.floors[floor_key], self.tails[tail_key]
         work, tag = self.works[lay.shard_key], ()
         groups = (p.dp, p.pp, p.moe_a2a_overlap)
         if level >= SPANS:

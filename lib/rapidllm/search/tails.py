@@ -76,17 +76,18 @@ def param_gather(case: Case) -> bool:
     return p.dp > 1 and (p.zero in (1, 2) or p.fsdp == "shard_grad_op") and not p.overlap_param_gather
 
 
-def step_tail(case: Case, cost: CommCost, gather: bool = True) -> np.ndarray:
+def step_tail(case: Case, cost: CommCost, gather: bool = True, optimizer_s: float | None = None) -> np.ndarray:
     """[pp] seconds each stage still runs after its last task: the last gradient bucket (or all of them
     without overlap_grad_reduce), the optimizer, and (with `gather`) a sharded optimizer's parameter
     all-gather: a whole stage's weights to every data-parallel rank, the costliest collective to simulate
-    on a large cluster, so a search asks for it last."""
+    on a large cluster, so a search asks for it last. `optimizer_s`: `optimizer_seconds(case)` when the
+    caller has it (it depends on the candidate and the parameters' placement only)."""
     p, w = case.parallelism, case.workload
     assert isinstance(w, TrainingWorkload)
     m = max(w.microbatches(p.dp), 1)
     v = interleaving(p.schedule, p.pp, p.virtual_stages, m)
     params, _ = stage_parameters(case)
-    tail = optimizer_seconds(case) * (params / params.mean())
+    tail = (optimizer_seconds(case) if optimizer_s is None else optimizer_s) * (params / params.mean())
     grads = gradient_buckets(case, v)
     if grads.op:
         bucket_s = cost.time("dp", grads.op, grads.nbytes, 0)
