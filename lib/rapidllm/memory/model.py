@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from rapidllm.jit import njit
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.liveness import LayerLiveness, forward_working_set, layer_liveness
-from rapidllm.memory.state import ZERO_PAPER, Conventions, stage_layer_counts, stage_params, state_bytes
+from rapidllm.memory.state import ZERO_PAPER, Conventions, StateBytes, stage_layer_counts, stage_params, state_bytes
 from rapidllm.memory.state import conventions as framework_conventions
 from rapidllm.ops import workload as wl
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
@@ -122,10 +122,10 @@ def _walk_peak(code: int, pp: int, stage: int, m: int, v: int, last: bool, per_c
 
 
 def _training_stage(case: Case, stage: int, conv: Conventions, layer: LayerLiveness,
-                    head: LayerLiveness) -> MemoryResult:
+                    head: LayerLiveness, st: StateBytes | None = None) -> MemoryResult:
     hw, w = case.hardware, case.workload
     assert isinstance(w, TrainingWorkload)
-    st = state_bytes(case, stage, conv)
+    st = state_bytes(case, stage, conv) if st is None else st
     layers = stage_layer_counts(case, conv)[stage]
     acts = activation_peak(case, stage, layer, head, layers) + st.gathered_layer + conv.runtime_allocated
     step = st.step_transient + conv.runtime_allocated + conv.step_hidden_bytes * w.micro_batch * w.seq_len * case.model.hidden
@@ -172,15 +172,19 @@ def _inference_stage(case: Case, stage: int, conv: Conventions) -> MemoryResult:
 
 
 def memory_for_case(case: Case, conventions: Conventions | None = None, stage: int | None = None,
-                    liveness: tuple[LayerLiveness, LayerLiveness] | None = None) -> MemoryResult:
+                    liveness: tuple[LayerLiveness, LayerLiveness] | None = None,
+                    state: StateBytes | None = None) -> MemoryResult:
     """Per-rank memory of `stage` (default: the pipeline stage with the highest peak), under the case's
     framework conventions unless others are given. `liveness`: `training_liveness(case, conventions)` when
-    the caller has it already (it depends on the layer shard only, so a search shares it across layouts)."""
+    the caller has it already (it depends on the layer shard only, so a search shares it across layouts);
+    `state`: `state_bytes(case, stage, conventions)` of the one `stage` asked for, likewise (it depends on
+    the parameters' placement only)."""
     conventions = conventions or framework_conventions(case)
     stages = range(case.parallelism.pp) if stage is None else [stage]
+    assert state is None or stage is not None
     if case.training:
         layer, head = liveness or training_liveness(case, conventions)
-        results = [_training_stage(case, s, conventions, layer, head) for s in stages]
+        results = [_training_stage(case, s, conventions, layer, head, state) for s in stages]
     else:
         results = [_inference_stage(case, s, conventions) for s in stages]
     return max(results, key=lambda r: r.peak)

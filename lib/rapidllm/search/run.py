@@ -31,7 +31,7 @@ from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.metrics import model_flops_per_step
 from rapidllm.graph.schedules import interleaving
 from rapidllm.memory.model import memory_for_case, training_liveness
-from rapidllm.memory.state import FRAMEWORKS, conventions, state_bytes
+from rapidllm.memory.state import FRAMEWORKS, StateBytes, conventions, state_bytes
 from rapidllm.prediction import predict
 from rapidllm.search.bounds import (
     Profile,
@@ -114,7 +114,7 @@ class _Shared:
         self.optimizers: dict[tuple, float] = {}
         self.tails: dict[tuple, Any] = {}
         self.spans: dict[tuple, ShardWork | None] = {}
-        self.states: dict[tuple, bool] = {}
+        self.states: dict[tuple, tuple[bool, dict[int, StateBytes]]] = {}
         self.groups: dict[tuple, Case] = {}
         self.flops: dict[str, float] = {}
 
@@ -217,14 +217,18 @@ class _Shared:
         variants share one answer."""
         if not lay.training:
             return True
+        return self._states(lay)[0]
+
+    def _states(self, lay: Layout) -> tuple[bool, dict[int, StateBytes]]:
+        """The persistent-state verdict and the state bytes of the first and the last stage."""
         key = (lay.shard_key[0], lay.placement)
         if key not in self.states:
             case = lay.case
             assert case is not None
             conv, hw = conventions(case), case.hardware
-            self.states[key] = all(
-                st.weights + st.gradients + st.optimizer + hw.framework_memory <= hw.hbm_capacity
-                for st in (state_bytes(case, s, conv) for s in sorted({0, case.parallelism.pp - 1})))
+            states = {s: state_bytes(case, s, conv) for s in sorted({0, case.parallelism.pp - 1})}
+            self.states[key] = (all(st.weights + st.gradients + st.optimizer + hw.framework_memory <= hw.hbm_capacity
+                                    for st in states.values()), states)
         return self.states[key]
 
     def may_fit(self, lay: Layout) -> bool:
@@ -244,8 +248,8 @@ class _Shared:
             if shard not in self.livenesses:
                 self.livenesses[shard] = training_liveness(case, FRAMEWORKS[case.framework])
             liveness = self.livenesses[shard]
-            self.fits[key] = all(memory_for_case(case, stage=s, liveness=liveness).feasible
-                                 for s in sorted({0, case.parallelism.pp - 1}))
+            self.fits[key] = all(memory_for_case(case, stage=s, liveness=liveness, state=st).feasible
+                                 for s, st in self._states(lay)[1].items())
         return self.fits[key]
 
 
