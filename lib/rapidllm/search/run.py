@@ -98,11 +98,11 @@ SCHEDULE, VIRTUAL, SIZE = PAR_FIELDS.index("schedule"), PAR_FIELDS.index("virtua
 class _Shared:
     """Work shared between layouts: per layer shard its priced compute; per (shard, pp, chunks used, layer
     floor, groups) a stage profile; the compute bound per (shard, dp, pp, schedule, virtual stages); template
-    spans per (shard, dp, pp); the step's tail, the layer floor, the optimizer's time and the
-    persistent-state verdict per parameter placement; the activation liveness per shard and the memory verdict per layout, both less the
-    attention kernel (the memory model reads it only as naive or not); a case per (candidate, GPU count).
-    A layout's own case is built only where a shared result is missing. Collective times are shared through
-    the active `Caches`."""
+    spans per (shard, dp, pp); the step's tail, the layer floor, the optimizer's time and the persistent-state
+    verdict per parameter placement; the activation liveness per shard and the memory verdict per layout,
+    both less the attention kernel (the memory model reads it only as naive or not); a case per (candidate,
+    GPU count). A layout's own case is built only where a shared result is missing. Collective times are
+    shared through the active `Caches`."""
 
     def __init__(self) -> None:
         self.works: dict[tuple, ShardWork] = {}

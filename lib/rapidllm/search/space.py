@@ -179,10 +179,11 @@ def _inner(spec: SearchSpec, cand: Candidate, ax: dict[str, list], training: boo
                             for mods in (ax["recompute_modules"] if rc == "selective" else [DEFAULT_MODULES]):
                                 for zero in zeros:
                                     for fsdp in ax["fsdp"]:
-                                        yield from _layouts(cand, workload, size, ax["attention_impl"], spec.options, dict(
-                                            dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero,
-                                            fsdp=fsdp, recompute=rc, recompute_modules=mods,
-                                            schedule=sched, virtual_stages=v), fabric)
+                                        par_m = dict(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero,
+                                                     fsdp=fsdp, recompute=rc, recompute_modules=mods,
+                                                     schedule=sched, virtual_stages=v)
+                                        yield from _layouts(cand, workload, size, ax["attention_impl"],
+                                                            spec.options, par_m, fabric)
 
 
 def _interleaves(base: Case, dp: int, pp: int, micro_batch: int) -> bool:
