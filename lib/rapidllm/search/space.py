@@ -15,6 +15,7 @@ invalid under the rule's key; one that does not factor the GPU count is not a la
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,13 +60,13 @@ class Layout:
     only the few it bounds first or simulates need a case of their own."""
     __slots__ = ("key", "training", "reason", "shard_key", "placement", "base", "_build", "_case")
 
-    def __init__(self, key: tuple, training: bool, reason: str, shard_key: tuple, placement: tuple, base: Case,
+    def __init__(self, key: tuple, training: bool, shard_key: tuple, placement: tuple, reason: str, base: Case,
                  build: tuple | None) -> None:
         self.key = key                    # what `rebuild` needs: the PAR_FIELDS values, micro-batch or batch, kernel
         self.training = training
-        self.reason = reason              # the rejected rule's key and message
         self.shard_key = shard_key        # what the layer pricing depends on (search/bounds.py)
         self.placement = placement        # `placement(key)`
+        self.reason = reason              # the rejected rule's key and message
         self.base = base                  # the candidate's base case
         self._build = build               # (Parallelism, workload, sized fabric) of a valid layout, else None
         self._case: Case | None = None
@@ -166,7 +167,7 @@ def _inner(spec: SearchSpec, cand: Candidate, ax: dict[str, list], training: boo
     sps = _user(spec, "sp", [True, False] if tp > 1 and training else [False])
     zeros = _user(spec, "zero", [0, 1, 2, 3] if training and dp > 1 else [0])
     sizes = ax["micro_batch"] if training else ax["batch"]
-    workloads = {size: _workload(base, size) for size in sizes}
+    workloads = {size: _workload(base.workload, size) for size in sizes}
     for ep in ax["ep"]:
         for sp in sps:
             for etp in _etp(spec, base, sp, tp):
@@ -197,8 +198,10 @@ def _interleaves(base: Case, dp: int, pp: int, micro_batch: int) -> bool:
     return (w.global_batch // (dp * micro_batch)) % pp == 0
 
 
-def _workload(base: Case, size: int) -> TrainingWorkload | InferenceWorkload:
-    w = base.workload
+@functools.lru_cache(maxsize=1024)
+def _workload(w: TrainingWorkload | InferenceWorkload, size: int) -> TrainingWorkload | InferenceWorkload:
+    """The candidate's workload `w` at micro-batch (training) or batch (inference) `size`: one object per
+    size, shared by the layouts of a search."""
     if isinstance(w, TrainingWorkload):
         return dataclasses.replace(w, micro_batch=size)
     concurrency = size if w.concurrency == w.batch else w.concurrency
@@ -206,13 +209,15 @@ def _workload(base: Case, size: int) -> TrainingWorkload | InferenceWorkload:
 
 
 def rebuild(cand: Candidate, key: tuple, options: dict[str, Any]) -> Layout:
-    """The layout `key` (a `Layout.key`) stands for: a search keeps the few bytes of the key for each of its
-    hundreds of thousands of layouts and rebuilds the layouts it visits. `options` are the spec's fixed
-    `parallelism` settings."""
-    *par, size, attn = key
-    par_m = dict(zip(PAR_FIELDS, par))
-    world = par_m["dp"] * par_m["tp"] * par_m["pp"] * par_m["cp"]
-    return next(_layouts(cand, _workload(cand.base, size), size, [attn], options, par_m, _fabric(cand, world)))
+    """The valid layout `key` (a `Layout.key` of a layout the case rules passed) stands for: a search keeps
+    the few bytes of the key for each of its hundreds of thousands of layouts and rebuilds the layouts it
+    visits, without checking them again. `options` are the spec's fixed `parallelism` settings."""
+    *values, attn = key
+    par = Parallelism(**options, **dict(zip(PAR_FIELDS, values)))
+    workload = _workload(cand.base.workload, values[-1])
+    sized, reason = _fabric(cand, par.world)
+    return Layout(key, *_keys(cand, par, workload, tuple(values), attn), reason, cand.base,
+                  (par, workload, sized))
 
 
 def _fabric(cand: Candidate, world: int) -> tuple[NetworkSpec | None, str]:
@@ -231,17 +236,22 @@ def _layouts(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, si
     checks). The key is the searched axes; `options` (the spec's fixed `parallelism` settings) are the same
     in every row and shape the case only."""
     par = Parallelism(**options, **par_m)
-    training = isinstance(workload, TrainingWorkload)
-    shard = (cand.label, par.tp, par.cp, par.ep, par.expert_tp, par.sp, par.recompute, par.recompute_modules,
-             size if training else 0, 0 if training else size)
     values = (*par_m.values(), size)
-    place = placement(values)
-    base = cand.base
     sized, reason = fabric
     try:
-        check_layout(base.model, par, workload, "layout")
+        check_layout(cand.base.model, par, workload, "layout")
     except SpecError as err:
         reason = str(err).removeprefix("layout: ")
     build = (par, workload, sized) if not reason else None
     for attn in attns:
-        yield Layout((*values, attn), training, reason, (*shard, attn), place, base, build)
+        yield Layout((*values, attn), *_keys(cand, par, workload, values, attn), reason, cand.base, build)
+
+
+def _keys(cand: Candidate, par: Parallelism, workload: TrainingWorkload | InferenceWorkload, values: tuple,
+          attn: str) -> tuple[bool, tuple, tuple]:
+    """(training, shard key, placement) of a layout: `values` its key less the kernel."""
+    training = isinstance(workload, TrainingWorkload)
+    size = values[-1]
+    shard = (cand.label, par.tp, par.cp, par.ep, par.expert_tp, par.sp, par.recompute, par.recompute_modules,
+             size if training else 0, 0 if training else size, attn)
+    return training, shard, placement(values)
