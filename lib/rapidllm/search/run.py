@@ -93,6 +93,7 @@ class _Top:
 # positions in a `Layout.key` (search/space.py: the PAR_FIELDS values, then micro-batch or batch, then kernel)
 DP, TP, PP, CP = (PAR_FIELDS.index(f) for f in ("dp", "tp", "pp", "cp"))
 SCHEDULE, VIRTUAL, SIZE = PAR_FIELDS.index("schedule"), PAR_FIELDS.index("virtual_stages"), len(PAR_FIELDS)
+MISSING = object()             # a memo's miss where None is a value
 
 
 class _Shared:
@@ -136,20 +137,22 @@ class _Shared:
                  tag: tuple = ()) -> Profile:
         """The stage profile of `work` (the shard's compute, or its spans under the groups `tag` names)."""
         key = (lay.shard_key, lay.key[PP], self._chunks(lay)[1], floor, tag)
-        if key not in self.profiles:
-            self.profiles[key] = stage_profile(lay.case, work, floor)
-        return self.profiles[key]
+        profile = self.profiles.get(key)
+        if profile is None:
+            profile = self.profiles[key] = stage_profile(lay.case, work, floor)
+        return profile
 
     def group_case(self, lay: Layout) -> Case:
         """A case of the layout's (candidate, GPU count) group: what the rates of a training bound and a
         group-level objective read (world, model, hardware, global batch) is the same in all of them."""
         k = lay.key
         group = (lay.shard_key[0], k[DP] * k[TP] * k[PP] * k[CP])
-        if group not in self.groups:
+        case = self.groups.get(group)
+        if case is None:
             case = lay.case
             assert case is not None
             self.groups[group] = case
-        return self.groups[group]
+        return case
 
     def _record(self, lay: Layout, step: float) -> dict[str, Any] | None:
         """The training record at a step time bound, with the model FLOPs shared by the candidate's layouts
@@ -165,14 +168,15 @@ class _Shared:
         does not depend on (ZeRO / FSDP: the optimizer is not in it)."""
         k = lay.key
         key = (lay.shard_key, k[DP], k[PP], k[SCHEDULE], k[VIRTUAL])
-        if key not in self.bounds:
+        record = self.bounds.get(key, MISSING)
+        if record is MISSING:
             work = self._work(lay)
             if lay.training:
-                step = step_bound(self._profile(lay, work), self._chunks(lay)[0])
-                self.bounds[key] = self._record(lay, step)
+                record = self._record(lay, step_bound(self._profile(lay, work), self._chunks(lay)[0]))
             else:
-                self.bounds[key] = optimistic_record(lay.case, work)
-        return self.bounds[key]
+                record = optimistic_record(lay.case, work)
+            self.bounds[key] = record
+        return record
 
     def refined(self, lay: Layout, level: int) -> dict[str, Any] | None:
         """The record at the bound of `level` (search/tails.py), or None where no refinement applies: TAIL
@@ -222,14 +226,15 @@ class _Shared:
     def _states(self, lay: Layout) -> tuple[bool, dict[int, StateBytes]]:
         """The persistent-state verdict and the state bytes of the first and the last stage."""
         key = (lay.shard_key[0], lay.placement)
-        if key not in self.states:
+        hit = self.states.get(key)
+        if hit is None:
             case = lay.case
             assert case is not None
             conv, hw = conventions(case), case.hardware
             states = {s: state_bytes(case, s, conv) for s in sorted({0, case.parallelism.pp - 1})}
-            self.states[key] = (all(st.weights + st.gradients + st.optimizer + hw.framework_memory <= hw.hbm_capacity
-                                    for st in states.values()), states)
-        return self.states[key]
+            hit = self.states[key] = (all(st.weights + st.gradients + st.optimizer + hw.framework_memory
+                                          <= hw.hbm_capacity for st in states.values()), states)
+        return hit
 
     def may_fit(self, lay: Layout) -> bool:
         """False when the first or the last pipeline stage alone already exceeds the HBM under the liveness
@@ -242,15 +247,16 @@ class _Shared:
             return True
         shard = (*lay.shard_key[:-1], lay.key[-1] == "naive")
         key = (shard, lay.placement)
-        if key not in self.fits:
+        fits = self.fits.get(key)
+        if fits is None:
             case = lay.case
             assert case is not None
             if shard not in self.livenesses:
                 self.livenesses[shard] = training_liveness(case, FRAMEWORKS[case.framework])
             liveness = self.livenesses[shard]
-            self.fits[key] = all(memory_for_case(case, stage=s, liveness=liveness, state=st).feasible
-                                 for s, st in self._states(lay)[1].items())
-        return self.fits[key]
+            fits = self.fits[key] = all(memory_for_case(case, stage=s, liveness=liveness, state=st).feasible
+                                        for s, st in self._states(lay)[1].items())
+        return fits
 
 
 def _passes(row: dict, limits: dict[str, tuple[float, float]]) -> bool:
