@@ -6,9 +6,10 @@ group, exactly those an exhaustive search finds, with far fewer full simulations
 2. Bound each layout's objective from its priced operators (search/bounds.py; one pricing per distinct
    layer shard, shared by every dp / pp / ZeRO / schedule variant). A layout whose bound already breaks a
    latency limit is dropped.
-3. Visit the layouts best bound first (a heap). A layout whose bound is worse than its group's current k-th
-   best objective cannot enter the group's top k (a bound is never better than the true value): it is
-   counted as dominated and skipped. Otherwise, unless its first or last stage alone already exceeds the
+3. Visit each (candidate, GPU count) group's layouts best bound first (a heap per group: a group's k-th best
+   depends on its own layouts only). A layout whose bound is worse than its group's current k-th best
+   objective cannot enter the group's top k (a bound is never better than the true value): it is counted
+   as dominated and skipped, and so is every layout of the group still in the heap. Otherwise, unless its first or last stage alone already exceeds the
    HBM, its bound is refined with the data-parallel tail and the ZeRO-3 layer floor (search/tails.py: the
    engine's own collective times, memoized for the simulation) and it goes back into the heap; popped again
    and still not dominated, it goes through `rapidllm.prediction.predict` (the liveness memory model first:
@@ -267,28 +268,30 @@ def _passes(row: dict, limits: dict[str, tuple[float, float]]) -> bool:
     return True
 
 
-# a pending layout: (bound key, enumeration order, bound level, group, Layout.key, or the Layout itself once
+# a pending layout of a group: (bound key, enumeration order, bound level, Layout.key, or the Layout itself once
 # refined); tuples order by the first two (orders are unique), so a heap pops the best bound first, ties in
 # enumeration order
-Entry = tuple[float, int, int, int, Any]
+Entry = tuple[float, int, int, Any]
 # bound levels (`_Shared.refined`), cheapest first: compute only; + the ZeRO-3 layer floor and the step's
 # tail less the parameter all-gather; + the layer templates' spans; + the parameter all-gather
 COMPUTE, TAIL, SPANS, FULL = 0, 1, 2, 3
 
 
 def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Counts, shared: _Shared,
-             bar: Any) -> tuple[list[Entry], list[tuple[int, int]]]:
+             bar: Any) -> tuple[list[list[Entry]], list[tuple[int, int]]]:
     """Enumerate, drop invalid and filtered layouts (and, by their bound, those that cannot meet a latency
-    limit), and attach each remaining layout's compute-only objective bound: the entries and the
-    (candidate, GPU count) groups. An entry keeps the layout's key, not its case."""
+    limit), and attach each remaining layout's compute-only objective bound: the entries of each (candidate,
+    GPU count) group, and the groups. An entry keeps the layout's key, not its case."""
     obj = spec.objective
     axis_filters = {c: v for c, v in spec.filters.items() if c in LAYOUT_COLUMNS or c == "gpus"}
-    entries: list[Entry] = []
+    by_group: list[list[Entry]] = []
     groups: list[tuple[int, int]] = []
     order = -1
     for ci, cand in enumerate(spec.candidates):
         for gpus in spec.gpus:
             groups.append((ci, gpus))
+            entries: list[Entry] = []
+            by_group.append(entries)
             for lay in layouts(spec, cand, gpus):
                 order += 1
                 if order % shard[1] != shard[0]:
@@ -313,8 +316,8 @@ def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Coun
                         counts.removed["slo"] += 1
                         continue
                     bound_key = obj.key(obj.derive(optimistic, shared.group_case(lay) if obj.group_level else lay.case))
-                entries.append((bound_key, order, COMPUTE, len(groups) - 1, lay.key))
-    return entries, groups
+                entries.append((bound_key, order, COMPUTE, lay.key))
+    return by_group, groups
 
 
 def _breaks_slo(record: dict[str, Any], spec: SearchSpec) -> bool:
@@ -332,8 +335,8 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
     by which reason. `prune=False` simulates every valid layout (the exhaustive reference); `shard=(i, n)`
     searches every n-th layout from the i-th (merge shards with `merge`).
 
-    Pruned, the layouts are visited from a heap, best bound first. A layout whose bound is worse than its
-    group's current k-th best is dominated; otherwise, if it may fit in memory, its bound is refined with
+    Pruned, each group's layouts are visited from a heap, best bound first. A layout whose bound is worse
+    than its group's current k-th best is dominated, and so is every layout of the group still pending; otherwise, if it may fit in memory, its bound is refined with
     the data-parallel tail (search/tails.py) and it goes back into the heap under the refined key; a
     refined layout that is popped and not dominated is simulated. Every key is a lower bound of the
     layout's objective, so what is skipped could not have entered its group's top k.
@@ -347,53 +350,62 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
     shared = _Shared()
     from tqdm import tqdm
     with tqdm(desc=f"{spec.name}: enumerate and bound", unit="layout", disable=not progress) as bar:
-        entries, groups = _bounded(spec, prune, shard, counts, shared, bar)
+        by_group, groups = _bounded(spec, prune, shard, counts, shared, bar)
+    tops = [_Top(k) for _ in groups]
+    with tqdm(total=sum(map(len, by_group)), desc=f"{spec.name}: simulate or prune", unit="layout",
+              disable=not progress, mininterval=0.5) as bar:
+        for (ci, gpus), best, entries in zip(groups, tops, by_group):
+            _visit(spec, prune, engine, ci, gpus, entries, best, counts, limits, shared, bar)
+    return _table([t.rows for t in tops], spec, counts)
+
+
+def _visit(spec: SearchSpec, prune: bool, engine: str, ci: int, gpus: int, entries: list[Entry], best: _Top,
+           counts: Counts, limits: dict[str, tuple[float, float]], shared: _Shared, bar: Any) -> None:
+    """Visit one group's entries (best bound first when pruning, else in enumeration order) into its top k.
+    A group's k-th best changes only when one of its own layouts is simulated, so groups are visited one
+    after another; once the best bound left is dominated, every entry left is (their keys are no better and
+    the k-th best no longer changes), and they are counted at once."""
+    obj = spec.objective
     if prune:
         heapq.heapify(entries)
     else:
         entries.reverse()                      # popped from the end: enumeration order
-    tops = [_Top(k) for _ in groups]
-    with tqdm(total=len(entries), desc=f"{spec.name}: simulate or prune", unit="layout", disable=not progress,
-              mininterval=0.5) as bar:
-        while entries:
-            bound_key, order, level, gi, key = heapq.heappop(entries) if prune else entries.pop()
-            best = tops[gi]
-            if prune and bound_key > best.kth():
-                counts.removed["dominated"] += 1
-                bar.update(1)
-                continue
-            ci, gpus = groups[gi]
-            lay = key if level > COMPUTE else rebuild(spec.candidates[ci], key, spec.options)
-            if level == COMPUTE and not shared.may_fit(lay):
-                counts.removed["out_of_memory"] += 1
-                bar.update(1)
-                continue
-            if prune and level < FULL and obj.monotone:
-                nxt = level + 1 if level + 1 < SPANS or param_gather(lay.case) else FULL
-                refined = shared.refined(lay, nxt)
-                if refined is not None:
-                    if _breaks_slo(refined, spec):
-                        counts.removed["slo"] += 1
-                        bar.update(1)
-                        continue
-                    heapq.heappush(entries, (max(bound_key, obj.key(obj.derive(refined, lay.case))), order,
-                                             nxt, gi, lay))
-                    continue
+    while entries:
+        bound_key, order, level, key = heapq.heappop(entries) if prune else entries.pop()
+        if prune and bound_key > best.kth():
+            counts.removed["dominated"] += 1 + len(entries)
+            bar.update(1 + len(entries))
+            entries.clear()
+            return
+        lay = key if level > COMPUTE else rebuild(spec.candidates[ci], key, spec.options)
+        if level == COMPUTE and not shared.may_fit(lay):
+            counts.removed["out_of_memory"] += 1
             bar.update(1)
-            rec = predict(lay.case, engine).to_dict()
-            if rec["status"] != "ok":          # predict checks every stage's memory first
-                counts.removed["out_of_memory"] += 1
+            continue
+        if prune and level < FULL and obj.monotone:
+            nxt = level + 1 if level + 1 < SPANS or param_gather(lay.case) else FULL
+            refined = shared.refined(lay, nxt)
+            if refined is not None:
+                if _breaks_slo(refined, spec):
+                    counts.removed["slo"] += 1
+                    bar.update(1)
+                    continue
+                heapq.heappush(entries, (max(bound_key, obj.key(obj.derive(refined, lay.case))), order, nxt, lay))
                 continue
-            counts.evaluated += 1
-            if not _passes(rec, limits):
-                counts.removed["slo" if _breaks_slo(rec, spec) else "filtered"] += 1
-                continue
-            counts.ranked += 1
-            value = obj.derive(rec, lay.case)
-            row = {"candidate": spec.candidates[ci].label, "gpus": gpus, **lay.columns,
-                   obj.name: value, **{c: v for c, v in rec.items() if c != obj.name}, "layout_index": order}
-            best.add((obj.key(value), order), row)
-    return _table([t.rows for t in tops], spec, counts)
+        bar.update(1)
+        rec = predict(lay.case, engine).to_dict()
+        if rec["status"] != "ok":              # predict checks every stage's memory first
+            counts.removed["out_of_memory"] += 1
+            continue
+        counts.evaluated += 1
+        if not _passes(rec, limits):
+            counts.removed["slo" if _breaks_slo(rec, spec) else "filtered"] += 1
+            continue
+        counts.ranked += 1
+        value = obj.derive(rec, lay.case)
+        row = {"candidate": spec.candidates[ci].label, "gpus": gpus, **lay.columns,
+               obj.name: value, **{c: v for c, v in rec.items() if c != obj.name}, "layout_index": order}
+        best.add((obj.key(value), order), row)
 
 
 def _table(rows_by_group: list[list[dict]], spec: SearchSpec, counts: Counts) -> pd.DataFrame:
