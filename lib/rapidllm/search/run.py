@@ -287,6 +287,7 @@ def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Coun
     by_group: list[list[Entry]] = []
     groups: list[tuple[int, int]] = []
     order = -1
+    bounded = prune and obj.monotone
     for ci, cand in enumerate(spec.candidates):
         for gpus in spec.gpus:
             groups.append((ci, gpus))
@@ -310,9 +311,9 @@ def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Coun
                     counts.removed["out_of_memory"] += 1
                     continue
                 bound_key = -math.inf
-                optimistic = shared.optimistic(lay) if prune and obj.monotone else None
+                optimistic = shared.optimistic(lay) if bounded else None
                 if optimistic is not None:
-                    if _breaks_slo(optimistic, spec):
+                    if spec.slo and _breaks_slo(optimistic, spec):
                         counts.removed["slo"] += 1
                         continue
                     bound_key = obj.key(obj.derive(optimistic, shared.group_case(lay) if obj.group_level else lay.case))

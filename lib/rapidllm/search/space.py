@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,14 +44,15 @@ PAR_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "sp", "zero", "fsdp", "recomp
               "schedule", "virtual_stages")
 
 
-_PLACEMENT = [i for i, f in enumerate(PAR_FIELDS) if f not in ("sp", "recompute", "recompute_modules")]
+_PLACEMENT = operator.itemgetter(*(i for i, f in enumerate(PAR_FIELDS) if f not in ("sp", "recompute",
+                                                                                   "recompute_modules")))
 
 
 def placement(key: tuple) -> tuple:
     """The parallelism values of a `Layout.key` less sp, recompute and recompute_modules: what the placement
     and sharding of parameters, gradients and optimizer state depend on (a layout sets every Parallelism
     field it does not leave at its default)."""
-    return tuple(key[i] for i in _PLACEMENT)
+    return _PLACEMENT(key)
 
 
 class Layout:
@@ -216,8 +218,8 @@ def rebuild(cand: Candidate, key: tuple, options: dict[str, Any]) -> Layout:
     par = Parallelism(**options, **dict(zip(PAR_FIELDS, values)))
     workload = _workload(cand.base.workload, values[-1])
     sized, reason = _fabric(cand, par.world)
-    return Layout(key, *_keys(cand, par, workload, tuple(values), attn), reason, cand.base,
-                  (par, workload, sized))
+    training, shard, place = _keys(cand, par, workload, tuple(values))
+    return Layout(key, training, (*shard, attn), place, reason, cand.base, (par, workload, sized))
 
 
 def _fabric(cand: Candidate, world: int) -> tuple[NetworkSpec | None, str]:
@@ -243,15 +245,16 @@ def _layouts(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, si
     except SpecError as err:
         reason = str(err).removeprefix("layout: ")
     build = (par, workload, sized) if not reason else None
+    training, shard, place = _keys(cand, par, workload, values)
     for attn in attns:
-        yield Layout((*values, attn), *_keys(cand, par, workload, values, attn), reason, cand.base, build)
+        yield Layout((*values, attn), training, (*shard, attn), place, reason, cand.base, build)
 
 
-def _keys(cand: Candidate, par: Parallelism, workload: TrainingWorkload | InferenceWorkload, values: tuple,
-          attn: str) -> tuple[bool, tuple, tuple]:
-    """(training, shard key, placement) of a layout: `values` its key less the kernel."""
+def _keys(cand: Candidate, par: Parallelism, workload: TrainingWorkload | InferenceWorkload, values: tuple
+          ) -> tuple[bool, tuple, tuple]:
+    """(training, shard key less the kernel, placement) of a layout: `values` its key less the kernel."""
     training = isinstance(workload, TrainingWorkload)
     size = values[-1]
     shard = (cand.label, par.tp, par.cp, par.ep, par.expert_tp, par.sp, par.recompute, par.recompute_modules,
-             size if training else 0, 0 if training else size, attn)
+             size if training else 0, 0 if training else size)
     return training, shard, placement(values)
