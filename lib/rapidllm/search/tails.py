@@ -40,7 +40,7 @@ from rapidllm.engine.composer import (
 from rapidllm.engine.sharding import layer_comm_seconds
 from rapidllm.graph.schedules import interleaving, schedule_code, stage_actions_array
 from rapidllm.graph.templates import ops_view, shared_case_templates
-from rapidllm.ops.price import case_sections, operator_times, price_table
+from rapidllm.ops.price import operator_times, price_table, step_sections
 from rapidllm.search.bounds import ShardWork
 from rapidllm.spec.case import Case, TrainingWorkload
 
@@ -64,7 +64,7 @@ def ends_with_last_backward(schedule: str, pp: int, m: int, v: int) -> bool:
 
 def optimizer_seconds(case: Case) -> float:
     """The priced optimizer section of one rank (time per launch x launches), before the stage scaling."""
-    ops = [op for section, op in case_sections(case) if section == "optimizer"]
+    ops = [op for section, op in step_sections(case) if section == "optimizer"]
     times = operator_times(case, ops)
     return float(sum(t * op.count for t, op in zip(times.tolist(), ops)))
 
