@@ -302,3 +302,35 @@ def test_filters_and_max_gpus() -> None:
     assert set(df.gpus) == {4} and (df.tp == 1).all() and (df.peak_memory_bytes <= limit).all()
     assert df.attrs["counts"]["filtered"] > 0
     pd.testing.assert_frame_equal(df, search(spec, prune=False))
+
+
+def test_shared_work_equals_each_layouts_own() -> None:
+    """The search shares bounds, memory verdicts, tails and rates between layouts (FlashAttention-2 and -3
+    share the memory verdict, ZeRO variants the compute bound, a GPU count the rates' case) and builds a
+    layout's case only where a shared result is missing: every value equals what a search that has seen
+    nothing else computes from the layout's own case."""
+    from rapidllm.search.run import FULL, SPANS, TAIL, _Shared
+    from rapidllm.search.space import rebuild
+
+    loaded = load_search({"name": "shared", "model": "llama3.1-8b", "hardware": "h100-sxm5-80gb",
+                          "network": "dgx-h100", "workload": {"mode": "training", "seq_len": 2048, "global_batch": 16},
+                          "gpus": 8, "space": {"micro_batch": [1, 2], "recompute": ["none", "full"], "cp": [1],
+                                               "tp": [1, 2], "zero": [0, 1, 3], "sp": [True]}})
+    cand = loaded.candidates[0]
+    shared, checked, refined, kernels = _Shared(), 0, 0, set()
+    for lay in layouts(loaded, cand, 8):
+        if lay.reason:
+            continue
+        alone = rebuild(cand, lay.key, loaded.options)
+        assert shared.state_fits(lay) == _Shared().state_fits(alone)
+        assert shared.may_fit(lay) == _Shared().may_fit(alone)
+        assert shared.optimistic(lay) == _Shared().optimistic(alone)
+        if shared.may_fit(lay) and checked % 3 == 0:          # a third of them: spans replay the templates
+            fresh = _Shared()
+            fresh.optimistic(alone)
+            for level in (TAIL, SPANS, FULL):
+                assert shared.refined(lay, level) == fresh.refined(alone, level), (lay.columns, level)
+            refined += 1
+        kernels.add(lay.key[-1])
+        checked += 1
+    assert checked >= 100 and refined >= 10 and kernels == {"flash", "flash3"}, (checked, refined)

@@ -199,15 +199,19 @@ def _inference_stage(case: Case, stage: int, conv: Conventions) -> MemoryResult:
 
 
 def memory_for_case(case: Case, conventions: Conventions | None = None, stage: int | None = None,
-                    liveness: tuple[LayerLiveness, LayerLiveness] | None = None) -> MemoryResult:
+                    liveness: tuple[LayerLiveness, LayerLiveness] | None = None,
+                    state: StateBytes | None = None) -> MemoryResult:
     """Per-rank memory of `stage` (default: the pipeline stage with the highest peak), under the case's
     framework conventions unless others are given. `liveness`: `training_liveness(case, conventions)` when
-    the caller has it already (it depends on the layer shard only, so a search shares it across layouts)."""
+    the caller has it already (it depends on the layer shard only, so a search shares it across layouts);
+    `state`: `state_bytes(case, stage, conventions)` of the one `stage` asked for, likewise (it depends on
+    the parameters' placement only)."""
     conventions = conventions or framework_conventions(case)
     stages = range(case.parallelism.pp) if stage is None else [stage]
+    assert state is None or stage is not None
     if case.training:
         layer, head = liveness or shared_training_liveness(case, conventions)
-        states: dict[tuple, StateBytes] = {}
+        states: dict[tuple, StateBytes] = {} if state is None else {stage_kind(case, stages[0], conventions): state}
         results = [_training_stage(case, s, conventions, layer, head, states) for s in stages]
     else:
         results = [_inference_stage(case, s, conventions) for s in stages]

@@ -67,7 +67,7 @@ def case_sections(case: Case) -> list[tuple[str, Operator]]:
     """(section, operator) pairs of a case, in execution order within each section."""
     model = case.model
     if case.training:
-        return _training_sections(case) + _step_sections(case)
+        return _training_sections(case) + step_sections(case)
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     out = []
@@ -97,7 +97,7 @@ def _scaled(case: Case, ops: list[Operator]) -> list[Operator]:
     return wl.with_fp8_casts(ops) if case.precision == "fp8" else ops
 
 
-def _step_sections(case: Case) -> list[tuple[str, Operator]]:
+def step_sections(case: Case) -> list[tuple[str, Operator]]:
     """Once-per-step work, the only training section that depends on dp, pp and ZeRO/FSDP sharding: the
     optimizer step and, under FP8, the cast of the rank's GEMM weights."""
     out = [("optimizer", wl.optimizer_step(_optimizer_parameters(case), 16.0))]
@@ -224,7 +224,7 @@ def price_table(case: Case, method: str = "tiles") -> OperatorTable:
     layers = priced.get(key)
     if layers is None:
         layers = priced.put(key, _rows(case, _training_sections(case), method))
-    return OperatorTable(layers + _rows(case, _step_sections(case), method))
+    return OperatorTable(layers + _rows(case, step_sections(case), method))
 
 
 def price_case(case: Case, method: str = "tiles") -> pd.DataFrame:

@@ -97,12 +97,13 @@ def chunks_used(case: Case) -> int:
 
 
 def stage_profile(case: Case, work: ShardWork, floor: tuple[float, float] = (0.0, 0.0)) -> Profile:
-    """([pp] forward + backward time per micro-batch of each stage; [pp] its smallest chunk's forward; [pp]
-    its smallest chunk's backward; a stage run as one chunk is its own smallest): all a training bound needs
-    besides m and the step's tail. Depends on the shard, the pipeline split in use and the floor only, so a
-    search computes it once per (shard, pp, chunks used, floor)."""
+    """([pp] forward + backward time per micro-batch of each stage; [pp] the fill before each stage: the
+    forwards of the smallest chunk of every earlier stage; [pp] the backwards of those chunks; a stage run as
+    one chunk is its own smallest): all a training bound needs besides m and the step's tail. Depends on the
+    shard, the pipeline split in use and the floor only, so a search computes it once per (shard, pp, chunks
+    used, floor) and bounds every micro-batch count from it."""
     f, b = stage_compute(case, work, floor)
-    return (f + b).sum(axis=1), f.min(axis=1), b.min(axis=1)
+    return (f + b).sum(axis=1), _before(f.min(axis=1)), _before(b.min(axis=1))
 
 
 def _before(x: np.ndarray) -> np.ndarray:
@@ -112,22 +113,40 @@ def _before(x: np.ndarray) -> np.ndarray:
 
 def training_step_bound(case: Case, work: ShardWork, profile: Profile | None = None,
                         tail: np.ndarray | None = None) -> float:
-    """A lower bound on the training step time (seconds). Stage s: whichever task it runs first, the same
-    micro-batch's forward has passed every earlier model chunk (at least one chunk on each earlier stage:
-    the fill F[s]); its m micro-batches' work runs in series (m W[s]); its last task's micro-batch then
-    goes backward through the stages before it, and every stage s' <= s reached that way still runs its
-    `tail[s']` (`step_tail`: the last gradient bucket, the optimizer, the parameter gather) after it. So
-    the step is at least max over s of F[s] + m W[s] + max over s' <= s of (backward of stages s'..s-1 +
-    tail[s']). Without interleaving (or when the engine merges a stage's chunks) the earlier stages count
-    whole, with it by their smallest chunk; without a tail this is the fill + work + drain bound."""
+    """A lower bound on the training step time (seconds): `step_bound` at the case's micro-batches per step."""
     p, w = case.parallelism, case.workload
     assert isinstance(w, TrainingWorkload)
-    m = max(w.microbatches(p.dp), 1)
-    per_stage, f_min, b_min = profile if profile is not None else stage_profile(case, work)
-    fill, back = _before(f_min), _before(b_min)
-    tail = np.zeros(p.pp) if tail is None else tail
-    drain = back + np.maximum.accumulate(tail - back)
+    return step_bound(profile if profile is not None else stage_profile(case, work), max(w.microbatches(p.dp), 1),
+                      tail)
+
+
+def step_bound(profile: Profile, m: int, tail: np.ndarray | None = None) -> float:
+    """A lower bound on the step time of m micro-batches over the stages of `profile`. Stage s: whichever
+    task it runs first, the same micro-batch's forward has passed every earlier model chunk (at least one
+    chunk on each earlier stage: the fill F[s]); its m micro-batches' work runs in series (m W[s]); its last
+    task's micro-batch then goes backward through the stages before it, and every stage s' <= s reached that
+    way still runs its `tail[s']` (`step_tail`: the last gradient bucket, the optimizer, the parameter
+    gather) after it. So the step is at least max over s of F[s] + m W[s] + max over s' <= s of (backward of
+    stages s'..s-1 + tail[s']). Without interleaving (or when the engine merges a stage's chunks) the earlier
+    stages count whole, with it by their smallest chunk; without a tail this is the fill + work + drain bound
+    (the backward before each stage, B[s]: the running maximum of -B[s] is 0, B being 0 at the first stage and
+    growing)."""
+    per_stage, fill, back = profile
+    drain = back if tail is None else back + np.maximum.accumulate(tail - back)
     return float((fill + m * per_stage + drain).max()) * SLACK
+
+
+def training_record(case: Case, step: float, flops: float | None = None) -> dict[str, Any] | None:
+    """A training record's time and rate columns at a step time bound, or None where there is none.
+    `flops`: `model_flops_per_step(case)` when the caller has it (it depends on the model, the global batch
+    and the sequence length only); the rates depend on the case's world, hardware and precision besides."""
+    if step <= 0:
+        return None
+    w = case.workload
+    assert isinstance(w, TrainingWorkload)
+    flops = model_flops_per_step(case) if flops is None else flops
+    return {"step_time_s": step, "tokens_per_s": w.global_batch * w.seq_len / step,
+            "mfu": utilization(flops, step, case)}
 
 
 def forward_compute(case: Case, work: ShardWork, prefix: str) -> float:
@@ -142,11 +161,7 @@ def optimistic_record(case: Case, work: ShardWork, profile: Profile | None = Non
     is derived (in-flight batching). `profile` and `tail` as `training_step_bound` takes them."""
     w = case.workload
     if isinstance(w, TrainingWorkload):
-        step = training_step_bound(case, work, profile, tail)
-        if step <= 0:
-            return None
-        return {"step_time_s": step, "tokens_per_s": w.global_batch * w.seq_len / step,
-                "mfu": utilization(model_flops_per_step(case), step, case)}
+        return training_record(case, training_step_bound(case, work, profile, tail))
     assert isinstance(w, InferenceWorkload)
     if w.concurrency > w.batch or case.parallelism.microbatch_overlap > 1:
         return None            # two overlapped micro-batches price other (half-batch) operators than `work`

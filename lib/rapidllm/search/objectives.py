@@ -29,6 +29,10 @@ class Objective:
     direction: str              # "min" or "max"
     derive: Derive
     monotone: bool = True       # no better when any time grows: bounds may prune
+    # derive reads of the case only what every layout of a (candidate, GPU count) group shares (world, model,
+    # hardware, global batch, sequence length): a search may then derive a bound with another layout's case
+    # of the group, and builds no case for a layout its bound prunes
+    group_level: bool = False
 
     def key(self, value: float) -> float:
         """Sort key, smaller is better; NaN (no value) sorts last."""
@@ -72,12 +76,13 @@ def objective_from_spec(value: Any, mode: str, train_tokens: float | None, sourc
         if value == "time_to_train_s":
             if not train_tokens:
                 raise SpecError.at(source, "train_tokens", "objective time_to_train_s needs train_tokens")
-            return Objective(value, "min", time_to_train(float(train_tokens)))
+            return Objective(value, "min", time_to_train(float(train_tokens)), group_level=True)
         if value in ("tokens_per_s_per_gpu", "throughput_per_gpu"):
-            return Objective(value, "max", per_gpu("tokens_per_s"))
-        return Objective(value, "max" if value == "mfu" else "min", column(value))
+            return Objective(value, "max", per_gpu("tokens_per_s"), group_level=True)
+        return Objective(value, "max" if value == "mfu" else "min", column(value), group_level=True)
     name = value["column"]
     if name not in record_columns():
         raise SpecError.at(source, "objective.column", f"unknown column {name!r}; allowed: "
                            f"{', '.join(sorted(record_columns()))}")
-    return Objective(name, value["direction"], column(name), monotone=(name, value["direction"]) in BOUNDED[mode])
+    return Objective(name, value["direction"], column(name), monotone=(name, value["direction"]) in BOUNDED[mode],
+                     group_level=True)

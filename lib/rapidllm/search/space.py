@@ -15,13 +15,23 @@ invalid under the rule's key; one that does not factor the GPU count is not a la
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from rapidllm.search.spec import LAYOUT_AXES, Candidate, SearchSpec
-from rapidllm.spec.case import Case, InferenceWorkload, Parallelism, TrainingWorkload, with_layout
+from rapidllm.spec.case import (
+    Case,
+    InferenceWorkload,
+    Parallelism,
+    TrainingWorkload,
+    check_layout,
+    layout_case,
+    sized_network,
+)
 from rapidllm.spec.errors import SpecError
+from rapidllm.spec.network import NetworkSpec
 
 LAYOUT_COLUMNS = LAYOUT_AXES
 MIN_CP_TOKENS = 1024
@@ -34,24 +44,41 @@ PAR_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "sp", "zero", "fsdp", "recomp
               "schedule", "virtual_stages")
 
 
-_PLACEMENT = [i for i, f in enumerate(PAR_FIELDS) if f not in ("sp", "recompute", "recompute_modules")]
+_PLACEMENT = operator.itemgetter(*(i for i, f in enumerate(PAR_FIELDS) if f not in ("sp", "recompute",
+                                                                                   "recompute_modules")))
 
 
 def placement(key: tuple) -> tuple:
     """The parallelism values of a `Layout.key` less sp, recompute and recompute_modules: what the placement
     and sharding of parameters, gradients and optimizer state depend on (a layout sets every Parallelism
     field it does not leave at its default)."""
-    return tuple(key[i] for i in _PLACEMENT)
+    return _PLACEMENT(key)
 
 
-@dataclass(frozen=True)
 class Layout:
-    """One point of the space: its key, and its case (None when a case rule rejects it)."""
-    key: tuple                   # what `rebuild` needs: the PAR_FIELDS values, micro-batch or batch, kernel
-    case: Case | None
-    training: bool
-    reason: str = ""             # the rejected rule's key and message
-    shard_key: tuple = ()        # what the layer pricing depends on (search/bounds.py)
+    """One point of the space: its key, the keys its shared work is filed under, and its case (None when a
+    case rule rejects it). The case is built on first use: a search checks every one of its hundreds of
+    thousands of layouts, but a bound or memory verdict shared with other layouts settles most of them, and
+    only the few it bounds first or simulates need a case of their own."""
+    __slots__ = ("key", "training", "reason", "shard_key", "placement", "base", "_build", "_case")
+
+    def __init__(self, key: tuple, training: bool, shard_key: tuple, placement: tuple, reason: str, base: Case,
+                 build: tuple | None) -> None:
+        self.key = key                    # what `rebuild` needs: the PAR_FIELDS values, micro-batch or batch, kernel
+        self.training = training
+        self.shard_key = shard_key        # what the layer pricing depends on (search/bounds.py)
+        self.placement = placement        # `placement(key)`
+        self.reason = reason              # the rejected rule's key and message
+        self.base = base                  # the candidate's base case
+        self._build = build               # (Parallelism, workload, sized fabric) of a valid layout, else None
+        self._case: Case | None = None
+
+    @property
+    def case(self) -> Case | None:
+        if self._case is None and self._build is not None:
+            par, workload, sized = self._build
+            self._case = layout_case(self.base, sized, par, workload, self.key[-1])
+        return self._case
 
     @property
     def columns(self) -> dict[str, Any]:
@@ -124,6 +151,7 @@ def layouts(spec: SearchSpec, cand: Candidate, gpus: int) -> Iterator[Layout]:
     training = base.training
     ax = axis_defaults(spec, cand)
     dp_allowed = set(spec.space.get("dp", [] if training else [1]))
+    fabric = _fabric(cand, gpus)
     for tp in ax["tp"]:
         for cp in ax["cp"]:
             if gpus % (tp * cp):
@@ -132,16 +160,16 @@ def layouts(spec: SearchSpec, cand: Candidate, gpus: int) -> Iterator[Layout]:
             for pp in _user(spec, "pp", [d for d in divisors(rest) if d <= model.layers]):
                 if rest % pp or (dp_allowed and rest // pp not in dp_allowed):
                     continue
-                yield from _inner(spec, cand, ax, training, tp, cp, pp, rest // pp)
+                yield from _inner(spec, cand, ax, training, tp, cp, pp, rest // pp, fabric)
 
 
 def _inner(spec: SearchSpec, cand: Candidate, ax: dict[str, list], training: bool, tp: int, cp: int, pp: int,
-           dp: int) -> Iterator[Layout]:
+           dp: int, fabric: tuple[NetworkSpec | None, str]) -> Iterator[Layout]:
     base = cand.base
     sps = _user(spec, "sp", [True, False] if tp > 1 and training else [False])
     zeros = _user(spec, "zero", [0, 1, 2, 3] if training and dp > 1 else [0])
     sizes = ax["micro_batch"] if training else ax["batch"]
-    workloads = {size: _workload(base, size) for size in sizes}
+    workloads = {size: _workload(base.workload, size) for size in sizes}
     for ep in ax["ep"]:
         for sp in sps:
             for etp in _etp(spec, base, sp, tp):
@@ -154,11 +182,11 @@ def _inner(spec: SearchSpec, cand: Candidate, ax: dict[str, list], training: boo
                             for mods in (ax["recompute_modules"] if rc == "selective" else [DEFAULT_MODULES]):
                                 for zero in zeros:
                                     for fsdp in ax["fsdp"]:
-                                        for attn in ax["attention_impl"]:
-                                            yield _layout(cand, workload, size, attn, spec.options, dict(
-                                                dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero,
-                                                fsdp=fsdp, recompute=rc, recompute_modules=mods,
-                                                schedule=sched, virtual_stages=v))
+                                        par_m = dict(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero,
+                                                     fsdp=fsdp, recompute=rc, recompute_modules=mods,
+                                                     schedule=sched, virtual_stages=v)
+                                        yield from _layouts(cand, workload, size, ax["attention_impl"],
+                                                            spec.options, par_m, fabric)
 
 
 def _interleaves(base: Case, dp: int, pp: int, micro_batch: int) -> bool:
@@ -172,8 +200,10 @@ def _interleaves(base: Case, dp: int, pp: int, micro_batch: int) -> bool:
     return (w.global_batch // (dp * micro_batch)) % pp == 0
 
 
-def _workload(base: Case, size: int) -> TrainingWorkload | InferenceWorkload:
-    w = base.workload
+@functools.lru_cache(maxsize=1024)
+def _workload(w: TrainingWorkload | InferenceWorkload, size: int) -> TrainingWorkload | InferenceWorkload:
+    """The candidate's workload `w` at micro-batch (training) or batch (inference) `size`: one object per
+    size, shared by the layouts of a search."""
     if isinstance(w, TrainingWorkload):
         return dataclasses.replace(w, micro_batch=size)
     concurrency = size if w.concurrency == w.batch else w.concurrency
@@ -181,24 +211,50 @@ def _workload(base: Case, size: int) -> TrainingWorkload | InferenceWorkload:
 
 
 def rebuild(cand: Candidate, key: tuple, options: dict[str, Any]) -> Layout:
-    """The layout `key` (a `Layout.key`) stands for, case included: a search keeps the few bytes of the key
-    for each of its hundreds of thousands of layouts and rebuilds the case of the few it simulates.
-    `options` are the spec's fixed `parallelism` settings."""
-    *par, size, attn = key
-    return _layout(cand, _workload(cand.base, size), size, attn, options, dict(zip(PAR_FIELDS, par)))
+    """The valid layout `key` (a `Layout.key` of a layout the case rules passed) stands for: a search keeps
+    the few bytes of the key for each of its hundreds of thousands of layouts and rebuilds the layouts it
+    visits, without checking them again. `options` are the spec's fixed `parallelism` settings."""
+    *values, attn = key
+    par = Parallelism(**options, **dict(zip(PAR_FIELDS, values)))
+    workload = _workload(cand.base.workload, values[-1])
+    sized, reason = _fabric(cand, par.world)
+    training, shard, place = _keys(cand, par, workload, tuple(values))
+    return Layout(key, training, (*shard, attn), place, reason, cand.base, (par, workload, sized))
 
 
-def _layout(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, size: int, attn: str,
-            options: dict[str, Any], par_m: dict) -> Layout:
-    """The layout's key is its searched axes; `options` (the spec's fixed `parallelism` settings) are the
-    same in every row and shape the case only."""
-    par = Parallelism(**options, **par_m)
-    training = isinstance(workload, TrainingWorkload)
-    shard = (cand.label, par.tp, par.cp, par.ep, par.expert_tp, par.sp, par.recompute, par.recompute_modules,
-             size if training else 0, 0 if training else size, attn)
-    key = (*par_m.values(), size, attn)
+def _fabric(cand: Candidate, world: int) -> tuple[NetworkSpec | None, str]:
+    """The candidate's fabric sized for `world` ranks, or None and why it cannot be (every layout of one GPU
+    count shares it)."""
     try:
-        case = with_layout(cand.base, cand.network, par, workload, attn, "layout")
+        return sized_network(cand.network, world, "layout"), ""
     except SpecError as err:
-        return Layout(key, None, training, str(err).removeprefix("layout: "), shard)
-    return Layout(key, case, training, "", shard)
+        return None, str(err).removeprefix("layout: ")
+
+
+def _layouts(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, size: int, attns: list[str],
+             options: dict[str, Any], par_m: dict, fabric: tuple[NetworkSpec | None, str]) -> Iterator[Layout]:
+    """The layouts of one parallelism and workload, one per attention kernel: the case rules do not look at
+    the kernel, so one check serves them all (the rules first, then the fabric's sizing, as `with_layout`
+    checks). The key is the searched axes; `options` (the spec's fixed `parallelism` settings) are the same
+    in every row and shape the case only."""
+    par = Parallelism(**options, **par_m)
+    values = (*par_m.values(), size)
+    sized, reason = fabric
+    try:
+        check_layout(cand.base.model, par, workload, "layout")
+    except SpecError as err:
+        reason = str(err).removeprefix("layout: ")
+    build = (par, workload, sized) if not reason else None
+    training, shard, place = _keys(cand, par, workload, values)
+    for attn in attns:
+        yield Layout((*values, attn), training, (*shard, attn), place, reason, cand.base, build)
+
+
+def _keys(cand: Candidate, par: Parallelism, workload: TrainingWorkload | InferenceWorkload, values: tuple
+          ) -> tuple[bool, tuple, tuple]:
+    """(training, shard key less the kernel, placement) of a layout: `values` its key less the kernel."""
+    training = isinstance(workload, TrainingWorkload)
+    size = values[-1]
+    shard = (cand.label, par.tp, par.cp, par.ep, par.expert_tp, par.sp, par.recompute, par.recompute_modules,
+             size if training else 0, 0 if training else size)
+    return training, shard, placement(values)

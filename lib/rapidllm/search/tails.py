@@ -40,7 +40,7 @@ from rapidllm.engine.composer import (
 from rapidllm.engine.sharding import layer_comm_seconds
 from rapidllm.graph.schedules import interleaving, schedule_code, stage_actions_array
 from rapidllm.graph.templates import ops_view, shared_case_templates
-from rapidllm.ops.price import case_sections, operator_times, price_table
+from rapidllm.ops.price import operator_times, price_table, step_sections
 from rapidllm.search.bounds import ShardWork
 from rapidllm.spec.case import Case, TrainingWorkload
 
@@ -64,7 +64,7 @@ def ends_with_last_backward(schedule: str, pp: int, m: int, v: int) -> bool:
 
 def optimizer_seconds(case: Case) -> float:
     """The priced optimizer section of one rank (time per launch x launches), before the stage scaling."""
-    ops = [op for section, op in case_sections(case) if section == "optimizer"]
+    ops = [op for section, op in step_sections(case) if section == "optimizer"]
     times = operator_times(case, ops)
     return float(sum(t * op.count for t, op in zip(times.tolist(), ops)))
 
@@ -76,17 +76,18 @@ def param_gather(case: Case) -> bool:
     return p.dp > 1 and (p.zero in (1, 2) or p.fsdp == "shard_grad_op") and not p.overlap_param_gather
 
 
-def step_tail(case: Case, cost: CommCost, gather: bool = True) -> np.ndarray:
+def step_tail(case: Case, cost: CommCost, gather: bool = True, optimizer_s: float | None = None) -> np.ndarray:
     """[pp] seconds each stage still runs after its last task: the last gradient bucket (or all of them
     without overlap_grad_reduce), the optimizer, and (with `gather`) a sharded optimizer's parameter
     all-gather: a whole stage's weights to every data-parallel rank, the costliest collective to simulate
-    on a large cluster, so a search asks for it last."""
+    on a large cluster, so a search asks for it last. `optimizer_s`: `optimizer_seconds(case)` when the
+    caller has it (it depends on the candidate and the parameters' placement only)."""
     p, w = case.parallelism, case.workload
     assert isinstance(w, TrainingWorkload)
     m = max(w.microbatches(p.dp), 1)
     v = interleaving(p.schedule, p.pp, p.virtual_stages, m)
     params, _ = stage_parameters(case)
-    tail = optimizer_seconds(case) * (params / params.mean())
+    tail = (optimizer_seconds(case) if optimizer_s is None else optimizer_s) * (params / params.mean())
     grads = gradient_buckets(case, v)
     if grads.op:
         bucket_s = cost.time("dp", grads.op, grads.nbytes, 0)

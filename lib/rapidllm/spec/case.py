@@ -335,7 +335,7 @@ def _check_bounds(hardware: HardwareSpec, par: Parallelism, workload: Any, preci
                            f"{', '.join(sorted(hardware.tensor_flops))}")
 
 
-def _check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str) -> None:
+def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str) -> None:
     def bad(key: str, msg: str) -> SpecError:
         return SpecError.at(source, key, msg)
 
@@ -465,8 +465,8 @@ def resolve_case(mapping: Any, source: str) -> Case:
         par_m["recompute_modules"] = tuple(par_m["recompute_modules"])
     par = Parallelism(**par_m)
     _check_bounds(hardware, par, workload, mapping.get("precision", "bf16"), source)
-    _check_layout(model, par, workload, source)
-    network = _sized(network, par.world, source)
+    check_layout(model, par, workload, source)
+    network = sized_network(network, par.world, source)
     extra = tuple(FaultSpec.from_mapping(f) for f in mapping.get("faults", []))
     if extra:
         network = dataclasses.replace(network, faults=network.faults + extra)
@@ -484,12 +484,19 @@ def with_layout(base: Case, network: NetworkSpec, par: Parallelism, workload: Tr
     (`network` is the unsized fabric, sized here for the layout's world). A search builds thousands of
     layouts of one base case this way without re-validating the same model, hardware and network mappings;
     the result equals `resolve_case` of the equivalent mapping (tests/test_search.py compares case ids)."""
-    _check_layout(base.model, par, workload, source)
+    check_layout(base.model, par, workload, source)
+    return layout_case(base, sized_network(network, par.world, source), par, workload, attention_impl)
+
+
+def layout_case(base: Case, sized: NetworkSpec, par: Parallelism, workload: TrainingWorkload | InferenceWorkload,
+                attention_impl: str) -> Case:
+    """What `with_layout` builds, for a layout that `check_layout` passed, on its fabric from `sized_network`:
+    a search checks every layout and builds the cases of the few it bounds or simulates."""
     return dataclasses.replace(base, parallelism=par, workload=workload, attention_impl=attention_impl,
-                               network=_sized(network, par.world, source))
+                               network=sized)
 
 
-def _sized(network: NetworkSpec, world: int, source: str) -> NetworkSpec:
+def sized_network(network: NetworkSpec, world: int, source: str) -> NetworkSpec:
     """The fabric sized for `world` ranks, shared through `Caches.sized_networks` with its plain form
     registered for `case_id`: a search sizes one fabric for a few world sizes thousands of times, and hashing
     an unshared sized fabric's plain form walked it every time."""
