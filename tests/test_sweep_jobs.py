@@ -18,7 +18,7 @@ from rapidllm import prediction
 from rapidllm.cli import main
 from rapidllm.prediction import resolve_jobs, sweep
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.experiment import expand_with_cases, load_experiment
+from rapidllm.spec.experiment import load_experiment, raw_cases
 
 # Every layout of 16 GPUs for two small models, two micro-batch sizes: ok rows, infeasible ones
 # (Llama-3.1-70B on few model-parallel GPUs) and invalid ones (a global batch of 24 that dp 16 cannot split).
@@ -69,16 +69,15 @@ def test_spawned_workers_give_the_same_table(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_units_keep_layouts_and_families_together(experiment: Path) -> None:
-    items = expand_with_cases(load_experiment(experiment), case_json=False)
-    todo = [i for i, (row, case) in enumerate(items) if case is not None]
-    units, starts = prediction._chunks(prediction._groups(items, todo), 2, items)
-    assert sorted(i for u in units for i in u) == todo          # every evaluable row exactly once
+    raws = list(raw_cases(load_experiment(experiment)))
+    units, starts = prediction._chunks(prediction._raw_groups(raws), 2)
+    assert sorted(i for u in units for i in u) == list(range(len(raws)))     # every row exactly once
+    layout = [{k: raw["case"]["parallelism"][k] for k in ("dp", "tp", "pp")} for _, raw in raws]
     owner: dict[tuple, int] = {}
     for n, unit in enumerate(units):
         for i in unit:
-            p = items[i][1].parallelism
-            assert owner.setdefault((p.dp, p.tp, p.pp), n) == n   # a layout's models and variants share one
-    tps = [items[u[0]][1].parallelism.tp for u in units]
+            assert owner.setdefault(tuple(layout[i].values()), n) == n   # a layout's models and variants share one
+    tps = [layout[u[0]]["tp"] for u in units]
     assert all(t not in tps[:k] for k, t in enumerate(tps) if k and t != tps[k - 1])   # a tp family is one run
     assert starts[0] == 0 and starts[-1] == len(units) and len(starts) == 3
     assert 0 < starts[1] < len(units) and tps[starts[1]] != tps[starts[1] - 1]      # cut between families

@@ -27,7 +27,7 @@ from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import price_case, price_table
 from rapidllm.spec.case import Case, load_case, resolve_case
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.experiment import Experiment, expand_with_cases, load_experiment
+from rapidllm.spec.experiment import Experiment, expand_row, expand_with_cases, load_experiment, raw_cases
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -232,26 +232,45 @@ def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: s
     workers = resolve_jobs(jobs)
     with (caches or Caches()).active() as active:
         exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
+        if workers > 1:
+            raws = list(raw_cases(exp))
+            units, starts = _chunks(_raw_groups(raws), min(workers, len(raws)))
+            if len(units) > 1:
+                return pd.DataFrame(_sweep_parallel(exp, raws, units, starts, engine, active, progress))
         items = expand_with_cases(exp, case_json=False)
         todo = [i for i, (row, case) in enumerate(items) if row["status"] == "ok" and case is not None]
-        groups = _groups(items, todo)
-        units, starts = _chunks(groups, min(workers, len(groups)), items) if workers > 1 else ([], [])
         out: list[dict[str, Any]] = [row for row, _ in items]
         with tqdm(total=len(items), desc=exp.name, unit="case", disable=not progress) as bar:
             bar.update(len(items) - len(todo))
-            if len(units) > 1:
-                for i in todo:
-                    device_record(items[i][1])      # the parent warns once, the workers not again
-                with _pool(items, units, starts, engine, active) as pool:
-                    for done in pool.imap_unordered(_run_chunk, range(len(units))):
-                        for i, rec in done:
-                            out[i] = rec
-                        bar.update(len(done))
-            else:
-                for i in (i for group in groups for i in group):
-                    out[i] = _sweep_row(*items[i], engine)
-                    bar.update(1)
+            for i in (i for group in _groups(items, todo) for i in group):
+                out[i] = _sweep_row(*items[i], engine)
+                bar.update(1)
     return pd.DataFrame(out)
+
+
+def _sweep_parallel(exp: Experiment, raws: list[tuple[str, dict]], units: list[list[int]], starts: list[int],
+                    engine: str, caches: Caches, progress: bool) -> list[dict[str, Any]]:
+    """The rows of `sweep` from a pool: each worker expands (resolves) and evaluates its own units, so the
+    parent's serial part is only `raw_cases` and the table. The parent first warns about each device once
+    (one case per device resolved here), so the workers do not warn again."""
+    from tqdm import tqdm
+
+    warned: set[str] = set()
+    for index, (label, raw) in enumerate(raws):
+        key = _spec_key(raw["case"].get("hardware")) + repr(raw["case"].get("clock"))
+        if key not in warned:
+            case = expand_row(exp, index, label, raw, case_json=False)[1]
+            if case is not None:
+                warned.add(key)
+                device_record(case)
+    out: list[dict[str, Any]] = [{} for _ in raws]
+    with tqdm(total=len(raws), desc=exp.name, unit="case", disable=not progress) as bar, \
+            _pool(exp, raws, units, starts, engine, caches) as pool:
+        for done in pool.imap_unordered(_run_chunk, range(len(units))):
+            for i, rec in done:
+                out[i] = rec
+            bar.update(len(done))
+    return out
 
 
 def resolve_jobs(jobs: int) -> int:
@@ -285,37 +304,51 @@ def _groups(items: list[tuple[dict, Case | None]], todo: list[int]) -> list[list
     return list(groups.values())
 
 
-def _chunks(groups: list[list[int]], workers: int,
-            items: list[tuple[dict, Case | None]]) -> tuple[list[list[int]], list[int]]:
-    """Work units for the pool and where each worker starts: the layout `_groups` in order of family
-    (device, fabric and the model-parallel axes tp, cp, ep, which decide operator shapes and the ranks of
-    the tensor-parallel collectives, so a family's cases share most priced layers, template replays and
-    simulated collectives; sweep-1000 split by tp costs 2.64 CPU s in all against 2.63 in one process,
-    split by layout 4.6), cut into one run of units per worker at the family boundaries nearest to even
-    shares of cases. Returns (units, starts): worker k owns units[starts[k]:starts[k + 1]]."""
+def _spec_key(value: Any) -> str:
+    """A named spec's name, an inline one's text: what tells devices and fabrics apart before resolving."""
+    return value if isinstance(value, str) else repr(value)
+
+
+def _raw_groups(raws: list[tuple[str, dict]]) -> list[tuple[tuple, list[int]]]:
+    """Every combination by device, fabric and parallel layout as `raw_cases` gives them (before resolving,
+    so workers can resolve their own), each group with its family: device, fabric and the model-parallel
+    axes tp, cp, ep, which decide operator shapes and the ranks of the tensor-parallel collectives."""
+    groups: dict[tuple, list[int]] = {}
+    for i, (_, raw) in enumerate(raws):
+        c = raw["case"]
+        p = c.get("parallelism") if isinstance(c.get("parallelism"), dict) else {}
+        family = tuple(_spec_key(v) for v in (c.get("hardware"), c.get("network"), p.get("tp"), p.get("cp"),
+                                              p.get("ep")))
+        layout = tuple(_spec_key(p.get(k)) for k in ("dp", "pp", "virtual_stages", "schedule"))
+        groups.setdefault((family, layout), []).append(i)
+    return [(key[0], members) for key, members in groups.items()]
+
+
+def _chunks(groups: list[tuple[tuple, list[int]]], workers: int) -> tuple[list[list[int]], list[int]]:
+    """Work units for the pool and where each worker starts: the layout groups (`_raw_groups`) in order of
+    family, so a family's cases, which share most priced layers, template replays and simulated
+    collectives, go to one worker (sweep-1000 split by tp costs 2.64 CPU s in all against 2.63 in one
+    process, split by layout 4.6), cut into one run of units per worker at the family boundaries nearest
+    to even shares of cases. Returns (units, starts): worker k owns units[starts[k]:starts[k + 1]]."""
     families: dict[tuple, list[list[int]]] = {}
-    for members in groups:
-        c = items[members[0]][1]
-        p = c.parallelism
-        families.setdefault((c.hardware.name, c.network.name, p.tp, p.cp, p.ep), []).append(members)
+    for family, members in groups:
+        families.setdefault(family, []).append(members)
     units = [members for family in families.values() for members in family]
-    edges, done = [0], 0                        # (unit index, cases before it) at each family boundary
-    cases_before = [0]
+    edges, cases_before = [0], [0]              # unit index and cases before it at each family boundary
     for family in families.values():
         edges.append(edges[-1] + len(family))
-        done += sum(map(len, family))
-        cases_before.append(done)
-    starts = [edges[min(range(len(edges)), key=lambda e: abs(cases_before[e] - k * done / workers))]
+        cases_before.append(cases_before[-1] + sum(map(len, family)))
+    starts = [edges[min(range(len(edges)), key=lambda e: abs(cases_before[e] - k * cases_before[-1] / workers))]
               for k in range(workers)]
     return units, starts + [len(units)]
 
 
-_WORKER: tuple[list, list, str, Caches, Any, int] | None = None   # rows, units, engine, tables, shares, slot
+_WORKER: tuple[Experiment, list, list, str, Caches, Any, int] | None = None   # see _init_worker
 
 
-def _init_worker(items: list, units: list, engine: str, caches: Caches, warned: set[tuple[str, str]],
-                 shares: Any, slots: Any) -> None:
-    """Pool initializer: keep the sweep's rows (inherited, not pickled, under fork), the devices the parent
+def _init_worker(exp: Experiment, raws: list, units: list, engine: str, caches: Caches,
+                 warned: set[tuple[str, str]], shares: Any, slots: Any) -> None:
+    """Pool initializer: keep the sweep's combinations (inherited, not pickled, under fork), the devices the parent
     has warned about, the shared table of unclaimed units and this worker's slot in it; Ctrl-C is the
     parent's to handle (it terminates the pool), so workers ignore SIGINT instead of printing tracebacks."""
     global _WORKER
@@ -324,7 +357,7 @@ def _init_worker(items: list, units: list, engine: str, caches: Caches, warned: 
     with slots.get_lock():
         slot = slots.value
         slots.value += 1
-    _WORKER = (items, units, engine, caches, shares, slot)
+    _WORKER = (exp, raws, units, engine, caches, shares, slot)
 
 
 def _claim(shares: Any, slot: int) -> int | None:
@@ -344,19 +377,25 @@ def _claim(shares: Any, slot: int) -> int | None:
 
 
 def _run_chunk(_: int) -> list[tuple[int, dict[str, Any]]]:
-    """One pool task: claim a unit (`_claim`) and evaluate its rows; the parent submits one task per unit."""
+    """One pool task: claim a unit (`_claim`), expand its rows and evaluate the valid ones; the parent
+    submits one task per unit."""
     assert _WORKER is not None
-    items, units, engine, caches, shares, slot = _WORKER
+    exp, raws, units, engine, caches, shares, slot = _WORKER
     unit = _claim(shares, slot % (len(shares) // 2))
     if unit is None:
         return []
+    done = []
     with caches.active():
-        return [(i, _sweep_row(*items[i], engine)) for i in units[unit]]
+        for i in units[unit]:
+            row, case = expand_row(exp, i, *raws[i], case_json=False)
+            done.append((i, row if case is None else _sweep_row(row, case, engine)))
+    return done
 
 
-def _pool(items: list, units: list[list[int]], starts: list[int], engine: str, caches: Caches) -> Any:
-    """A process pool, one worker per run of `starts`, whose workers hold the sweep's rows and units:
-    forked where the platform can (the rows and a copy of `caches` are inherited, not pickled), else
+def _pool(exp: Experiment, raws: list, units: list[list[int]], starts: list[int], engine: str,
+          caches: Caches) -> Any:
+    """A process pool, one worker per run of `starts`, whose workers hold the sweep's combinations and
+    units: forked where the platform can (they and a copy of `caches` are inherited, not pickled), else
     spawned with fresh memo tables. Used as a context manager: leaving the block (done, an error, or
     Ctrl-C in the parent) terminates the pool, so an interrupted sweep leaves no process behind and
     returns nothing."""
@@ -367,5 +406,5 @@ def _pool(items: list, units: list[list[int]], starts: list[int], engine: str, c
     runs = len(starts) - 1
     shares = ctx.Array("l", [b for k in range(runs) for b in (starts[k], starts[k + 1])])
     return ctx.Pool(runs, initializer=_init_worker,
-                    initargs=(items, units, engine, caches if fork else Caches(), set(_WARNED), shares,
+                    initargs=(exp, raws, units, engine, caches if fork else Caches(), set(_WARNED), shares,
                               ctx.Value("l", 0)))
