@@ -18,7 +18,7 @@ from rapidllm import prediction
 from rapidllm.cli import main
 from rapidllm.prediction import resolve_jobs, sweep
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.experiment import expand_with_cases, load_experiment
+from rapidllm.spec.experiment import load_experiment, raw_cases
 
 # Every layout of 16 GPUs for two small models, two micro-batch sizes: ok rows, infeasible ones
 # (Llama-3.1-70B on few model-parallel GPUs) and invalid ones (a global batch of 24 that dp 16 cannot split).
@@ -68,17 +68,27 @@ def test_spawned_workers_give_the_same_table(monkeypatch: pytest.MonkeyPatch) ->
     assert sweep(path, jobs=2).to_csv(index=False) == sweep(path).to_csv(index=False)
 
 
-def test_chunks_keep_layout_groups_together(experiment: Path) -> None:
-    items = expand_with_cases(load_experiment(experiment), case_json=False)
-    todo = [i for i, (row, case) in enumerate(items) if case is not None]
-    chunks = prediction._chunks(prediction._groups(items, todo), workers=2)
-    assert sorted(i for c in chunks for i in c) == todo          # every evaluable row exactly once
-    owner = {}
-    for n, chunk in enumerate(chunks):
-        for i in chunk:
-            p = items[i][1].parallelism
-            assert owner.setdefault((p.dp, p.tp, p.pp), n) == n   # a layout's models and variants share one
-    assert len(chunks) > 2
+def test_units_keep_layouts_and_families_together(experiment: Path) -> None:
+    raws = list(raw_cases(load_experiment(experiment)))
+    units, starts = prediction._chunks(prediction._raw_groups(raws), 2)
+    assert sorted(i for u in units for i in u) == list(range(len(raws)))     # every row exactly once
+    layout = [{k: raw["case"]["parallelism"][k] for k in ("dp", "tp", "pp")} for _, raw in raws]
+    owner: dict[tuple, int] = {}
+    for n, unit in enumerate(units):
+        for i in unit:
+            assert owner.setdefault(tuple(layout[i].values()), n) == n   # a layout's models and variants share one
+    tps = [layout[u[0]]["tp"] for u in units]
+    assert all(t not in tps[:k] for k, t in enumerate(tps) if k and t != tps[k - 1])   # a tp family is one run
+    assert starts[0] == 0 and starts[-1] == len(units) and len(starts) == 3
+    assert 0 < starts[1] < len(units) and tps[starts[1]] != tps[starts[1] - 1]      # cut between families
+
+
+def test_claims_take_own_run_first_then_steal_from_the_back() -> None:
+    import multiprocessing
+
+    shares = multiprocessing.Array("l", [0, 2, 2, 5])      # worker 0 owns units 0-1, worker 1 units 2-4
+    assert [prediction._claim(shares, 0) for _ in range(4)] == [0, 1, 4, 3]
+    assert [prediction._claim(shares, 1) for _ in range(2)] == [2, None]
 
 
 def test_jobs_values() -> None:

@@ -27,7 +27,7 @@ from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import price_case, price_table
 from rapidllm.spec.case import Case, load_case, resolve_case
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.experiment import Experiment, expand_with_cases, load_experiment
+from rapidllm.spec.experiment import Experiment, expand_row, expand_with_cases, load_experiment, raw_cases
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -232,26 +232,45 @@ def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: s
     workers = resolve_jobs(jobs)
     with (caches or Caches()).active() as active:
         exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
+        if workers > 1:
+            raws = list(raw_cases(exp))
+            units, starts = _chunks(_raw_groups(raws), min(workers, len(raws)))
+            if len(units) > 1:
+                return pd.DataFrame(_sweep_parallel(exp, raws, units, starts, engine, active, progress))
         items = expand_with_cases(exp, case_json=False)
         todo = [i for i, (row, case) in enumerate(items) if row["status"] == "ok" and case is not None]
-        groups = _groups(items, todo)
-        chunks = _chunks(groups, workers) if workers > 1 else []
         out: list[dict[str, Any]] = [row for row, _ in items]
         with tqdm(total=len(items), desc=exp.name, unit="case", disable=not progress) as bar:
             bar.update(len(items) - len(todo))
-            if len(chunks) > 1:
-                for i in todo:
-                    device_record(items[i][1])      # the parent warns once, the workers not again
-                with _pool(items, engine, active, min(workers, len(chunks))) as pool:
-                    for done in pool.imap_unordered(_run_chunk, chunks):
-                        for i, rec in done:
-                            out[i] = rec
-                        bar.update(len(done))
-            else:
-                for i in (i for group in groups for i in group):
-                    out[i] = _sweep_row(*items[i], engine)
-                    bar.update(1)
+            for i in (i for group in _groups(items, todo) for i in group):
+                out[i] = _sweep_row(*items[i], engine)
+                bar.update(1)
     return pd.DataFrame(out)
+
+
+def _sweep_parallel(exp: Experiment, raws: list[tuple[str, dict]], units: list[list[int]], starts: list[int],
+                    engine: str, caches: Caches, progress: bool) -> list[dict[str, Any]]:
+    """The rows of `sweep` from a pool: each worker expands (resolves) and evaluates its own units, so the
+    parent's serial part is only `raw_cases` and the table. The parent first warns about each device once
+    (one case per device resolved here), so the workers do not warn again."""
+    from tqdm import tqdm
+
+    warned: set[str] = set()
+    for index, (label, raw) in enumerate(raws):
+        key = _spec_key(raw["case"].get("hardware")) + repr(raw["case"].get("clock"))
+        if key not in warned:
+            case = expand_row(exp, index, label, raw, case_json=False)[1]
+            if case is not None:
+                warned.add(key)
+                device_record(case)
+    out: list[dict[str, Any]] = [{} for _ in raws]
+    with tqdm(total=len(raws), desc=exp.name, unit="case", disable=not progress) as bar, \
+            _pool(exp, raws, units, starts, engine, caches) as pool:
+        for done in pool.imap_unordered(_run_chunk, range(len(units))):
+            for i, rec in done:
+                out[i] = rec
+            bar.update(len(done))
+    return out
 
 
 def resolve_jobs(jobs: int) -> int:
@@ -285,46 +304,110 @@ def _groups(items: list[tuple[dict, Case | None]], todo: list[int]) -> list[list
     return list(groups.values())
 
 
-def _chunks(groups: list[list[int]], workers: int) -> list[list[int]]:
-    """Work units for the pool: whole `_groups`, about four units per worker. More units balance the load
-    better, fewer repeat less memo work (collectives shared between layouts) in more than one worker."""
-    target = max(sum(map(len, groups)) // (4 * workers), 1)
-    chunks: list[list[int]] = [[]]
-    for members in groups:
-        if len(chunks[-1]) >= target:
-            chunks.append([])
-        chunks[-1].extend(members)
-    return [c for c in chunks if c]
+def _spec_key(value: Any) -> str:
+    """A named spec's name, an inline one's text: what tells devices and fabrics apart before resolving."""
+    return value if isinstance(value, str) else repr(value)
 
 
-_WORKER: tuple[list, str, Caches] | None = None       # a pool worker's rows, engine and memo tables
+def _raw_groups(raws: list[tuple[str, dict]]) -> list[tuple[tuple, list[int]]]:
+    """Every combination by device, fabric and parallel layout as `raw_cases` gives them (before resolving,
+    so workers can resolve their own), each group with its family: device, fabric and the model-parallel
+    axes tp, cp, ep, which decide operator shapes and the ranks of the tensor-parallel collectives."""
+    groups: dict[tuple, list[int]] = {}
+    for i, (_, raw) in enumerate(raws):
+        c = raw["case"]
+        p = c.get("parallelism") if isinstance(c.get("parallelism"), dict) else {}
+        family = tuple(_spec_key(v) for v in (c.get("hardware"), c.get("network"), p.get("tp"), p.get("cp"),
+                                              p.get("ep")))
+        layout = tuple(_spec_key(p.get(k)) for k in ("dp", "pp", "virtual_stages", "schedule"))
+        groups.setdefault((family, layout), []).append(i)
+    return [(key[0], members) for key, members in groups.items()]
 
 
-def _init_worker(items: list, engine: str, caches: Caches, warned: set[tuple[str, str]]) -> None:
-    """Pool initializer: keep the sweep's rows (inherited, not pickled, under fork) and the devices the
-    parent has warned about; Ctrl-C is the parent's to handle (it terminates the pool), so workers ignore
-    SIGINT instead of printing tracebacks."""
+def _chunks(groups: list[tuple[tuple, list[int]]], workers: int) -> tuple[list[list[int]], list[int]]:
+    """Work units for the pool and where each worker starts: the layout groups (`_raw_groups`) in order of
+    family, so a family's cases, which share most priced layers, template replays and simulated
+    collectives, go to one worker (sweep-1000 on two workers: 1,118 collective simulations and 76 priced
+    layer sets against 977 and 60 in one process; whole layouts dealt out in order gave 1,152 and 120),
+    cut into one run of units per worker at the family boundaries nearest to even shares of cases.
+    Returns (units, starts): worker k owns units[starts[k]:starts[k + 1]]."""
+    families: dict[tuple, list[list[int]]] = {}
+    for family, members in groups:
+        families.setdefault(family, []).append(members)
+    units = [members for family in families.values() for members in family]
+    edges, cases_before = [0], [0]              # unit index and cases before it at each family boundary
+    for family in families.values():
+        edges.append(edges[-1] + len(family))
+        cases_before.append(cases_before[-1] + sum(map(len, family)))
+    total = cases_before[-1]
+    starts = [edges[min(range(len(edges)), key=lambda e: abs(cases_before[e] - k * total / workers))]
+              for k in range(workers)]
+    return units, starts + [len(units)]
+
+
+_WORKER: tuple[Experiment, list, list, str, Caches, Any, int] | None = None   # see _init_worker
+
+
+def _init_worker(exp: Experiment, raws: list, units: list, engine: str, caches: Caches,
+                 warned: set[tuple[str, str]], shares: Any, slots: Any) -> None:
+    """Pool initializer: keep the sweep's combinations (inherited, not pickled, under fork), the devices
+    the parent has warned about, the shared table of unclaimed units and this worker's slot in it; Ctrl-C
+    is the parent's to handle (it terminates the pool), so workers ignore SIGINT instead of printing
+    tracebacks."""
     global _WORKER
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WARNED.update(warned)
-    _WORKER = (items, engine, caches)
+    with slots.get_lock():
+        slot = slots.value
+        slots.value += 1
+    _WORKER = (exp, raws, units, engine, caches, shares, slot)
 
 
-def _run_chunk(indices: list[int]) -> list[tuple[int, dict[str, Any]]]:
+def _claim(shares: Any, slot: int) -> int | None:
+    """The next unit for worker `slot`: the front of its own run, else (its run done) the back of the run
+    with most units left, so each worker keeps to its families and the runs meet where the load balances.
+    `shares` holds [lo, hi) of every run, guarded by its lock."""
+    with shares.get_lock():
+        runs = len(shares) // 2
+        if shares[2 * slot] < shares[2 * slot + 1]:
+            shares[2 * slot] += 1
+            return shares[2 * slot] - 1
+        k = max(range(runs), key=lambda k: shares[2 * k + 1] - shares[2 * k])
+        if shares[2 * k] < shares[2 * k + 1]:
+            shares[2 * k + 1] -= 1
+            return shares[2 * k + 1]
+    return None
+
+
+def _run_chunk(_: int) -> list[tuple[int, dict[str, Any]]]:
+    """One pool task: claim a unit (`_claim`), expand its rows and evaluate the valid ones; the parent
+    submits one task per unit."""
     assert _WORKER is not None
-    items, engine, caches = _WORKER
+    exp, raws, units, engine, caches, shares, slot = _WORKER
+    unit = _claim(shares, slot % (len(shares) // 2))
+    if unit is None:
+        return []
+    done = []
     with caches.active():
-        return [(i, _sweep_row(*items[i], engine)) for i in indices]
+        for i in units[unit]:
+            row, case = expand_row(exp, i, *raws[i], case_json=False)
+            done.append((i, row if case is None else _sweep_row(row, case, engine)))
+    return done
 
 
-def _pool(items: list, engine: str, caches: Caches, workers: int) -> Any:
-    """A process pool whose workers hold the sweep's rows: forked where the platform can (the rows and a
-    copy of `caches` are inherited, not pickled), else spawned with fresh memo tables. Used as a context
-    manager: leaving the block (done, an error, or Ctrl-C in the parent) terminates the pool, so an
-    interrupted sweep leaves no process behind and returns nothing."""
+def _pool(exp: Experiment, raws: list, units: list[list[int]], starts: list[int], engine: str,
+          caches: Caches) -> Any:
+    """A process pool, one worker per run of `starts`, whose workers hold the sweep's combinations and
+    units: forked where the platform can (they and a copy of `caches` are inherited, not pickled), else
+    spawned with fresh memo tables. Used as a context manager: leaving the block (done, an error, or
+    Ctrl-C in the parent) terminates the pool, so an interrupted sweep leaves no process behind and
+    returns nothing."""
     import multiprocessing
 
     fork = "fork" in multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if fork else "spawn")
-    return ctx.Pool(workers, initializer=_init_worker,
-                    initargs=(items, engine, caches if fork else Caches(), set(_WARNED)))
+    runs = len(starts) - 1
+    shares = ctx.Array("l", [b for k in range(runs) for b in (starts[k], starts[k + 1])])
+    return ctx.Pool(runs, initializer=_init_worker,
+                    initargs=(exp, raws, units, engine, caches if fork else Caches(), set(_WARNED), shares,
+                              ctx.Value("l", 0)))

@@ -258,25 +258,29 @@ def expand_with_cases(exp: Experiment, case_json: bool = True) -> list[tuple[dic
     with the Case it resolved to (None for invalid rows), so a sweep resolves every case once.
     case_json=False leaves out the "case_json" column (an in-process sweep does not keep it; inlining and
     serializing the named specs of every row were a fifth of expansion)."""
-    out: list[tuple[dict, Case | None]] = []
-    for index, (label, raw) in enumerate(raw_cases(exp)):
-        row: dict[str, Any] = {"experiment": exp.name, "index": index, "label": label,
-                               "shard": index // exp.shard_size}
-        row.update({f"meta_{k}": v for k, v in raw["meta"].items()})
+    return [expand_row(exp, index, label, raw, case_json) for index, (label, raw) in enumerate(raw_cases(exp))]
+
+
+def expand_row(exp: Experiment, index: int, label: str, raw: dict,
+               case_json: bool = True) -> tuple[dict, Case | None]:
+    """The record of combination `index` of `raw_cases` and its Case (None when invalid): a pure function
+    of the combination, so a parallel sweep's workers can each expand their own share."""
+    row: dict[str, Any] = {"experiment": exp.name, "index": index, "label": label,
+                           "shard": index // exp.shard_size}
+    row.update({f"meta_{k}": v for k, v in raw["meta"].items()})
+    case = None
+    try:
+        case = resolve_case(raw["case"], f"{exp.source} case {index} ({label})")
+        row.update(case_id=case.case_id, status="ok", reason="")
+        if case_json:
+            row["case_json"] = json.dumps(inline_names(raw["case"], exp.source), sort_keys=True)
+        row.update(flat_columns(case))
+    except SpecError as err:
         case = None
-        try:
-            case = resolve_case(raw["case"], f"{exp.source} case {index} ({label})")
-            row.update(case_id=case.case_id, status="ok", reason="")
-            if case_json:
-                row["case_json"] = json.dumps(inline_names(raw["case"], exp.source), sort_keys=True)
-            row.update(flat_columns(case))
-        except SpecError as err:
-            case = None
-            row.update(case_id="", status="invalid", reason=str(err))
-            if case_json:
-                row["case_json"] = json.dumps(json_safe(raw["case"]), sort_keys=True, default=str)
-        out.append((row, case))
-    return out
+        row.update(case_id="", status="invalid", reason=str(err))
+        if case_json:
+            row["case_json"] = json.dumps(json_safe(raw["case"]), sort_keys=True, default=str)
+    return row, case
 
 
 def expand(exp: Experiment) -> list[dict]:
