@@ -54,7 +54,7 @@ class Caches:
     groups: Memo = _memo(4096)            # (layout, axis, stage) -> parallel groups, contending groups, dims
     templates: Memo = _memo(1024)         # (operator rows, layer-rule inputs) -> the case's layer templates
     replays: Memo = _memo(4096)           # (template id, its durations, channels) -> (template, replay, uses)
-    liveness: Memo = _memo(1024)          # (model, layer shard, attention, recompute, sp, conventions) -> liveness
+    liveness: Memo = _memo(1024)          # (model, layer shard, attention, recompute, sp, fp8, conventions) -> liveness
     # pipeline DAG structure key -> its PipelineShape (up to ~10 MB each: few, and a sweep visits the cases
     # of one layout together, graph/pipeline_dag.py)
     pipeline_shapes: Memo = _memo(8)
