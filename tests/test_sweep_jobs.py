@@ -104,9 +104,17 @@ def test_cli_rejects_negative_jobs(experiment: Path, capsys: pytest.CaptureFixtu
     assert err.startswith("rapidllm sweep: --jobs: -2 is not allowed") and "\n" not in err
 
 
+_PRESSED = Path()      # the flag file that makes all workers' chunks press Ctrl-C once (set by the test)
+
+
 def _interrupt_parent(indices: list[int]) -> list:
-    """A worker's chunk that presses Ctrl-C in the parent and then would run for a long time."""
-    os.kill(os.getppid(), signal.SIGINT)
+    """A worker's chunk that would run for a long time; the first of them presses Ctrl-C in the parent
+    once (the flag file is created by exactly one worker), as one Ctrl-C at a terminal would."""
+    try:
+        os.close(os.open(_PRESSED, os.O_CREAT | os.O_EXCL))
+        os.kill(os.getppid(), signal.SIGINT)
+    except FileExistsError:
+        pass
     time.sleep(60)
     return []
 
@@ -117,6 +125,9 @@ def test_interrupted_parallel_sweep_writes_nothing(experiment: Path, tmp_path: P
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("the patched chunk function reaches the workers only through fork")
     monkeypatch.setattr(prediction, "_run_chunk", _interrupt_parent)
+    flags = tmp_path.parent / f"{tmp_path.name}-pressed"      # outside tmp_path, which must stay empty
+    flags.mkdir()
+    monkeypatch.setitem(globals(), "_PRESSED", flags / "ctrl-c")
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
     out = tmp_path / "sweep.csv"
     try:

@@ -12,6 +12,7 @@ tables a prediction runs with changes its run time only, never its numbers.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -27,7 +28,7 @@ from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import price_case, price_table
 from rapidllm.spec.case import Case, load_case, resolve_case
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.experiment import Experiment, expand_row, expand_with_cases, load_experiment, raw_cases
+from rapidllm.spec.experiment import Experiment, expand_row, load_experiment, raw_cases
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -232,19 +233,16 @@ def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: s
     workers = resolve_jobs(jobs)
     with (caches or Caches()).active() as active:
         exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
-        if workers > 1:
-            raws = list(raw_cases(exp))
-            units, starts = _chunks(_raw_groups(raws), min(workers, len(raws)))
-            if len(units) > 1:
-                return pd.DataFrame(_sweep_parallel(exp, raws, units, starts, engine, active, progress))
-        items = expand_with_cases(exp, case_json=False)
-        todo = [i for i, (row, case) in enumerate(items) if row["status"] == "ok" and case is not None]
-        out: list[dict[str, Any]] = [row for row, _ in items]
-        with tqdm(total=len(items), desc=exp.name, unit="case", disable=not progress) as bar:
-            bar.update(len(items) - len(todo))
-            for i in (i for group in _groups(items, todo) for i in group):
-                out[i] = _sweep_row(*items[i], engine)
-                bar.update(1)
+        raws = list(raw_cases(exp))
+        units, starts = _chunks(_raw_groups(raws), min(workers, len(raws)))
+        if workers > 1 and len(units) > 1:
+            return pd.DataFrame(_sweep_parallel(exp, raws, units, starts, engine, active, progress))
+        out: list[dict[str, Any]] = [{} for _ in raws]
+        with tqdm(total=len(raws), desc=exp.name, unit="case", disable=not progress) as bar:
+            for unit in units:                  # a layout's cases together: they meet in small memo tables
+                for i, rec in _evaluate_unit(exp, raws, unit, engine):
+                    out[i] = rec
+                    bar.update(1)
     return pd.DataFrame(out)
 
 
@@ -289,19 +287,6 @@ def _sweep_row(row: dict[str, Any], case: Case, engine: str) -> dict[str, Any]:
         return {**row, **evaluate(case, engine)}
     except SpecError as err:            # a limit met while predicting: the row says so, the sweep goes on
         return {**row, "case_id": "", "status": "invalid", "reason": str(err)}
-
-
-def _groups(items: list[tuple[dict, Case | None]], todo: list[int]) -> list[list[int]]:
-    """The rows to evaluate, by device, fabric and parallel layout (in order of first appearance). The cases
-    of one layout share work that only the time values tell apart (the pipeline DAG's shape, process
-    groups, the sized fabric); evaluated together, they find it in small memo tables."""
-    groups: dict[tuple, list[int]] = {}
-    for i in todo:
-        c = items[i][1]
-        p = c.parallelism
-        key = (c.hardware.name, c.network.name, p.dp, p.tp, p.pp, p.cp, p.ep, p.virtual_stages, p.schedule)
-        groups.setdefault(key, []).append(i)
-    return list(groups.values())
 
 
 def _spec_key(value: Any) -> str:
@@ -387,27 +372,39 @@ def _run_chunk(_: int) -> list[tuple[int, dict[str, Any]]]:
     unit = _claim(shares, slot % (len(shares) // 2))
     if unit is None:
         return []
-    done = []
     with caches.active():
-        for i in units[unit]:
-            row, case = expand_row(exp, i, *raws[i], case_json=False)
-            done.append((i, row if case is None else _sweep_row(row, case, engine)))
-    return done
+        return list(_evaluate_unit(exp, raws, units[unit], engine))
 
 
+def _evaluate_unit(exp: Experiment, raws: list[tuple[str, dict]], unit: list[int],
+                   engine: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(row index, record) of every combination of one work unit: expanded (resolved), and evaluated
+    when valid."""
+    for i in unit:
+        row, case = expand_row(exp, i, *raws[i], case_json=False)
+        yield i, row if case is None else _sweep_row(row, case, engine)
+
+
+@contextlib.contextmanager
 def _pool(exp: Experiment, raws: list, units: list[list[int]], starts: list[int], engine: str,
-          caches: Caches) -> Any:
+          caches: Caches) -> Iterator[Any]:
     """A process pool, one worker per run of `starts`, whose workers hold the sweep's combinations and
     units: forked where the platform can (they and a copy of `caches` are inherited, not pickled), else
     spawned with fresh memo tables. Used as a context manager: leaving the block (done, an error, or
-    Ctrl-C in the parent) terminates the pool, so an interrupted sweep leaves no process behind and
-    returns nothing."""
+    Ctrl-C in the parent) terminates the pool and joins its workers (`Pool.__exit__` only terminates, and
+    a worker could still be listed as alive after it), so an interrupted sweep leaves no process behind
+    and returns nothing."""
     import multiprocessing
 
     fork = "fork" in multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if fork else "spawn")
     runs = len(starts) - 1
     shares = ctx.Array("l", [b for k in range(runs) for b in (starts[k], starts[k + 1])])
-    return ctx.Pool(runs, initializer=_init_worker,
+    pool = ctx.Pool(runs, initializer=_init_worker,
                     initargs=(exp, raws, units, engine, caches if fork else Caches(), set(_WARNED), shares,
                               ctx.Value("l", 0)))
+    try:
+        yield pool
+    finally:
+        pool.terminate()
+        pool.join()
