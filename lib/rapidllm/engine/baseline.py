@@ -5,7 +5,9 @@ collectives add to each layer without overlap; the pipeline bubble adds (pp-1)/v
 et al. 2021); the data-parallel gradient reduction and the optimizer step follow the last backward.
 Inference: prefill, then decode steps whose attention grows linearly with the context (priced at the
 first and last step and averaged, exact for a linear cost). This is the "before" model of the paper's
-ablations; the event-driven engine replaces it.
+ablations; the event-driven engine replaces it. It deliberately prices no overlap option
+(`tp_comm_overlap`, `overlap_p2p_comm`, `microbatch_overlap`, ...): it is the ablation's no-overlap
+reference, so such a case gets the same baseline time as without the option.
 """
 from __future__ import annotations
 

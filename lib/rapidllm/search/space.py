@@ -20,6 +20,7 @@ import operator
 from collections.abc import Iterator
 from typing import Any
 
+from rapidllm.graph.schedules import interleaving
 from rapidllm.search.spec import LAYOUT_AXES, Candidate, SearchSpec
 from rapidllm.spec.case import (
     Case,
@@ -175,7 +176,7 @@ def _inner(spec: SearchSpec, cand: Candidate, ax: dict[str, list], training: boo
             for etp in _etp(spec, base, sp, tp):
                 for sched, v in _schedules(spec, training, pp, base.model.layers):
                     for size in sizes:
-                        if sched == "interleaved" and not _interleaves(base, dp, pp, size):
+                        if sched == "interleaved" and not _interleaves(base, dp, pp, v, size):
                             continue
                         workload = workloads[size]
                         for rc in ax["recompute"]:
@@ -189,15 +190,15 @@ def _inner(spec: SearchSpec, cand: Candidate, ax: dict[str, list], training: boo
                                                             spec.options, par_m, fabric)
 
 
-def _interleaves(base: Case, dp: int, pp: int, micro_batch: int) -> bool:
-    """False when an interleaved schedule cannot interleave: Megatron-Core requires the micro-batches per
-    step to be a multiple of pp, and the engine runs such a case as plain 1F1B (`graph.schedules.interleaving`),
-    so it would only duplicate the 1F1B layout. A global batch that does not divide stays in the space (a case
-    rule rejects it, counted as invalid)."""
+def _interleaves(base: Case, dp: int, pp: int, v: int, micro_batch: int) -> bool:
+    """False when an interleaved schedule cannot interleave (`graph.schedules.interleaving`: the engine then
+    runs it as plain 1F1B, so it would only duplicate the 1F1B layout). A global batch that does not divide
+    stays in the space (a case rule rejects it, counted as invalid), as does a layout the user pinned to pp 1
+    or one virtual stage (nothing to interleave whatever the batch)."""
     w = base.workload
     if not isinstance(w, TrainingWorkload) or w.global_batch % (dp * micro_batch):
         return True
-    return (w.global_batch // (dp * micro_batch)) % pp == 0
+    return pp == 1 or v == 1 or interleaving("interleaved", pp, v, w.global_batch // (dp * micro_batch)) > 1
 
 
 @functools.lru_cache(maxsize=1024)
