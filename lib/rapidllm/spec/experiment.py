@@ -8,6 +8,7 @@ silently. Names in the case are inlined from config/ so later stages need only t
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import math
@@ -289,11 +290,17 @@ def expand(exp: Experiment) -> list[dict]:
 
 
 def flat_columns(case: Any) -> dict[str, Any]:
+    """A row's case as columns: names, the layout axes first, then every other parallelism option (so
+    rows that differ only in, say, `tp_comm_overlap` tell apart in the table), then the workload."""
     p, w = case.parallelism, case.workload
     cols = {"model": case.model.name, "hardware": case.hardware.name, "network": case.network.name,
             "precision": case.precision, "mode": w.mode, "world": p.world}
     cols.update({a: getattr(p, a) for a in AXES})
     cols.update(sp=p.sp, zero=p.zero, fsdp=p.fsdp, recompute=p.recompute, schedule=p.schedule,
                 virtual_stages=p.virtual_stages)
+    for f in dataclasses.fields(p):
+        if f.name not in cols:
+            v = getattr(p, f.name)
+            cols[f.name] = ",".join(v) if isinstance(v, tuple) else v
     cols.update({k: v for k, v in w.__dict__.items() if k != "mode"})
     return cols
