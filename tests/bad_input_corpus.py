@@ -145,6 +145,8 @@ PREDICT = [
              "dinov3-vit7b16 is an encoder: it generates no tokens to draft", "message",
              base={**CASE, "model": "dinov3-vit7b16"}),
     case_bad("draft-tokens-in-training", "workload.draft_tokens", 1, "workload: unknown key(s) 'draft_tokens'", "message"),
+    case_bad("request-beyond-context-window", "workload", {**INFERENCE, "prompt_tokens": 4000, "output_tokens": 200},
+             "exceeds the 4096-token context window of llama2-7b"),
     case_bad("serving-wrong-type", "workload", {**INFERENCE, "serving": 1}, "allowed: steady_state, disaggregated"),
     case_bad("disaggregated-without-concurrency", "workload", {**INFERENCE, "serving": "disaggregated"},
              "workload.serving: disaggregated decode instances", "message"),

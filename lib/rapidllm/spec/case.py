@@ -372,6 +372,12 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
     if par.microbatch_overlap > 1 and not (isinstance(workload, InferenceWorkload) and par.pp == 1):
         raise bad("parallelism.microbatch_overlap", "the two-micro-batch overlap splits an inference forward "
                   "pass on one pipeline stage; allowed: 1 for training or pp > 1")
+    if isinstance(workload, InferenceWorkload) and workload.prompt_tokens + workload.output_tokens > model.max_seq_len:
+        # servers refuse such a request (vLLM's max_model_len, TensorRT-LLM's max_seq_len default to the
+        # model's context window); training may run longer sequences (context extension), so it is not checked
+        raise bad("workload.prompt_tokens", f"prompt_tokens + output_tokens = "
+                  f"{workload.prompt_tokens + workload.output_tokens} exceeds the {model.max_seq_len}-token context "
+                  f"window of {model.name}; allowed: at most max_seq_len (an inline model mapping may set it)")
     if isinstance(workload, InferenceWorkload) and workload.draft_tokens and not (model.causal and model.vocab):
         raise bad("workload.draft_tokens", f"{model.name} is an encoder: it generates no tokens to draft; allowed: 0")
     if isinstance(workload, InferenceWorkload) and workload.draft_tokens > model.mtp_depth:
