@@ -152,7 +152,7 @@ def test_nanotron_validation_targets(tmp_path):
     assert v["n_held_out"] == 269                           # 94 of 363 Success rows calibrate the 3 constants
     assert v["mape_held_out"] <= 10.0                       # measured: 0.86 % (calibration rows 0.57 %)
     assert abs(v["mape_held_out"] - v["mape_calibration"]) <= 2.0
-    assert v["accuracy"] >= 0.95                            # measured: 95.6 %
+    assert v["accuracy"] >= 0.97                            # measured: 97.3 % (95.6 % before the SwiGLU/K-V copies)
     assert v["confusion"].loc["Success"].get("OOM", 0) == 0   # no run that fitted is predicted to OOM
     assert all(p.stat().st_size > 0 for p in memory_scatter(v["rows"], tmp_path / "mem"))
 
@@ -190,3 +190,23 @@ def test_fp8_and_bf16_cases_do_not_share_a_memoized_liveness():
         bf16 = memory_for_case(_case("llama3.1-8b", precision="bf16", parallelism={"tp": 2, "sp": True}))
         fp8 = memory_for_case(_case("llama3.1-8b", precision="fp8", parallelism={"tp": 2, "sp": True}))
     assert fp8.activations < bf16.activations
+
+
+@pytest.mark.parametrize("gated,kv_heads", [(True, 16), (True, 4), (False, 16)])
+def test_nanotron_layer_keeps_silu_output_and_mha_kv_copy(gated, kv_heads):
+    """nanotron's layer keeps two tensors the operator list does not (memory/liveness.py): the unfused SwiGLU's
+    act(gate), tokens x ffn/tp x 2 B (gated MLPs only), and, for multi-head attention, a separate [K, V] copy,
+    2 x tokens x kv_heads/tp x head_dim x 2 B (none under GQA). Closed form on a tp 4, SP layer."""
+    tp, mb, seq = 4, 2, 2048
+    model = ModelSpec(**{**GPT, "kv_heads": kv_heads, "mlp": "gated" if gated else "plain"})
+    case = _case(parallelism={"tp": tp, "sp": True, "dp": 1}, micro_batch=mb, global_batch=mb * 4, seq_len=seq)
+    ops = wl.layer_forward(model, wl.training_shard(dataclasses.replace(case, model=model)), False)
+    base = layer_liveness(ops, True, "none")
+    nano = layer_liveness(ops, True, "none", unfused_glu=True, kv_copy=True)
+    tokens = mb * seq
+    silu = tokens * model.ffn / tp * 2 if gated else 0.0
+    kv = 2 * tokens * model.kv_heads / tp * model.head_dim * 2 if kv_heads == model.heads else 0.0
+    assert nano.stored - base.stored == pytest.approx(silu + kv)
+    assert nano.input_bytes == base.input_bytes
+    full = layer_liveness(ops, True, "full", unfused_glu=True, kv_copy=True)   # full recompute keeps the input only
+    assert full.stored == base.input_bytes

@@ -48,7 +48,8 @@ def training_liveness(case: Case, conv: Conventions = ZERO_PAPER) -> tuple[Layer
     stored = fwd = bwd = inp = 0.0
     for is_moe, frac in layer_kinds(case):
         lv = layer_liveness(wl.layer_forward(case.model, shard, is_moe), flash, p.recompute, conv.dropout,
-                            conv.sp_keep_gathered and p.sp, p.recompute_modules, case.precision == "fp8")
+                            conv.sp_keep_gathered and p.sp, p.recompute_modules, case.precision == "fp8",
+                            conv.unfused_glu, conv.kv_copy)
         stored += frac * lv.stored
         inp += frac * lv.input_bytes
         fwd, bwd = max(fwd, lv.forward_peak), max(bwd, lv.backward_peak)
