@@ -92,7 +92,8 @@ def kv_copy_bytes(op: Operator) -> float:
 def layer_liveness(ops: list[Operator], flash: bool = True, recompute: str = "none",
                    dropout: bool = False, keep_gathered: bool = False,
                    modules: tuple[str, ...] = ("core_attn",), fp8_inputs: bool = False,
-                   unfused_glu: bool = False, kv_copy: bool = False) -> LayerLiveness:
+                   unfused_glu: bool = False, kv_copy: bool = False,
+                   loss_grad_in_place: bool = False) -> LayerLiveness:
     """Walk one layer's forward operators in order: allocate outputs, free after the last consumer."""
     fwd = [o for o in ops if o.phase == "fwd"]
     sizes = {o.name: _size(o) for o in fwd}
@@ -135,7 +136,9 @@ def layer_liveness(ops: list[Operator], flash: bool = True, recompute: str = "no
         if o.kind == GEMM and o.gemm:
             g, _, n, k = o.gemm
             wgrad = g * n * k * o.dtype_bytes * o.count
-        bwd_extra = max(bwd_extra, sizes[o.name] + grad_in + wgrad)
+        # a loss that writes its gradient into the probabilities it saved allocates none for its output
+        own = 0.0 if loss_grad_in_place and o.name == "cross_entropy" else sizes[o.name]
+        bwd_extra = max(bwd_extra, own + grad_in + wgrad)
     if recompute == "full":
         # Only the layer input is kept; backward rematerializes this layer's stored tensors first.
         return LayerLiveness(in_bytes, fwd_extra + stored_full, stored_full - in_bytes + bwd_extra, in_bytes)
