@@ -17,7 +17,9 @@ both operands); one extra tensor of the activation's output size. `kv_copy`: mul
 (as many KV as query heads) builds its keys and values as a separate contiguous [K, V] tensor for the
 rotary kernel while the query, a view of the permuted QKV tensor, keeps all of that tensor alive; the
 attention kernel saves both (nanotron's non-GQA path of CausalSelfAttention; flash-attn saves q, k, v as
-passed), so the K and V bytes are kept twice.
+passed), so the K and V bytes are kept twice. `loss_grad_in_place`: the loss's backward turns the
+probabilities it saved into their gradient in place (nanotron's vocab-parallel cross entropy), so it
+allocates only its input's gradient.
 FP8 training (`fp8_inputs`): Transformer Engine saves the columnwise FP8 copy of an FP8 GEMM's input for
 the weight gradient, 1 byte per element, not the BF16 tensor ("input in FP8 saved for backward", TE docs,
 features/low_precision_training/performance_considerations, "Memory usage"); by default that copy is

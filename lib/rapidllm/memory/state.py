@@ -46,10 +46,13 @@ ZERO_PAPER = Conventions()
 # (in-place) cross entropy (loss_fn: fused_crossentropy in its MPT pretrain YAMLs).
 # nanotron (accumulate_grad_in_fp32, ZeroDistributedOptimizer; evidence in validate/memory.py and docs/memory.md):
 # fp32 master weights in the gradient accumulator for every parameter (only ZeRO-3, which nanotron lacks,
-# would shard them), bf16 DDP grads beside it, two fp32 vocab-sized copies in the loss, its unfused SwiGLU
-# and MHA K/V copy (memory/liveness.py) and its cost-balanced pipeline split (`conventions`). The three step-phase constants are the ones validate/memory.py fits on the
-# declared calibration rows of the nanotron H100 sweep (every 4th Success row per family), frozen here so a
-# case with `framework: nanotron` gets the validated numbers; tests/test_usability.py refits and compares.
+# would shard them), bf16 DDP grads beside it, one fp32 vocab-sized copy in the loss's forward and its
+# gradient written into the saved softmax, its unfused SwiGLU, MHA K/V copy (memory/liveness.py) and two
+# persistent SP all-gather buffers (`MemoryBuffer`), and its cost-balanced pipeline split (`conventions`);
+# sources in docs/comm-overlap.md ("nanotron OOM classification"). The three step-phase constants are the
+# ones validate/memory.py fits on the declared calibration rows of the nanotron H100 sweep (every 4th
+# Success row per family), frozen here so a case with `framework: nanotron` gets the validated numbers;
+# tests/test_usability.py refits and compares.
 NANOTRON = Conventions(master_shard_stage=3, ddp_half_grads=True, loss_fp32_copies=1, loss_grad_in_place=True,
                        unfused_glu=True, kv_copy=True, sp_gather_buffers=2,
                        zero_step_bytes=5.874999710083455, step_hidden_bytes=4.101976570995268,
