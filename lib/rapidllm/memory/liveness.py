@@ -7,7 +7,19 @@ statistics (plus the s² score/softmax tensors when it is not FlashAttention), a
 keep their input, the loss keeps its fp32 probabilities; residual adds, rotary and token permutes keep
 nothing. Sequence-parallel norms produce sequence-sharded tensors, which is what the following GEMM keeps
 (Megatron re-gathers them in backward), so SP and CP sharding come from the operator shapes themselves.
-A framework may instead keep the all-gathered input (`keep_gathered`, as nanotron does).
+A framework may instead keep the all-gathered input (`keep_gathered`: nanotron's column-parallel linear with
+`tp_recompute_allgather` off).
+Two layouts of the same layer keep more than the operator list says (`Conventions`, memory/state.py):
+`unfused_glu`: the gated activation runs as separate autograd ops, act(gate) * up (nanotron's
+GLUActivation: `F.silu` then a multiply), so the multiply saves act(gate) beside the gate/up projection
+output that the activation saves (PyTorch's derivatives.yaml: silu's backward reads its input, mul's reads
+both operands); one extra tensor of the activation's output size. `kv_copy`: multi-head attention
+(as many KV as query heads) builds its keys and values as a separate contiguous [K, V] tensor for the
+rotary kernel while the query, a view of the permuted QKV tensor, keeps all of that tensor alive; the
+attention kernel saves both (nanotron's non-GQA path of CausalSelfAttention; flash-attn saves q, k, v as
+passed), so the K and V bytes are kept twice. `loss_grad_in_place`: the loss's backward turns the
+probabilities it saved into their gradient in place (nanotron's vocab-parallel cross entropy), so it
+allocates only its input's gradient.
 FP8 training (`fp8_inputs`): Transformer Engine saves the columnwise FP8 copy of an FP8 GEMM's input for
 the weight gradient, 1 byte per element, not the BF16 tensor ("input in FP8 saved for backward", TE docs,
 features/low_precision_training/performance_considerations, "Memory usage"); by default that copy is
@@ -70,9 +82,20 @@ def attention_extra(op: Operator, flash: bool, recompute: str, dropout: bool) ->
     return per
 
 
+def kv_copy_bytes(op: Operator) -> float:
+    """Bytes of the separate [K, V] copy multi-head attention keeps (`kv_copy`); none under GQA/MQA."""
+    a = op.attention
+    assert a is not None
+    if a.kv_heads != a.q_heads:
+        return 0.0
+    return op.dtype_bytes * a.batch * a.kv_heads * a.q_len * (a.head_dim_qk + a.head_dim_v) * op.count   # own tokens
+
+
 def layer_liveness(ops: list[Operator], flash: bool = True, recompute: str = "none",
                    dropout: bool = False, keep_gathered: bool = False,
-                   modules: tuple[str, ...] = ("core_attn",), fp8_inputs: bool = False) -> LayerLiveness:
+                   modules: tuple[str, ...] = ("core_attn",), fp8_inputs: bool = False,
+                   unfused_glu: bool = False, kv_copy: bool = False,
+                   loss_grad_in_place: bool = False) -> LayerLiveness:
     """Walk one layer's forward operators in order: allocate outputs, free after the last consumer."""
     fwd = [o for o in ops if o.phase == "fwd"]
     sizes = {o.name: _size(o) for o in fwd}
@@ -94,6 +117,10 @@ def layer_liveness(ops: list[Operator], flash: bool = True, recompute: str = "no
             saved[o.name, False] = sizes[o.name]
             core = recompute if recomputed(o.name, recompute, modules) else "none"
             extra += attention_extra(o, flash, core, dropout)
+            if kv_copy:
+                extra += kv_copy_bytes(o)
+        if unfused_glu and o.name.endswith("_act") and sizes.get(o.inputs[0], 0.0) > sizes[o.name]:
+            saved[o.name + ":gate", False] = sizes[o.name]    # act(gate), kept by the multiply
         if dropout and o.name.startswith("residual"):
             extra += sizes[o.name] / o.dtype_bytes    # 1-byte mask of the residual dropout
         if o.name == "cross_entropy":
@@ -111,13 +138,16 @@ def layer_liveness(ops: list[Operator], flash: bool = True, recompute: str = "no
         if o.kind == GEMM and o.gemm:
             g, _, n, k = o.gemm
             wgrad = g * n * k * o.dtype_bytes * o.count
-        bwd_extra = max(bwd_extra, sizes[o.name] + grad_in + wgrad)
+        # a loss that writes its gradient into the probabilities it saved allocates none for its output
+        own = 0.0 if loss_grad_in_place and o.name == "cross_entropy" else sizes[o.name]
+        bwd_extra = max(bwd_extra, own + grad_in + wgrad)
     if recompute == "full":
         # Only the layer input is kept; backward rematerializes this layer's stored tensors first.
         return LayerLiveness(in_bytes, fwd_extra + stored_full, stored_full - in_bytes + bwd_extra, in_bytes)
     # Selective modules: what their own operators produced is not kept (a module keeps its inputs, which
     # other operators produced) and comes back for this layer's backward.
-    dropped = sum(v for (name, _), v in saved.items() if name != "attn" and recomputed(name, recompute, modules))
+    dropped = sum(v for (name, _), v in saved.items()
+                  if name != "attn" and recomputed(name.split(":")[0], recompute, modules))
     return LayerLiveness(stored_full - dropped, fwd_extra, bwd_extra + dropped, in_bytes)
 
 

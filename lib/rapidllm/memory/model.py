@@ -48,18 +48,20 @@ def training_liveness(case: Case, conv: Conventions = ZERO_PAPER) -> tuple[Layer
     stored = fwd = bwd = inp = 0.0
     for is_moe, frac in layer_kinds(case):
         lv = layer_liveness(wl.layer_forward(case.model, shard, is_moe), flash, p.recompute, conv.dropout,
-                            conv.sp_keep_gathered and p.sp, p.recompute_modules, case.precision == "fp8")
+                            conv.sp_keep_gathered and p.sp, p.recompute_modules, case.precision == "fp8",
+                            conv.unfused_glu, conv.kv_copy)
         stored += frac * lv.stored
         inp += frac * lv.input_bytes
         fwd, bwd = max(fwd, lv.forward_peak), max(bwd, lv.backward_peak)
-    head = layer_liveness(wl.head_forward(case.model, shard), flash, "none", False)
+    head = layer_liveness(wl.head_forward(case.model, shard), flash, "none", False,
+                          loss_grad_in_place=conv.loss_grad_in_place)
     logits_bf16 = 2.0 * shard.tokens * case.model.vocab / p.tp
     if conv.fused_loss:
         grad_h = 2.0 * shard.tokens * case.model.hidden
         head = LayerLiveness(head.stored - logits_bf16, 0.0, grad_h, head.input_bytes)
     if conv.loss_fp32_copies:
         logits = 4.0 * shard.tokens * case.model.vocab / p.tp * conv.loss_fp32_copies
-        head = LayerLiveness(head.stored, head.forward_peak + logits, head.backward_peak + logits, head.input_bytes)
+        head = LayerLiveness(head.stored, head.forward_peak + logits, head.backward_peak, head.input_bytes)
     return LayerLiveness(stored, fwd, bwd, inp), head
 
 
@@ -154,7 +156,10 @@ def _training_stage(case: Case, stage: int, conv: Conventions, layer: LayerLiven
         st = state_bytes(case, stage, conv)
         if states is not None:
             states[key] = st
-    acts = activation_peak(case, stage, layer, head, layers) + st.gathered_layer + conv.runtime_allocated
+    p = case.parallelism
+    gather = (conv.sp_gather_buffers * DTYPE_BYTES[case.activation_precision] * w.micro_batch * w.seq_len
+              * case.model.hidden if p.tp > 1 and p.sp else 0.0)      # persistent SP all-gather buffers
+    acts = activation_peak(case, stage, layer, head, layers) + st.gathered_layer + conv.runtime_allocated + gather
     step = st.step_transient + conv.runtime_allocated + conv.step_hidden_bytes * w.micro_batch * w.seq_len * case.model.hidden
     return MemoryResult(st.weights, st.gradients, st.optimizer, acts, 0.0, hw.framework_memory,
                         hw.hbm_capacity, step_transient=step, stage=stage)

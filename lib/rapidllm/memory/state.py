@@ -32,8 +32,12 @@ class Conventions:
     runtime_allocated: float = 0.0     # allocator-visible runtime buffers (workspaces), bytes
     dropout: bool = False              # dropout masks stored for backward (Korthikanti et al. count them)
     fused_loss: bool = False           # fused cross entropy: keeps bf16 logits, gradient written in place
-    loss_fp32_copies: int = 0          # extra fp32 vocab-sized copies alive in the loss (upcast logits)
+    loss_fp32_copies: int = 0          # extra fp32 vocab-sized copies alive in the loss's forward (upcast logits)
+    loss_grad_in_place: bool = False   # the loss's backward writes the gradient into its saved probabilities
     sp_keep_gathered: bool = False     # SP: backward keeps the all-gathered GEMM input (no re-gather)
+    unfused_glu: bool = False          # act(gate) * up as separate autograd ops: act(gate) saved too
+    kv_copy: bool = False              # MHA keeps a separate [K, V] copy beside the QKV tensor
+    sp_gather_buffers: int = 0         # hidden-sized SP all-gather buffers kept for the whole run (tp > 1)
     stage_layers: tuple[int, ...] | None = None   # layers per pipeline stage; None = even split
 
 
@@ -42,11 +46,15 @@ ZERO_PAPER = Conventions()
 # (in-place) cross entropy (loss_fn: fused_crossentropy in its MPT pretrain YAMLs).
 # nanotron (accumulate_grad_in_fp32, ZeroDistributedOptimizer; evidence in validate/memory.py and docs/memory.md):
 # fp32 master weights in the gradient accumulator for every parameter (only ZeRO-3, which nanotron lacks,
-# would shard them), bf16 DDP grads beside it, two fp32 vocab-sized copies in the loss, and its cost-balanced
-# pipeline split (`conventions`). The three step-phase constants are the ones validate/memory.py fits on the
-# declared calibration rows of the nanotron H100 sweep (every 4th Success row per family), frozen here so a
-# case with `framework: nanotron` gets the validated numbers; tests/test_usability.py refits and compares.
-NANOTRON = Conventions(master_shard_stage=3, ddp_half_grads=True, loss_fp32_copies=2,
+# would shard them), bf16 DDP grads beside it, one fp32 vocab-sized copy in the loss's forward and its
+# gradient written into the saved softmax, its unfused SwiGLU, MHA K/V copy (memory/liveness.py) and two
+# persistent SP all-gather buffers (`MemoryBuffer`), and its cost-balanced pipeline split (`conventions`);
+# sources in docs/comm-overlap.md ("nanotron OOM classification"). The three step-phase constants are the
+# ones validate/memory.py fits on the declared calibration rows of the nanotron H100 sweep (every 4th
+# Success row per family), frozen here so a case with `framework: nanotron` gets the validated numbers;
+# tests/test_usability.py refits and compares.
+NANOTRON = Conventions(master_shard_stage=3, ddp_half_grads=True, loss_fp32_copies=1, loss_grad_in_place=True,
+                       unfused_glu=True, kv_copy=True, sp_gather_buffers=2,
                        zero_step_bytes=5.874999710083455, step_hidden_bytes=4.101976570995268,
                        runtime_allocated=84540825.3763369)
 FRAMEWORKS = {"megatron": ZERO_PAPER, "llm-foundry": Conventions(fused_loss=True), "tensorrt-llm": ZERO_PAPER,

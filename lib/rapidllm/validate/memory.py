@@ -5,7 +5,10 @@ log_throughput at an early iteration; nanotron's `log_memory` (called after trai
 iterations) calls torch.cuda.reset_peak_memory_stats(), so the logged peak covers gradient sync, clipping
 and the optimizer step only, not the activation peak (Mem Res keeps the cached activation blocks). It is
 therefore compared with the model's optimizer-phase bytes of pipeline stage 0 (the logging rank), while
-Success vs OOM is decided by the full peak of the worst stage against HBM capacity.
+Success vs OOM is decided by the full peak of the worst stage against HBM capacity. `Mem Res (GB)`
+(max_memory_reserved after the same reset) still holds the cached activation blocks, so it bounds stage 0's
+allocated fwd/bwd peak from above unless the allocator released cached blocks to retry a failed cudaMalloc
+(runs near capacity); the rows report both and `reserved_residual` their median relative gap.
 """
 from __future__ import annotations
 
@@ -28,8 +31,9 @@ from rapidllm.validate.metrics import mape
 GiB = 2**30
 # nanotron (accumulate_grad_in_fp32, ZeroDistributedOptimizer): fp32 master weights live in the gradient
 # accumulator for every parameter (sharded only by ZeRO-3, which nanotron lacks), DDP keeps bf16 grads;
-# the loss upcasts the logits (cast_to_fp32 block) and the vocab-parallel cross entropy shifts them: two
-# fp32 vocab-sized copies beyond the operator list's bf16 logits and fp32 probabilities. The three
+# the loss upcasts the logits (cast_to_fp32 block) beside the bf16 logits, and the vocab-parallel cross
+# entropy shifts them into the probabilities it saves and later turns into their gradient in place: one fp32
+# vocab-sized copy in the forward, none in the backward (memory/state.py NANOTRON). The three
 # step-phase constants (STEP_CONSTANTS) are fitted on a declared calibration subset of the Success rows
 # (every 4th row of each model family, ordered by job id: 25 %) and scored on the other 75 %.
 STEP_CONSTANTS = ("zero_step_bytes", "step_hidden_bytes", "runtime_allocated")
@@ -119,6 +123,7 @@ def validate_nanotron(path: str | Path) -> dict[str, Any]:
         rows.append(dict(name=r["name"], family=r.num_params, status=r.status, dp=r.dp, tp=r.tp, pp=r.pp,
                          mbs=r.mbs, zero=r.zero_stage, measured_gib=r["Mem Alloc (GB)"],
                          predicted_gib=rank0.optimizer_phase / GiB, peak_gib=worst.peak / GiB,
+                         reserved_gib=r["Mem Res (GB)"], stage0_allocated_gib=(rank0.peak - rank0.framework) / GiB,
                          predicted_ok=worst.feasible, calibration=r.job_id in calib_jobs))
     out = pd.DataFrame(rows)
     ok = out[out.status == "Success"]
@@ -129,7 +134,8 @@ def validate_nanotron(path: str | Path) -> dict[str, Any]:
     return dict(rows=out, mape=mape(ok.predicted_gib, ok.measured_gib), n_success=len(ok),
                 mape_calibration=mape(ok[ok.calibration].predicted_gib, ok[ok.calibration].measured_gib),
                 mape_held_out=mape(held.predicted_gib, held.measured_gib), n_held_out=len(held), constants=step,
-                accuracy=float((out.predicted_ok == actual).mean()), n_classified=len(out), confusion=confusion)
+                accuracy=float((out.predicted_ok == actual).mean()), n_classified=len(out), confusion=confusion,
+                reserved_residual=float(((ok.reserved_gib - ok.stage0_allocated_gib).abs() / ok.reserved_gib).median()))
 
 
 
