@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rapidllm.cli.common import print_json
+from rapidllm.cli.common import output_dir, output_path, print_json, write_output
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.paths import display
 
@@ -62,6 +62,8 @@ def _run(args: argparse.Namespace) -> int:
     adjust = adjuster(args.measured, args.what_if or ())
     if args.chakra and not case.training:       # refused before any work or any file
         raise SpecError(f"{display(args.case)}: --chakra: {CHAKRA_TRAINING_ONLY}")
+    timeline = output_path(args.timeline, "--timeline") if args.timeline else None
+    chakra = output_dir(args.chakra, "--chakra folder") if args.chakra else None
     hw_cost = None
     if args.cost:                       # bad cost inputs are refused before any prediction runs
         from rapidllm.cost import hardware_cost
@@ -71,25 +73,28 @@ def _run(args: argparse.Namespace) -> int:
     except SpecError as err:            # a limit met while predicting (e.g. a collective too large to simulate)
         raise SpecError([f"{display(args.case)}: {line}" for line in err.lines]) from None
     record = pred.to_dict()
-    if args.timeline:
+    if timeline is not None:
         from rapidllm.explore.timeline import TimelineError, write_timeline
         try:
-            write_timeline(pred, args.timeline)
+            write_output(lambda path: write_timeline(pred, path), timeline, "timeline")
         except TimelineError as err:
             raise SpecError(f"{display(args.case)}: --timeline: {err}") from None
-    if args.chakra:
+    if chakra is not None:
         from rapidllm.prediction import export_chakra
-        paths = export_chakra(case, args.chakra, args.chakra_per_class)
+        paths: list = []
+        write_output(lambda path: paths.extend(export_chakra(case, path, args.chakra_per_class)), chakra,
+                     "Chakra traces")
         print(f"{len(paths)} Chakra traces -> {args.chakra}", file=sys.stderr)
     out = {k: record[k] for k in JSON_KEYS}
     costs = {}
-    if args.cost and pred.status == "ok":
+    if args.cost:                       # an infeasible case keeps its $/hour; what needs a time is null
         from rapidllm.cost import price_prediction
         costs = price_prediction(case, pred, hw_cost)
     if args.json:
         print_json({**out, **costs}, indent=2)
         return 0
-    print("\n".join(table(case, pred) + [f"  {k:28s} {v:.6g}" for k, v in costs.items()]))
+    print("\n".join(table(case, pred) + [f"  {k:28s} {v:.6g}" if v == v else f"  {k:28s} n/a"
+                                          for k, v in costs.items()]))
     return 0
 
 

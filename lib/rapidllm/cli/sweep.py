@@ -1,4 +1,8 @@
-"""`rapidllm sweep`: every combination of an experiment, evaluated in-process, written as one table."""
+"""`rapidllm sweep`: every combination of an experiment, evaluated in-process, written as one table.
+
+Rows a case rule rejects stay in the table as 'invalid' with the reason; but when every row is invalid the
+mistake is the experiment's (a bad base value), so the first reason is the error and nothing is written.
+"""
 from __future__ import annotations
 
 import argparse
@@ -31,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
     out = output_path(args.out or f"results/{exp.name}/sweep.csv", "sweep output")
     try:
         df = sweep(exp, progress=not args.quiet, jobs=resolve_jobs(args.jobs))
+        if len(df) and (df.status == "invalid").all():    # a mistake in the base, not a finding: no table
+            raise SpecError(f"{df.reason.iloc[0]}; all {len(df)} cases of the sweep are invalid: no table written")
         write_output(lambda p: write_table(df, p), out, "sweep table")
     except KeyboardInterrupt:           # the pool is already terminated; the table is written atomically
         print("sweep interrupted: no output file written", file=sys.stderr)

@@ -10,6 +10,7 @@ aliases expand past MAX_SPEC_VALUES values (an alias bomb is small on disk and e
 """
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import numbers
@@ -60,6 +61,12 @@ def _finite_number(checker: Any, instance: Any) -> bool:
     return isinstance(instance, numbers.Real) and not isinstance(instance, bool) and math.isfinite(instance)
 
 
+def _integer(checker: Any, instance: Any) -> bool:
+    """JSON-schema `integer`, strictly: jsonschema also takes 8.0, which a case would then carry as a float
+    (a world of "64.0 GPUs" and a case id of its own), so a count written with a decimal point is refused."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
 def _positive(validator: Any, value: bool, instance: Any, schema: dict) -> Any:
     """`positive: true` on a quantity: its SI value must be > 0 (the format already checked the unit)."""
     kind = schema.get("format")
@@ -102,7 +109,7 @@ def _validator(kind: str) -> jsonschema.protocols.Validator:
     schemas, registry = _schemas(schema_dir())
     schema = schemas[f"{kind}.schema.yaml"]
     base = jsonschema.validators.validator_for(schema)
-    types = base.TYPE_CHECKER.redefine("number", _finite_number)
+    types = base.TYPE_CHECKER.redefine_many({"number": _finite_number, "integer": _integer})
     cls = jsonschema.validators.extend(base, validators={"positive": _positive}, type_checker=types)
     return cls(schema, registry=registry, format_checker=_format_checker())
 
@@ -132,6 +139,8 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v == "type":
         kinds = error.validator_value
         finite = " (finite)" if "number" in kinds or "integer" in kinds else ""
+        if "integer" in kinds and isinstance(error.instance, float) and error.instance.is_integer():
+            finite = f" (write {int(error.instance)}, without a decimal point)"
         return f"{short(error.instance)} is not of type {kinds}{finite}"
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         return f"{short(error.instance)} is out of range; allowed: {_range(error.schema)}"
@@ -171,6 +180,11 @@ def _branch_error(error: jsonschema.ValidationError) -> jsonschema.ValidationErr
     for e in error.context:
         branches.setdefault(e.relative_schema_path[0] if e.relative_schema_path else None, []).append(e)
     live = [errs for errs in branches.values() if not any(e.validator == "const" for e in errs)]
+    consts = [e for errs in branches.values() for e in errs if e.validator == "const" and e.relative_path]
+    if not live and len(consts) == len(branches):    # the discriminator matched no branch: name its values
+        wrong = copy.copy(consts[0])                  # (else "mode: train" read as unknown training keys)
+        wrong.validator, wrong.validator_value = "enum", [e.validator_value for e in consts]
+        return wrong
     if len(live) > 1:                   # a branch of the value's own type (an integer, not a list of them)
         typed = [errs for errs in live if not any(e.validator == "type" and not e.relative_path for e in errs)]
         live = typed or live
