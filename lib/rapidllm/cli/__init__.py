@@ -8,6 +8,7 @@ stable snake_case keys with SI units in their names and is strict JSON (null whe
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import NoReturn
 
@@ -42,3 +43,6 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as err:
         print(str(err), file=sys.stderr)
         return 2
+    except BrokenPipeError:             # `rapidllm ... | head`: the reader left; quiet, as a Unix tool is
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # (no second error at exit's flush)
+        return 128 + 13                 # the status a shell reports for a SIGPIPE

@@ -79,7 +79,7 @@ def network_arg(text: str) -> tuple[NetworkSpec, tuple[FaultSpec, ...]]:
     named or inline, plus its `faults`). A path is recognised by a .yaml/.yml suffix or by existing."""
     path = Path(text)
     if path.suffix not in (".yaml", ".yml") and not path.is_file():
-        mapping, where = resolve_named("network", text, "--network", "network")
+        mapping, where = resolve_named("network", text, "rapidllm collective", "--network")
         return NetworkSpec.from_mapping(mapping, where), ()
     source = display(path)
     data = load_yaml(path)

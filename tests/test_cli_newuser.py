@@ -1,0 +1,105 @@
+"""What a new user trips over on the command line (a newcomer's pass over README, docs/api.md, search.md and
+cost.md): mistakes that must be one clear line and exit 2, and outputs that must not hide a result.
+
+The refusals run through the bad-input harness of tests/test_bad_inputs.py (exit 2, nothing on stdout, no
+traceback, no file written, the expected fragment in the message).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bad_input_corpus import CASE, EXPERIMENT, SEARCH_SPEC, Bad, with_key
+from rapidllm.cli import main
+from test_bad_inputs import _check, _materialize
+
+SWEEP_ARGS = ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet")
+# Llama-3.1-70B trained on 8 A100-40GB with tp 1: 70B parameters cannot fit, so the memory model settles it
+# before any simulation (a quick infeasible case on a device with a cost section).
+INFEASIBLE = {"model": "llama3.1-70b", "hardware": "a100-sxm4-40gb", "network": "dgx-a100",
+              "workload": {"mode": "training", "seq_len": 2048, "global_batch": 8, "micro_batch": 1},
+              "parallelism": {"dp": 8}}
+
+REFUSED = [
+    # jsonschema takes 8.0 as an integer; the case then carried a float (a "64.0 x GPU" world, its own case id)
+    Bad("tp-written-as-float", ("predict", "{tmp}/case.yaml"), "parallelism.tp: 8.0 is not of type integer (write 8",
+        "quantity", {"case.yaml": with_key(CASE, "parallelism.tp", 8.0)}),
+    # a mode that matches no workload branch read as "unknown key(s) 'global_batch', ..." of the inference one
+    Bad("mode-misspelt", ("predict", "{tmp}/case.yaml"),
+        "workload.mode: 'train' is not allowed; allowed: training, inference", "message",
+        {"case.yaml": with_key(CASE, "workload.mode", "train")}),
+    # unknown names in an experiment made every row using them 'invalid', exit 0
+    Bad("sweep-cross-hardware-typo", SWEEP_ARGS, "exp.yaml: cross.hardware.1: unknown hardware 'a100'", "message",
+        {"exp.yaml": {**EXPERIMENT, "cross": {"hardware": ["a100-sxm4-80gb", "a100"]}}}),
+    Bad("sweep-base-model-typo", SWEEP_ARGS, "exp.yaml: base.model: unknown model 'llama-2-7b'", "message",
+        {"exp.yaml": with_key(EXPERIMENT, "base.model", "llama-2-7b")}),
+    Bad("sweep-every-case-invalid", SWEEP_ARGS, "all 2 cases of the sweep are invalid: no table written", "message",
+        {"exp.yaml": with_key(EXPERIMENT, "base.workload.global_batch", 0)}),
+    # output paths are checked before the prediction (an unwritable --timeline was a traceback after it)
+    Bad("timeline-under-a-file", ("predict", "{tmp}/case.yaml", "--timeline", "{tmp}/case.yaml/t.json"),
+        "is not a directory", "file", {"case.yaml": CASE}),
+    Bad("chakra-into-a-file", ("predict", "{tmp}/case.yaml", "--chakra", "{tmp}/case.yaml"), "is a file; give a folder",
+        "file", {"case.yaml": CASE}),
+    Bad("collective-network-typo", ("collective", "--network", "dgx", "--bytes", "1 GiB"),
+        "rapidllm collective: --network: unknown network 'dgx'; known: dgx-a100", "message"),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("bad", REFUSED, ids=[b.id for b in REFUSED])
+def test_refused(bad: Bad, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    argv = _materialize(bad, tmp_path)
+    before = set(tmp_path.rglob("*"))
+    code = main(argv)
+    captured = capsys.readouterr()
+    _check(bad, code, captured.out, captured.err, tmp_path, before)
+
+
+def test_cost_of_an_infeasible_case(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`--cost` on a case that does not fit kept no cost key at all; now the same keys as a feasible case,
+    the hourly rates priced and everything that needs a time null (JSON) or n/a (table), never 'nan'."""
+    path = tmp_path / "case.yaml"
+    path.write_text(yaml.safe_dump(INFEASIBLE))
+    assert main(["predict", str(path), "--cost", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "infeasible" and out["step_time_s"] is None
+    assert out["gpus"] == 8
+    assert math.isclose(out["usd_per_hour"], 8 * out["usd_per_gpu_hour"], rel_tol=1e-12)
+    assert out["usd_per_step"] is None and out["usd_per_million_tokens"] is None
+    assert main(["predict", str(path), "--cost"]) == 0
+    text = capsys.readouterr().out
+    assert "infeasible" in text and "nan" not in text
+    assert any(line.split() == ["usd_per_step", "n/a"] for line in text.splitlines())
+
+
+def test_search_table_shows_every_group(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The terminal table cut the ranked rows to the first k overall, so the best of a larger GPU count (or of
+    a second candidate) never showed; and two layouts differing only in sp or the attention kernel printed as
+    identical rows. Every kept row now shows, with those axes."""
+    spec = {**SEARCH_SPEC, "gpus": [2, 4], "space": {"recompute": ["full"], "micro_batch": [1], "zero": [1]}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["search", str(path), "--quiet", "--top", "1", "--out", str(tmp_path / "o")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for col in ("sp", "attention_impl", "step_time_s", "peak_GiB"):
+        assert col in lines[0].split()
+    gpus = [re.search(r"/ dgx-a100\s+(\d+)", line).group(1) for line in lines[1:3]]
+    assert sorted(gpus) == ["2", "4"]                  # --top 1: the best of each GPU count
+    assert lines[3].startswith("layouts ")
+
+
+def test_broken_pipe_is_quiet(tmp_path: Path) -> None:
+    """`rapidllm collective ... | head -1` printed a BrokenPipeError traceback once the reader had left."""
+    proc = subprocess.Popen([sys.executable, "-m", "rapidllm.cli", "collective", "--network", "dgx-a100", "--bytes",
+                             "64 MiB", "--ranks", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()                  # the reader leaves before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) in (0, 141)
+    assert "Traceback" not in err and "BrokenPipe" not in err
