@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import ROOT
 from bad_input_corpus import CASE, EXPERIMENT, SEARCH_SPEC, Bad, with_key
 from rapidllm.cli import main
 from test_bad_inputs import _check, _materialize
@@ -47,6 +48,13 @@ REFUSED = [
         "is not a directory", "file", {"case.yaml": CASE}),
     Bad("chakra-into-a-file", ("predict", "{tmp}/case.yaml", "--chakra", "{tmp}/case.yaml"), "is a file; give a folder",
         "file", {"case.yaml": CASE}),
+    # a misspelt name: the list of known names, and the one that was meant
+    Bad("hardware-short-name", ("predict", "{tmp}/case.yaml"), "(did you mean h100-sxm5-80gb?)", "message",
+        {"case.yaml": with_key(CASE, "hardware", "h100")}),
+    Bad("model-near-name", ("predict", "{tmp}/case.yaml"), "unknown model 'gpt3-175b'; known: ", "message",
+        {"case.yaml": with_key(CASE, "model", "gpt3-175b")}),
+    Bad("model-longer-name", ("predict", "{tmp}/case.yaml"), "(did you mean mixtral-8x7b?)", "message",
+        {"case.yaml": with_key(CASE, "model", "Mixtral-8x7B-Instruct")}),
     Bad("collective-network-typo", ("collective", "--network", "dgx", "--bytes", "1 GiB"),
         "rapidllm collective: --network: unknown network 'dgx'; known: dgx-a100", "message"),
 ]
@@ -103,3 +111,19 @@ def test_broken_pipe_is_quiet(tmp_path: Path) -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) in (0, 141)
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_cost_columns_of_a_predict_many_frame() -> None:
+    """docs/cost.md's `add_cost_columns(predict_many(cases), cases=cases)` with the YAML paths predict_many
+    took; without `cases` a predict_many frame (no hardware or world column) is a clear ValueError, not a
+    KeyError."""
+    from rapidllm import cost, predict_many
+
+    cases = [str(ROOT / "examples/gpt175b-tp8-pp8.yaml"), INFEASIBLE]
+    df = predict_many(cases)
+    priced = cost.add_cost_columns(df, cases=cases)
+    assert priced.gpus[0] == 64 and priced.gpus[1] != priced.gpus[1]    # the infeasible row: NaN
+    assert math.isclose(priced.usd_per_step[0], df.step_time_s[0] * 64 * priced.usd_per_gpu_hour[0] / 3600,
+                        rel_tol=1e-12)
+    with pytest.raises(ValueError, match="needs cases="):
+        cost.add_cost_columns(df)

@@ -140,6 +140,8 @@ def _describe(error: jsonschema.ValidationError) -> str:
         kinds = error.validator_value
         finite = " (finite)" if "number" in kinds or "integer" in kinds else ""
         if "integer" in kinds and isinstance(error.instance, float) and error.instance.is_integer():
+            if not error.schema.get("minimum", -math.inf) <= error.instance <= error.schema.get("maximum", math.inf):
+                return f"{short(error.instance)} is out of range; allowed: {_range(error.schema)}"
             finite = f" (write {int(error.instance)}, without a decimal point)"
         return f"{short(error.instance)} is not of type {kinds}{finite}"
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
