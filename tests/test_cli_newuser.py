@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
 from bad_input_corpus import CASE, EXPERIMENT, SEARCH_SPEC, Bad, with_key
+from conftest import ROOT
 from rapidllm.cli import main
 from test_bad_inputs import _check, _materialize
 
