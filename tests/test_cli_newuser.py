@@ -127,3 +127,13 @@ def test_cost_columns_of_a_predict_many_frame() -> None:
                         rel_tol=1e-12)
     with pytest.raises(ValueError, match="needs cases="):
         cost.add_cost_columns(df)
+
+
+def test_header_names_the_variant(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The case id names the case, not the flags: a baseline or what-if run says so in its header line."""
+    path = tmp_path / "case.yaml"
+    path.write_text(yaml.safe_dump(INFEASIBLE))
+    assert main(["predict", str(path), "--engine", "baseline"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("training [engine baseline]")
+    assert main(["predict", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("training")

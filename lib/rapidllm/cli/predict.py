@@ -93,7 +93,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**out, **costs}, indent=2)
         return 0
-    print("\n".join(table(case, pred) + [f"  {k:28s} {v:.6g}" if v == v else f"  {k:28s} n/a"
+    print("\n".join(table(case, pred, _variant(args)) + [f"  {k:28s} {v:.6g}" if v == v else f"  {k:28s} n/a"
                                           for k, v in costs.items()]))
     return 0
 
@@ -106,10 +106,19 @@ def _seconds(t: float) -> str:
     return ""
 
 
-def table(case, pred) -> list[str]:
+def _variant(args: argparse.Namespace) -> str:
+    """What the flags changed, for the header: the case id names the case only, so a what-if or baseline
+    run would otherwise read like the plain prediction of the same id."""
+    parts = [f"engine {args.engine}"] if args.engine != "event" else []
+    parts += [f"measured {args.measured}"] if args.measured else []
+    parts += [f"what-if {w}" for w in args.what_if or ()]
+    return ", ".join(parts)
+
+
+def table(case, pred, variant: str = "") -> list[str]:
     """The human-readable breakdown of one Prediction, one line per row."""
     head = (f"case {pred.case_id}: {case.model.name} on {case.parallelism.world} x {case.hardware.name} "
-            f"({case.network.name}), {pred.mode}")
+            f"({case.network.name}), {pred.mode}" + (f" [{variant}]" if variant else ""))
     lines = [head]
     if pred.status != "ok":
         lines.append(f"  infeasible: {pred.reason}")
