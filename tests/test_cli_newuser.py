@@ -55,6 +55,9 @@ REFUSED = [
         {"case.yaml": with_key(CASE, "model", "gpt3-175b")}),
     Bad("model-longer-name", ("predict", "{tmp}/case.yaml"), "(did you mean mixtral-8x7b?)", "message",
         {"case.yaml": with_key(CASE, "model", "Mixtral-8x7B-Instruct")}),
+    Bad("search-objective-of-other-mode", ("search", "{tmp}/s.yaml", "--quiet", "--out", "{tmp}/out"),
+        "'ttft_s' does not apply to a training workload; allowed: mfu, step_time_s, time_to_train_s", "message",
+        {"s.yaml": with_key(SEARCH_SPEC, "objective", "ttft_s")}),
     Bad("collective-network-typo", ("collective", "--network", "dgx", "--bytes", "1 GiB"),
         "rapidllm collective: --network: unknown network 'dgx'; known: dgx-a100", "message"),
 ]
