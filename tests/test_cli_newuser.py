@@ -58,6 +58,9 @@ REFUSED = [
     Bad("search-objective-of-other-mode", ("search", "{tmp}/s.yaml", "--quiet", "--out", "{tmp}/out"),
         "'ttft_s' does not apply to a training workload; allowed: mfu, step_time_s, time_to_train_s", "message",
         {"s.yaml": with_key(SEARCH_SPEC, "objective", "ttft_s")}),
+    Bad("search-one-candidate-typo", ("search", "{tmp}/s.yaml", "--quiet", "--out", "{tmp}/out"),
+        "/s.yaml: model: unknown model 'llama-2-7b'", "message",       # no "(model 0, hardware 0, network 0)"
+        {"s.yaml": with_key(SEARCH_SPEC, "model", "llama-2-7b")}),
     Bad("collective-network-typo", ("collective", "--network", "dgx", "--bytes", "1 GiB"),
         "rapidllm collective: --network: unknown network 'dgx'; known: dgx-a100", "message"),
 ]
