@@ -143,3 +143,14 @@ def test_header_names_the_variant(tmp_path: Path, capsys: pytest.CaptureFixture)
     assert capsys.readouterr().out.splitlines()[0].endswith("training [engine baseline]")
     assert main(["predict", str(path)]) == 0
     assert capsys.readouterr().out.splitlines()[0].endswith("training")
+
+
+def test_throughput_reads_as_a_number(capsys: pytest.CaptureFixture) -> None:
+    """GPT-3 175B on 64 A100s trains some ten thousand tokens/s: printed with thousands separators, not as
+    1.016e+04, and equal to the JSON value rounded."""
+    example = str(ROOT / "examples/gpt175b-tp8-pp8.yaml")
+    assert main(["predict", example, "--json"]) == 0
+    rate = json.loads(capsys.readouterr().out)["tokens_per_s"]
+    assert main(["predict", example]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("throughput"))
+    assert "e+" not in line and line.split()[-2] == f"{rate:,.0f}"
