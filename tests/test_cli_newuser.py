@@ -154,3 +154,30 @@ def test_throughput_reads_as_a_number(capsys: pytest.CaptureFixture) -> None:
     assert main(["predict", example]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("throughput"))
     assert "e+" not in line and line.split()[-2] == f"{rate:,.0f}"
+
+
+def test_search_by_cost_as_docs_cost_md_shows(tmp_path: Path) -> None:
+    """docs/cost.md's objective of one's own: on one device, $ per million tokens x tokens/s per GPU is the
+    device's $/GPU-hour / 3600 x 1e6 on every ranked row, and the order is that of tokens/s per GPU."""
+    import dataclasses
+    import functools
+
+    from rapidllm import search
+    from rapidllm.cost import hardware_cost, price_prediction
+    from rapidllm.search import load_search
+    from rapidllm.search.objectives import Objective
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**SEARCH_SPEC, "gpus": [2, 4], "top": 3,
+                                    "space": {"recompute": ["full"], "micro_batch": [1], "zero": [1]}}))
+    device_cost = functools.cache(hardware_cost)
+    usd = Objective("usd_per_million_tokens", "min", group_level=True,
+                    derive=lambda rec, case: price_prediction(case, rec, device_cost(case.hardware.name))
+                    ["usd_per_million_tokens"])
+    df = search(dataclasses.replace(load_search(path), objective=usd))
+    rate = hardware_cost(SEARCH_SPEC["hardware"]).operating.usd_per_gpu_hour
+    per_gpu = df.tokens_per_s / df.gpus
+    for got in df.usd_per_million_tokens * per_gpu:
+        assert math.isclose(got, rate / 3600 * 1e6, rel_tol=1e-9)
+    for _, group in df.groupby("gpus"):
+        assert list(group.usd_per_million_tokens) == sorted(group.usd_per_million_tokens)
