@@ -61,6 +61,9 @@ REFUSED = [
     Bad("search-one-candidate-typo", ("search", "{tmp}/s.yaml", "--quiet", "--out", "{tmp}/out"),
         "/s.yaml: model: unknown model 'llama-2-7b'", "message",       # no "(model 0, hardware 0, network 0)"
         {"s.yaml": with_key(SEARCH_SPEC, "model", "llama-2-7b")}),
+    Bad("key-misspelt", ("predict", "{tmp}/case.yaml"),
+        "workload: unknown key(s) 'global_bacth' (did you mean global_batch?); allowed: global_batch,", "message",
+        {"case.yaml": {**CASE, "workload": {"mode": "training", "seq_len": 2048, "global_bacth": 8}}}),
     Bad("collective-network-typo", ("collective", "--network", "dgx", "--bytes", "1 GiB"),
         "rapidllm collective: --network: unknown network 'dgx'; known: dgx-a100", "message"),
 ]

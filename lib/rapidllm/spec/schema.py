@@ -11,6 +11,7 @@ aliases expand past MAX_SPEC_VALUES values (an alias bomb is small on disk and e
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 import math
 import numbers
@@ -128,7 +129,9 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed))
-        return f"unknown key(s) {', '.join(map(repr, extra))}; allowed: {', '.join(allowed)}"
+        meant = [m for k in extra for m in difflib.get_close_matches(str(k), allowed, n=1, cutoff=0.7)]
+        hint = f" (did you mean {', '.join(meant)}?)" if meant else ""      # global_bacth -> global_batch
+        return f"unknown key(s) {', '.join(map(repr, extra))}{hint}; allowed: {', '.join(allowed)}"
     if v == "enum":
         return f"{short(error.instance)} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
     if v == "const":
