@@ -184,3 +184,14 @@ def test_search_by_cost_as_docs_cost_md_shows(tmp_path: Path) -> None:
         assert math.isclose(got, rate / 3600 * 1e6, rel_tol=1e-9)
     for _, group in df.groupby("gpus"):
         assert list(group.usd_per_million_tokens) == sorted(group.usd_per_million_tokens)
+
+
+def test_version(capsys: pytest.CaptureFixture) -> None:
+    """`rapidllm --version` prints pyproject.toml's version (a user's first question in a bug report)."""
+    import tomllib
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert capsys.readouterr().out == f"rapidllm {version}\n"
