@@ -64,6 +64,13 @@ REFUSED = [
     Bad("key-misspelt", ("predict", "{tmp}/case.yaml"),
         "workload: unknown key(s) 'global_bacth' (did you mean global_batch?); allowed: global_batch,", "message",
         {"case.yaml": {**CASE, "workload": {"mode": "training", "seq_len": 2048, "global_bacth": 8}}}),
+    Bad("inline-model-key", ("predict", "{tmp}/case.yaml"),   # was "model: (top level): unknown key(s) ..."
+        "/case.yaml: model: unknown key(s) 'seq_max'; allowed: ", "message",
+        {"case.yaml": with_key(CASE, "model", {"name": "m", "layers": 2, "hidden": 64, "heads": 4, "ffn": 256,
+                                              "vocab": 1000, "seq_max": 4096})}),
+    Bad("inline-hardware-nested-key", ("predict", "{tmp}/case.yaml"),
+        "/case.yaml: hardware.utilization.compute: 0 is out of range", "quantity",
+        {"case.yaml": with_key(CASE, "hardware.utilization", {"compute": 0, "hbm": 1, "network": 1})}),
     Bad("collective-network-typo", ("collective", "--network", "dgx", "--bytes", "1 GiB"),
         "rapidllm collective: --network: unknown network 'dgx'; known: dgx-a100", "message"),
 ]

@@ -49,8 +49,21 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
         mapping.setdefault("name", f"inline-{kind}")
     else:
         raise SpecError.at(source, key, f"{short(value)} is neither a {kind} name nor a mapping")
-    _validate_inline(mapping, kind, where)
+    try:
+        _validate_inline(mapping, kind, where)
+    except SpecError as err:
+        raise SpecError([_nested(line, source, key) for line in err.lines]) from None
     return mapping, where
+
+
+def _nested(line: str, source: str, key: str) -> str:
+    """An inline spec's schema error with its key under the case's: 'case.yaml: model.moe.experts: ...' and
+    'case.yaml: model: unknown key(s) ...' rather than 'case.yaml: model: (top level): unknown key(s) ...'."""
+    head = f"{source}: {key}: "
+    if not line.startswith(head) or not re.fullmatch(r"[\w.]+", key):
+        return line
+    rest = line[len(head):]
+    return head + rest.removeprefix("(top level): ") if rest.startswith("(top level): ") else f"{source}: {key}.{rest}"
 
 
 def _suggest(value: str, names: list[str]) -> str:
