@@ -71,6 +71,8 @@ REFUSED = [
     Bad("inline-hardware-nested-key", ("predict", "{tmp}/case.yaml"),
         "/case.yaml: hardware.utilization.compute: 0 is out of range", "quantity",
         {"case.yaml": with_key(CASE, "hardware.utilization", {"compute": 0, "hbm": 1, "network": 1})}),
+    Bad("sweep-out-suffix", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.txt", "--quiet"),
+        "--out: '", "file", {"exp.yaml": EXPERIMENT}),     # a .txt table was written as parquet
     Bad("collective-network-typo", ("collective", "--network", "dgx", "--bytes", "1 GiB"),
         "rapidllm collective: --network: unknown network 'dgx'; known: dgx-a100", "message"),
 ]

@@ -15,7 +15,7 @@ from rapidllm.cli.common import output_path, write_output
 def add_parser(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("sweep", help="run an experiment sweep in-process with a progress bar")
     s.add_argument("experiment", help="experiment YAML")
-    s.add_argument("--out", help="output CSV (default results/NAME/sweep.csv)")
+    s.add_argument("--out", help="output table, .csv or .parquet (default results/NAME/sweep.csv)")
     s.add_argument("--quiet", action="store_true")
     s.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="worker processes (default 1; 0: one per available core); the table is identical")
@@ -31,6 +31,9 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < 0:
         raise SpecError(f"rapidllm sweep: --jobs: {args.jobs} is not allowed; allowed: an integer >= 1 (worker "
                         "processes) or 0 (one per available core)")
+    if args.out and Path(args.out).suffix not in (".csv", ".parquet"):   # anything else was parquet, silently
+        raise SpecError(f"rapidllm sweep: --out: {args.out!r} is not allowed; allowed: a path ending in .csv "
+                        "or .parquet")
     exp = load_experiment(args.experiment)
     out = output_path(args.out or f"results/{exp.name}/sweep.csv", "sweep output")
     try:
