@@ -31,9 +31,9 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < 0:
         raise SpecError(f"rapidllm sweep: --jobs: {args.jobs} is not allowed; allowed: an integer >= 1 (worker "
                         "processes) or 0 (one per available core)")
-    if args.out and Path(args.out).suffix not in (".csv", ".parquet"):   # anything else was parquet, silently
+    if args.out and output_path(args.out, "sweep output").suffix not in (".csv", ".parquet"):
         raise SpecError(f"rapidllm sweep: --out: {args.out!r} is not allowed; allowed: a path ending in .csv "
-                        "or .parquet")
+                        "or .parquet")          # (anything else was written as parquet, silently)
     exp = load_experiment(args.experiment)
     out = output_path(args.out or f"results/{exp.name}/sweep.csv", "sweep output")
     try:
