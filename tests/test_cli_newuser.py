@@ -73,6 +73,8 @@ REFUSED = [
         {"case.yaml": with_key(CASE, "hardware.utilization", {"compute": 0, "hbm": 1, "network": 1})}),
     Bad("sweep-out-suffix", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.txt", "--quiet"),
         "--out: '", "file", {"exp.yaml": EXPERIMENT}),     # a .txt table was written as parquet
+    Bad("cost-of-inline-device-without-cost", ("predict", "{tmp}/case.yaml", "--cost"),
+        "/case.yaml: hardware: cost: missing; hardware 'toy-gpu' has no cost section", "message", {"case.yaml": CASE}),
     Bad("collective-network-typo", ("collective", "--network", "dgx", "--bytes", "1 GiB"),
         "rapidllm collective: --network: unknown network 'dgx'; known: dgx-a100", "message"),
 ]
@@ -204,3 +206,17 @@ def test_version(capsys: pytest.CaptureFixture) -> None:
     assert exit_.value.code == 0
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert capsys.readouterr().out == f"rapidllm {version}\n"
+
+
+def test_cost_of_an_inline_device(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`--cost` on a case whose hardware is an inline mapping read config/hardware/NAME.yaml and failed
+    ("pass hardware_cost(mapping)", which the command line cannot); it now prices the mapping's own
+    `cost:` section: the H100's section gives the H100's package cost."""
+    from rapidllm import cost
+
+    h100 = yaml.safe_load((ROOT / "config/hardware/h100-sxm5-80gb.yaml").read_text())
+    path = tmp_path / "case.yaml"
+    path.write_text(yaml.safe_dump(with_key(CASE, "hardware.cost", h100["cost"])))
+    assert main(["predict", str(path), "--cost", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["package_usd"] == cost.package_cost(cost.hardware_cost("h100-sxm5-80gb").package).package_usd

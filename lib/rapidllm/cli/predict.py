@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from rapidllm.cli.common import output_dir, output_path, print_json, write_output
 from rapidllm.spec.errors import SpecError
@@ -66,8 +67,11 @@ def _run(args: argparse.Namespace) -> int:
     chakra = output_dir(args.chakra, "--chakra folder") if args.chakra else None
     hw_cost = None
     if args.cost:                       # bad cost inputs are refused before any prediction runs
-        from rapidllm.cost import hardware_cost
-        hw_cost = hardware_cost(case.hardware.name)
+        from rapidllm.cost.config import cost_from_mapping, hardware_cost
+        from rapidllm.spec.schema import load_yaml
+        inline = load_yaml(Path(args.case)).get("hardware")      # an inline device carries its own `cost:`
+        hw_cost = (cost_from_mapping(inline, f"{display(args.case)}: hardware") if isinstance(inline, dict)
+                   else hardware_cost(case.hardware.name))
     try:
         pred = predict(case, args.engine, adjust, trace=bool(args.timeline))
     except SpecError as err:            # a limit met while predicting (e.g. a collective too large to simulate)
