@@ -129,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out, indent=2)
     else:
-        print(f"{args.op} of {nbytes:,.0f} B on {net.name} ({out['ranks']} ranks, {res.algorithm}, {res.chunks} chunks)")
+        print(f"{args.op} of {nbytes:,.0f} B on {net.name} ({out['ranks']} ranks, {res.algorithm}, "
+              f"{res.chunks} chunks)")
         print(f"  time_s             {res.time_s:.6g}")
         print(f"  algbw              {res.algbw / 1e9:.2f} GB/s")
         print(f"  busbw              {res.busbw / 1e9:.2f} GB/s")

@@ -8,6 +8,7 @@ an inference run, any timing of a case that does not fit) is null, never 0.0.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -97,8 +98,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**out, **costs}, indent=2)
         return 0
-    print("\n".join(table(case, pred, _variant(args)) + [f"  {k:28s} {v:.6g}" if v == v else f"  {k:28s} n/a"
-                                          for k, v in costs.items()]))
+    print("\n".join(table(case, pred, _variant(args)) + [f"  {k:28s} {_number(v)}" for k, v in costs.items()]))
     return 0
 
 
@@ -108,6 +108,12 @@ def _seconds(t: float) -> str:
         if t >= scale or unit == "us":
             return f"{t / scale:10.4g} {unit:2s}" if t else f"{0:10.4g} s "
     return ""
+
+
+def _number(value: float) -> str:
+    """A cost column for the table: 'n/a' where it does not apply (NaN: no $/step for inference, nothing
+    rate-based for a case that does not fit), never 'nan'."""
+    return "n/a" if math.isnan(value) else f"{value:.6g}"
 
 
 def _variant(args: argparse.Namespace) -> str:

@@ -1,7 +1,8 @@
 """`rapidllm search SPEC.yaml`: the best parallel layouts of a model on a cluster (docs/search.md).
 
-Prints the ranked top-k of every candidate and GPU count with their breakdown and the counts of what was pruned and why; writes ranked.csv /
-.parquet, counts.json and the Pareto figure (staged, moved in only when complete, so Ctrl-C leaves nothing).
+Prints the ranked top-k of every candidate and GPU count with their breakdown and the counts of what was
+pruned and why; writes ranked.csv / .parquet, counts.json and the Pareto figure (staged, moved in only when
+complete, so Ctrl-C leaves nothing).
 """
 from __future__ import annotations
 

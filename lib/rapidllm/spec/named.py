@@ -41,7 +41,8 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
             info = None
         if info is None or not stat.S_ISREG(info.st_mode):
             names = known_names(kind)
-            raise SpecError.at(source, key, f"unknown {kind} {value!r}; known: {', '.join(names)}{_suggest(value, names)}")
+            raise SpecError.at(source, key, f"unknown {kind} {value!r}; known: {', '.join(names)}"
+                               + _suggest(value, names))
         mapping, where = _load_named(kind, value, path, info.st_mtime_ns)
         return (copy.deepcopy(mapping) if copy_named else mapping), where
     elif isinstance(value, dict):
