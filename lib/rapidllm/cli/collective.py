@@ -33,7 +33,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--op", default="all_reduce", choices=OPS)
     p.add_argument("--bytes", required=True, help="message size with a unit, e.g. 1GiB or '64 MB'")
     p.add_argument("--ranks", default=None,
-                   help="rank count N (ranks 0..N-1) or a comma list of rank ids (send_recv: SRC,DST)")
+                   help="rank count N (ranks 0..N-1) or a comma list of rank ids (send_recv: SRC,DST); default: "
+                        "every rank of the network, and one node of a fabric whose size is auto (a case file's "
+                        "world is not used)")
     p.add_argument("--algorithm", default="auto",
                    help="auto, ring, direct, halving_doubling, tree, hierarchical, in_switch (all_reduce)")
     p.add_argument("--chunks", type=int, default=None,
