@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     q = sub.add_parser("search", help="best parallel layouts of a model on a cluster (docs/search.md)")
     q.add_argument("spec", help="search spec YAML (workflow/schemas/search.schema.yaml)")
-    q.add_argument("--top", type=int, help="layouts kept per GPU count (default: the spec's top, else 10)")
+    q.add_argument("--top", type=int, help="layouts kept (and shown) per candidate and GPU count (default: the "
+                   "spec's top, else 10)")
     q.add_argument("--json", action="store_true", help="objective, counts and ranked rows as JSON")
     q.add_argument("--out", help="folder for ranked.csv/.parquet, counts.json, pareto.png (default results/search/NAME)")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
