@@ -75,6 +75,13 @@ REFUSED = [
         "--out: '", "file", {"exp.yaml": EXPERIMENT}),     # a .txt table was written as parquet
     Bad("cost-of-inline-device-without-cost", ("predict", "{tmp}/case.yaml", "--cost"),
         "/case.yaml: hardware: cost: missing; hardware 'toy-gpu' has no cost section", "message", {"case.yaml": CASE}),
+    # PyYAML reads 7.0e10 and 1e4 as strings (YAML 1.1 wants a dot and a signed exponent)
+    Bad("yaml-exponent-as-text", ("search", "{tmp}/s.yaml", "--quiet", "--out", "{tmp}/out"),
+        "is not of type number (finite); YAML reads it as text: write 7.0e+10", "message",
+        {"s.yaml": yaml.safe_dump(SEARCH_SPEC) + "constraints: {filters: {peak_memory_bytes: {max: 7.0e10}}}\n"}),
+    Bad("yaml-integer-exponent-as-text", ("predict", "{tmp}/case.yaml"),
+        "workload.seq_len: '1e4' is not of type integer (finite); YAML reads it as text: write 10000", "message",
+        {"case.yaml": yaml.safe_dump(CASE).replace("seq_len: 2048", "seq_len: 1e4")}),
     Bad("collective-network-typo", ("collective", "--network", "dgx", "--bytes", "1 GiB"),
         "rapidllm collective: --network: unknown network 'dgx'; known: dgx-a100", "message"),
 ]

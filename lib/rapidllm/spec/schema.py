@@ -146,6 +146,10 @@ def _describe(error: jsonschema.ValidationError) -> str:
             if not error.schema.get("minimum", -math.inf) <= error.instance <= error.schema.get("maximum", math.inf):
                 return f"{short(error.instance)} is out of range; allowed: {_range(error.schema)}"
             finite = f" (write {int(error.instance)}, without a decimal point)"
+        if finite and isinstance(error.instance, str) and _numeric_text(error.instance):
+            value = float(error.instance)
+            spelt = int(value) if "number" not in kinds and value.is_integer() else _yaml_number(error.instance)
+            finite += f"; YAML reads it as text: write {spelt}"
         return f"{short(error.instance)} is not of type {kinds}{finite}"
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         return f"{short(error.instance)} is out of range; allowed: {_range(error.schema)}"
@@ -156,6 +160,24 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v in ("oneOf", "anyOf") and error.context:
         return _describe(_branch_error(error))
     return error.message
+
+
+def _numeric_text(text: str) -> bool:
+    """Whether YAML left a number as a string: PyYAML (YAML 1.1) reads 7.0e10 and 1e30 as text, since its
+    float pattern wants a dot and a signed exponent (7.0e+10)."""
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+def _yaml_number(text: str) -> str:
+    """The spelling of `text` YAML reads as a number: 7.0e10 -> 7.0e+10, 1e30 -> 1.0e+30."""
+    mantissa, _, exponent = text.lower().partition("e")
+    if not exponent:
+        return text
+    mantissa = mantissa if "." in mantissa else f"{mantissa}.0"
+    return f"{mantissa}e{exponent if exponent[0] in '+-' else '+' + exponent}"
 
 
 def _range(schema: dict) -> str:
