@@ -51,7 +51,7 @@ REFUSED = [
     # a misspelt name: the list of known names, and the one that was meant
     Bad("hardware-short-name", ("predict", "{tmp}/case.yaml"), "(did you mean h100-sxm5-80gb?)", "message",
         {"case.yaml": with_key(CASE, "hardware", "h100")}),
-    Bad("model-near-name", ("predict", "{tmp}/case.yaml"), "unknown model 'gpt3-175b'; known: ", "message",
+    Bad("model-near-name", ("predict", "{tmp}/case.yaml"), "(did you mean gpt-175b?)", "message",
         {"case.yaml": with_key(CASE, "model", "gpt3-175b")}),
     Bad("model-longer-name", ("predict", "{tmp}/case.yaml"), "(did you mean mixtral-8x7b?)", "message",
         {"case.yaml": with_key(CASE, "model", "Mixtral-8x7B-Instruct")}),
@@ -72,7 +72,8 @@ REFUSED = [
         "/case.yaml: hardware.utilization.compute: 0 is out of range", "quantity",
         {"case.yaml": with_key(CASE, "hardware.utilization", {"compute": 0, "hbm": 1, "network": 1})}),
     Bad("sweep-out-suffix", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.txt", "--quiet"),
-        "--out: '", "file", {"exp.yaml": EXPERIMENT}),     # a .txt table was written as parquet
+        "is not allowed; allowed: a path ending in .csv or .parquet", "file",
+        {"exp.yaml": EXPERIMENT}),                         # a .txt table was written as parquet
     Bad("cost-of-inline-device-without-cost", ("predict", "{tmp}/case.yaml", "--cost"),
         "/case.yaml: hardware: cost: missing; hardware 'toy-gpu' has no cost section", "message", {"case.yaml": CASE}),
     # PyYAML reads 7.0e10 and 1e4 as strings (YAML 1.1 wants a dot and a signed exponent)
