@@ -228,3 +228,19 @@ def test_cost_of_an_inline_device(tmp_path: Path, capsys: pytest.CaptureFixture)
     assert main(["predict", str(path), "--cost", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["package_usd"] == cost.package_cost(cost.hardware_cost("h100-sxm5-80gb").package).package_usd
+
+
+def test_infeasible_case_says_what_to_change(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """An infeasible case printed only the bytes: the table now names the largest component and its lever
+    (here the optimizer state of 70B parameters without ZeRO over dp 8), and points at `rapidllm search`."""
+    path = tmp_path / "case.yaml"
+    path.write_text(yaml.safe_dump(INFEASIBLE))
+    assert main(["predict", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    parts = {"weights": "weights", "gradients": "gradients", "optimizer": "optimizer state",
+             "activations": "activations", "kv_cache": "KV cache"}
+    largest = parts[max(parts, key=lambda k: out[f"{k}_bytes"])]
+    assert main(["predict", str(path)]) == 0
+    hint = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("hint:"))
+    assert f"the largest part is the {largest}: " in hint and "rapidllm search" in hint
+    assert largest != "optimizer state" or "ZeRO 1-3 (parallelism.zero) shards it over dp" in hint

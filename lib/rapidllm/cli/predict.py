@@ -110,6 +110,26 @@ def _seconds(t: float) -> str:
     return ""
 
 
+def _hint(case, pred) -> str:
+    """One line on what would make an infeasible case fit: the lever of its largest memory component (the
+    memory model's: sharding, recompute, splitting) and the search that finds a layout that fits."""
+    par, mem = case.parallelism, pred.memory
+    shards = par.dp * par.cp > 1 and par.fsdp == "none"
+    levers = {
+        "weights": "more tp or pp (ep for a MoE model) splits the weights",
+        "gradients": ("ZeRO 2-3 (parallelism.zero) shards the gradients over dp" if shards and par.zero < 2
+                      else "more tp or pp (or dp with ZeRO 2-3) splits the gradients"),
+        "optimizer state": ("ZeRO 1-3 (parallelism.zero) shards it over dp" if shards and par.zero < 1
+                            else "more tp or pp (or dp with ZeRO 1-3) splits it"),
+        "activations": "parallelism.recompute: full, a smaller workload.micro_batch, or more tp (with sp), cp or "
+                       "pp shrink them",
+        "KV cache": "a smaller batch or more tp or pp shrinks it"}
+    sizes = {"weights": mem.weights, "gradients": mem.gradients, "optimizer state": mem.optimizer,
+             "activations": mem.activations, "KV cache": mem.kv_cache}
+    largest = max(sizes, key=sizes.__getitem__)
+    return f"the largest part is the {largest}: {levers[largest]}; `rapidllm search` finds layouts that fit"
+
+
 def _number(value: float) -> str:
     """A cost column for the table: 'n/a' where it does not apply (NaN: no $/step for inference, nothing
     rate-based for a case that does not fit), never 'nan'."""
@@ -131,7 +151,7 @@ def table(case, pred, variant: str = "") -> list[str]:
             f"({case.network.name}), {pred.mode}" + (f" [{variant}]" if variant else ""))
     lines = [head]
     if pred.status != "ok":
-        lines.append(f"  infeasible: {pred.reason}")
+        lines += [f"  infeasible: {pred.reason}", f"  hint: {_hint(case, pred)}"]
     else:
         total = pred.step_time_s
         name = "step time" if pred.mode == "training" else "request (end to end)"
