@@ -90,7 +90,7 @@ PREDICT = [
     case_bad("sm-count-huge", "hardware.sm_count", 10**9, "allowed: integer 1 to 65536"),
     case_bad("sm-count-fraction", "hardware.sm_count", 1.5, "is not of type integer"),
     case_bad("sm-count-bool", "hardware.sm_count", True, "is not of type integer"),
-    case_bad("hbm-capacity-wrong-unit", "hardware.hbm_capacity", "80 GB/s", "is not a bytes"),
+    case_bad("hbm-capacity-wrong-unit", "hardware.hbm_capacity", "80 GB/s", "is not a byte count"),
     # quantities in the network spec
     case_bad("link-bandwidth-negative", "network.dimensions.0.link_bandwidth", "-300 GB/s", "link_bandwidth: '-300 GB/s'"),
     case_bad("link-bandwidth-zero", "network.dimensions.1.link_bandwidth", "0 Gb/s", "a bandwidth > 0"),
@@ -397,7 +397,8 @@ COLLECTIVE = [
         "quantity"),
     Bad("bytes-overflow", ("collective", "--network", "dgx-a100", "--bytes", "1e400 B"), "not a finite byte count", "crash"),
     Bad("bytes-nan", ("collective", "--network", "dgx-a100", "--bytes", "nan B"), "--bytes", "quantity"),
-    Bad("bytes-wrong-unit", ("collective", "--network", "dgx-a100", "--bytes", "1 GB/s"), "is not a bytes", "quantity"),
+    Bad("bytes-wrong-unit", ("collective", "--network", "dgx-a100", "--bytes", "1 GB/s"), "is not a byte count",
+        "quantity"),
     Bad("chunks-zero", (*COLL, "--chunks", "0"), "--chunks: 0 is out of range", "quantity"),
     Bad("chunks-1e8", (*COLL, "--chunks", str(10**8)), "allowed: integer 1 to 4096", "work"),
     Bad("utilization-negative", (*COLL, "--utilization=-0.5"), "--utilization: -0.5 is out of range", "quantity"),

@@ -175,7 +175,7 @@ def test_cli_cost_flag_on_inline_device_fails_cleanly(tmp_path, gpt_case, capsys
     path.write_text(yaml.safe_dump(gpt_case))
     assert main(["predict", str(path), "--json", "--cost"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "'toy-gpu' is not in config/hardware/" in err and len(err.splitlines()) == 1
+    assert "hardware: cost: missing; hardware 'toy-gpu' has no cost section" in err and len(err.splitlines()) == 1
 
 
 def test_add_cost_columns_ranks_a_sweep_frame():

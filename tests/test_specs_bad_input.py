@@ -61,7 +61,8 @@ def test_wrong_unit_in_named_file_names_that_file(tmp_path, monkeypatch, gpt_cas
 def test_tp_not_dividing_heads(tmp_path, gpt_case, capsys) -> None:
     case = {**gpt_case, "parallelism": {**gpt_case["parallelism"], "tp": 7, "pp": 1}}
     code, err = _run(tmp_path, case, capsys)
-    assert code == 2 and err.endswith("case.yaml: parallelism.tp: tp 7 does not divide heads 96 of gpt-175b")
+    assert code == 2 and err.endswith("case.yaml: parallelism.tp: tp 7 does not divide heads 96 of gpt-175b; "
+                                      "allowed: 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96")
 
 
 def test_world_size_mismatch(tmp_path, gpt_case, capsys) -> None:

@@ -2,7 +2,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from rapidllm.units import UnitError, parse_quantity
+from rapidllm.units import NOUN, UnitError, parse_quantity
 
 
 @pytest.mark.parametrize("text,kind,expected", [
@@ -18,7 +18,7 @@ def test_parse(text: str, kind: str, expected: float) -> None:
 @pytest.mark.parametrize("text,kind", [("3.35 TB", "bandwidth"), ("5 GHz", "time"), ("80 GB/s", "bytes"),
                                        ("fast", "bandwidth"), ("10 furlongs", "bytes")])
 def test_wrong_unit_names_the_kind(text: str, kind: str) -> None:
-    with pytest.raises(UnitError, match=f"is not a {kind}; use a unit like"):
+    with pytest.raises(UnitError, match=f"is not a {NOUN[kind]}; use a unit like"):   # "a byte count"
         parse_quantity(text, kind)
 
 

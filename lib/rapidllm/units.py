@@ -78,7 +78,7 @@ def parse_quantity(value: object, kind: str) -> float:
 
 
 def _parse(value: object, kind: str) -> float:
-    wrong = UnitError(f"{_short(value)} is not a {kind}; use a unit like {KIND_EXAMPLES[kind]}")
+    wrong = UnitError(f"{_short(value)} is not a {NOUN[kind]}; use a unit like {KIND_EXAMPLES[kind]}")
     if isinstance(value, bool):
         raise wrong
     if isinstance(value, (int, float)):

@@ -8,6 +8,7 @@ stable snake_case keys with SI units in their names and is strict JSON (null whe
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import NoReturn
 
@@ -29,10 +30,26 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="rapidllm", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.add_parser(sub)
     return parser
+
+
+class _Version(argparse.Action):
+    """`--version`: the installed distribution's version (pyproject.toml), looked up only when asked (the
+    metadata scan would otherwise add to every command's start)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> NoReturn:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("rapidllm")
+        except PackageNotFoundError:
+            found = "unknown (not installed)"
+        print(f"rapidllm {found}")
+        parser.exit(0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,3 +59,6 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as err:
         print(str(err), file=sys.stderr)
         return 2
+    except BrokenPipeError:             # `rapidllm ... | head`: the reader left; quiet, as a Unix tool is
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # (no second error at exit's flush)
+        return 128 + 13                 # the status a shell reports for a SIGPIPE

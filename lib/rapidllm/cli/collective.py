@@ -33,7 +33,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--op", default="all_reduce", choices=OPS)
     p.add_argument("--bytes", required=True, help="message size with a unit, e.g. 1GiB or '64 MB'")
     p.add_argument("--ranks", default=None,
-                   help="rank count N (ranks 0..N-1) or a comma list of rank ids (send_recv: SRC,DST)")
+                   help="rank count N (ranks 0..N-1) or a comma list of rank ids (send_recv: SRC,DST); default: "
+                        "every rank of the network, and one node of a fabric whose size is auto (a case file's "
+                        "world is not used)")
     p.add_argument("--algorithm", default="auto",
                    help="auto, ring, direct, halving_doubling, tree, hierarchical, in_switch (all_reduce)")
     p.add_argument("--chunks", type=int, default=None,
@@ -79,7 +81,7 @@ def network_arg(text: str) -> tuple[NetworkSpec, tuple[FaultSpec, ...]]:
     named or inline, plus its `faults`). A path is recognised by a .yaml/.yml suffix or by existing."""
     path = Path(text)
     if path.suffix not in (".yaml", ".yml") and not path.is_file():
-        mapping, where = resolve_named("network", text, "--network", "network")
+        mapping, where = resolve_named("network", text, "rapidllm collective", "--network")
         return NetworkSpec.from_mapping(mapping, where), ()
     source = display(path)
     data = load_yaml(path)
@@ -129,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out, indent=2)
     else:
-        print(f"{args.op} of {nbytes:.6g} B on {net.name} ({out['ranks']} ranks, {res.algorithm}, {res.chunks} chunks)")
+        print(f"{args.op} of {nbytes:,.0f} B on {net.name} ({out['ranks']} ranks, {res.algorithm}, "
+              f"{res.chunks} chunks)")
         print(f"  time_s             {res.time_s:.6g}")
         print(f"  algbw              {res.algbw / 1e9:.2f} GB/s")
         print(f"  busbw              {res.busbw / 1e9:.2f} GB/s")

@@ -8,9 +8,11 @@ an inference run, any timing of a case that does not fit) is null, never 0.0.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from pathlib import Path
 
-from rapidllm.cli.common import print_json
+from rapidllm.cli.common import output_dir, output_path, print_json, write_output
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.paths import display
 
@@ -62,34 +64,41 @@ def _run(args: argparse.Namespace) -> int:
     adjust = adjuster(args.measured, args.what_if or ())
     if args.chakra and not case.training:       # refused before any work or any file
         raise SpecError(f"{display(args.case)}: --chakra: {CHAKRA_TRAINING_ONLY}")
+    timeline = output_path(args.timeline, "--timeline") if args.timeline else None
+    chakra = output_dir(args.chakra, "--chakra folder") if args.chakra else None
     hw_cost = None
     if args.cost:                       # bad cost inputs are refused before any prediction runs
-        from rapidllm.cost import hardware_cost
-        hw_cost = hardware_cost(case.hardware.name)
+        from rapidllm.cost.config import cost_from_mapping, hardware_cost
+        from rapidllm.spec.schema import load_yaml
+        inline = load_yaml(Path(args.case)).get("hardware")      # an inline device carries its own `cost:`
+        hw_cost = (cost_from_mapping(inline, f"{display(args.case)}: hardware") if isinstance(inline, dict)
+                   else hardware_cost(case.hardware.name))
     try:
         pred = predict(case, args.engine, adjust, trace=bool(args.timeline))
     except SpecError as err:            # a limit met while predicting (e.g. a collective too large to simulate)
         raise SpecError([f"{display(args.case)}: {line}" for line in err.lines]) from None
     record = pred.to_dict()
-    if args.timeline:
+    if timeline is not None:
         from rapidllm.explore.timeline import TimelineError, write_timeline
         try:
-            write_timeline(pred, args.timeline)
+            write_output(lambda path: write_timeline(pred, path), timeline, "timeline")
         except TimelineError as err:
             raise SpecError(f"{display(args.case)}: --timeline: {err}") from None
-    if args.chakra:
+    if chakra is not None:
         from rapidllm.prediction import export_chakra
-        paths = export_chakra(case, args.chakra, args.chakra_per_class)
+        paths: list = []
+        write_output(lambda path: paths.extend(export_chakra(case, path, args.chakra_per_class)), chakra,
+                     "Chakra traces")
         print(f"{len(paths)} Chakra traces -> {args.chakra}", file=sys.stderr)
     out = {k: record[k] for k in JSON_KEYS}
     costs = {}
-    if args.cost and pred.status == "ok":
+    if args.cost:                       # an infeasible case keeps its $/hour; what needs a time is null
         from rapidllm.cost import price_prediction
         costs = price_prediction(case, pred, hw_cost)
     if args.json:
         print_json({**out, **costs}, indent=2)
         return 0
-    print("\n".join(table(case, pred) + [f"  {k:28s} {v:.6g}" for k, v in costs.items()]))
+    print("\n".join(table(case, pred, _variant(args)) + [f"  {k:28s} {_number(v)}" for k, v in costs.items()]))
     return 0
 
 
@@ -101,13 +110,48 @@ def _seconds(t: float) -> str:
     return ""
 
 
-def table(case, pred) -> list[str]:
+def _hint(case, pred) -> str:
+    """One line on what would make an infeasible case fit: the lever of its largest memory component (the
+    memory model's: sharding, recompute, splitting) and the search that finds a layout that fits."""
+    par, mem = case.parallelism, pred.memory
+    shards = par.dp * par.cp > 1 and par.fsdp == "none"
+    levers = {
+        "weights": "more tp or pp (ep for a MoE model) splits the weights",
+        "gradients": ("ZeRO 2-3 (parallelism.zero) shards the gradients over dp" if shards and par.zero < 2
+                      else "more tp or pp (or dp with ZeRO 2-3) splits the gradients"),
+        "optimizer state": ("ZeRO 1-3 (parallelism.zero) shards it over dp" if shards and par.zero < 1
+                            else "more tp or pp (or dp with ZeRO 1-3) splits it"),
+        "activations": "parallelism.recompute: full, a smaller workload.micro_batch, or more tp (with sp), cp or "
+                       "pp shrink them",
+        "KV cache": "a smaller batch or more tp or pp shrinks it"}
+    sizes = {"weights": mem.weights, "gradients": mem.gradients, "optimizer state": mem.optimizer,
+             "activations": mem.activations, "KV cache": mem.kv_cache}
+    largest = max(sizes, key=sizes.__getitem__)
+    return f"the largest part is the {largest}: {levers[largest]}; `rapidllm search` finds layouts that fit"
+
+
+def _number(value: float) -> str:
+    """A cost column for the table: 'n/a' where it does not apply (NaN: no $/step for inference, nothing
+    rate-based for a case that does not fit), never 'nan'."""
+    return "n/a" if math.isnan(value) else f"{value:.6g}"
+
+
+def _variant(args: argparse.Namespace) -> str:
+    """What the flags changed, for the header: the case id names the case only, so a what-if or baseline
+    run would otherwise read like the plain prediction of the same id."""
+    parts = [f"engine {args.engine}"] if args.engine != "event" else []
+    parts += [f"measured {args.measured}"] if args.measured else []
+    parts += [f"what-if {w}" for w in args.what_if or ()]
+    return ", ".join(parts)
+
+
+def table(case, pred, variant: str = "") -> list[str]:
     """The human-readable breakdown of one Prediction, one line per row."""
     head = (f"case {pred.case_id}: {case.model.name} on {case.parallelism.world} x {case.hardware.name} "
-            f"({case.network.name}), {pred.mode}")
+            f"({case.network.name}), {pred.mode}" + (f" [{variant}]" if variant else ""))
     lines = [head]
     if pred.status != "ok":
-        lines.append(f"  infeasible: {pred.reason}")
+        lines += [f"  infeasible: {pred.reason}", f"  hint: {_hint(case, pred)}"]
     else:
         total = pred.step_time_s
         name = "step time" if pred.mode == "training" else "request (end to end)"
@@ -119,7 +163,8 @@ def table(case, pred) -> list[str]:
         if pred.mode == "inference":
             lines += [f"  {'time to first token':28s} {_seconds(pred.ttft_s)}",
                       f"  {'inter-token latency':28s} {_seconds(pred.itl_s)}"]
-        lines.append(f"  {'throughput':28s} {pred.tokens_per_s:10.4g} tokens/s")
+        rate = f"{pred.tokens_per_s:,.0f}" if pred.tokens_per_s >= 1000 else f"{pred.tokens_per_s:.4g}"
+        lines.append(f"  {'throughput':28s} {rate:>10s} tokens/s")   # 10,164 rather than 1.016e+04
         if pred.mfu is not None:
             lines.append(f"  {'MFU / HFU':28s} {100 * pred.mfu:9.1f}% / {100 * pred.hfu:.1f}%")
     mem = pred.memory

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -21,7 +22,7 @@ import pandas as pd
 from rapidllm.cost.config import HardwareCost, hardware_cost
 from rapidllm.cost.package import package_cost
 from rapidllm.prediction import Prediction
-from rapidllm.spec.case import Case
+from rapidllm.spec.case import Case, load_case, resolve_case
 
 COST_COLUMNS = ("gpus", "usd_per_gpu_hour", "energy_usd_per_gpu_hour", "capital_usd_per_gpu_hour", "usd_per_hour",
                 "usd_per_step", "usd_per_million_tokens", "tokens_per_usd", "tokens_per_s_per_watt",
@@ -61,16 +62,24 @@ def price_prediction(case: Case, prediction: Prediction | Mapping[str, Any],
 
 
 def add_cost_columns(df: pd.DataFrame, costs: Mapping[str, HardwareCost] | None = None,
-                     cases: Sequence[Case] | None = None) -> pd.DataFrame:
+                     cases: Sequence[Case | str | Path | Mapping[str, Any]] | None = None) -> pd.DataFrame:
     """`df` with COST_COLUMNS added (NaN for rows without a prediction).
 
     Rows name their device and GPU count in `hardware` and `world` (sweep and pipeline summaries do); a
-    `predict_many` frame, which has neither, passes the `cases` it was built from, in row order. `costs`
-    maps a hardware name to its inputs (needed for inline devices); other names are read from config/."""
+    `predict_many` frame, which has neither, passes the `cases` it was built from, in row order (as given to
+    `predict_many`: cases, YAML paths or mappings). `costs` maps a hardware name to its inputs (needed for
+    inline devices); other names are read from config/."""
     out = df.copy()
-    if cases is not None:
+    if cases is None:
+        missing = [c for c in ("hardware", "world", "mode") if c not in out]
+        if missing:
+            raise ValueError(f"add_cost_columns: the frame has no {', '.join(missing)} column; a predict_many "
+                             "frame needs cases=[...] (the cases it was built from, in row order)")
+    else:
         if len(cases) != len(out):
             raise ValueError(f"{len(cases)} cases for {len(out)} rows")
+        cases = [c if isinstance(c, Case) else resolve_case(dict(c), "<mapping>") if isinstance(c, Mapping)
+                 else load_case(c) for c in cases]
         out["hardware"] = [c.hardware.name for c in cases]
         out["world"] = [c.parallelism.world for c in cases]
         out["mode"] = ["training" if c.training else "inference" for c in cases]

@@ -72,7 +72,11 @@ def objective_from_spec(value: Any, mode: str, train_tokens: float | None, sourc
     training_names = {"step_time_s", "tokens_per_s_per_gpu", "time_to_train_s", "mfu"}
     if isinstance(value, str):
         if (value in training_names) != (mode == "training"):
-            raise SpecError.at(source, "objective", f"{value!r} does not apply to a {mode} workload")
+            allowed = (sorted(training_names) if mode == "training" else
+                       ["throughput_per_gpu", "e2e_latency_s", "ttft_s", "itl_s"])
+            article = "an" if mode == "inference" else "a"
+            raise SpecError.at(source, "objective", f"{value!r} does not apply to {article} {mode} workload; "
+                               f"allowed: {', '.join(allowed)}, or {{column: NAME, direction: min|max}}")
         if value == "time_to_train_s":
             if not train_tokens:
                 raise SpecError.at(source, "train_tokens", "objective time_to_train_s needs train_tokens")

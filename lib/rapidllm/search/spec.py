@@ -92,7 +92,8 @@ def _candidates(m: dict, source: str) -> tuple[Candidate, ...]:
     for mi, model in enumerate(lists["model"]):
         for hi, hw in enumerate(lists["hardware"]):
             for ni, net in enumerate(lists["network"]):
-                where = f"{source} (model {mi}, hardware {hi}, network {ni})"
+                where = (source if all(len(v) == 1 for v in lists.values())   # name the candidate when several
+                         else f"{source} (model {mi}, hardware {hi}, network {ni})")
                 case_m = {"model": model, "hardware": hw, "network": net, "workload": m["workload"],
                           "precision": m.get("precision", "bf16"), "framework": m.get("framework", "megatron")}
                 base = resolve_case(case_m, where)

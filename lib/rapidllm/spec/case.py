@@ -340,7 +340,8 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
         return SpecError.at(source, key, msg)
 
     if model.heads % par.tp:
-        raise bad("parallelism.tp", f"tp {par.tp} does not divide heads {model.heads} of {model.name}")
+        raise bad("parallelism.tp", f"tp {par.tp} does not divide heads {model.heads} of {model.name}; allowed: "
+                  f"{', '.join(str(d) for d in range(1, model.heads + 1) if model.heads % d == 0)}")
     if model.kv_heads % par.tp and par.tp % model.kv_heads:
         raise bad("parallelism.tp", f"tp {par.tp} and kv_heads {model.kv_heads} of {model.name}: one must divide the other")
     slots = model.layers + par.embedding_in_split + par.loss_in_split
@@ -419,7 +420,8 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
             raise bad("parallelism.sp", f"sequence parallel needs tp {par.tp} to divide seq_len {workload.seq_len}")
         if workload.global_batch % (par.dp * workload.micro_batch):
             raise bad("workload.global_batch", f"global_batch {workload.global_batch} is not a multiple of "
-                      f"dp x micro_batch = {par.dp} x {workload.micro_batch}")
+                      f"dp x micro_batch = {par.dp} x {workload.micro_batch}; allowed: a multiple of "
+                      f"{par.dp * workload.micro_batch}")
     else:
         _check_inference(model, par, workload, bad)
 

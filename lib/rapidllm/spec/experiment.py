@@ -54,13 +54,20 @@ def load_experiment(path: str | Path, default_shard_size: int = 64) -> Experimen
 
 
 def check_experiment(exp: Experiment) -> None:
-    """File-level errors a row-by-row check would hide: a sweep key that names nothing in a case (every
-    row would be invalid), more than MAX_CASES combinations, or none at all."""
+    """File-level errors a row-by-row check would hide: a sweep key that names nothing in a case or a model,
+    hardware or network name that names no file in config/ (every row using it would be invalid), more than
+    MAX_CASES combinations, or none at all."""
     unknown = [k for k in sorted(exp.cross) if not knows_key("case", k)]
     unknown += [f"cases.{i}.{k}" for i, c in enumerate(exp.cases) for k in sorted(c)
                 if k not in ("label", "meta") and not knows_key("case", k)]
     if unknown:
         raise SpecError.at(exp.source, unknown[0], "matches no key of a case (workflow/schemas/case.schema.yaml)")
+    named = [(k, f"base.{k}", exp.base.get(k)) for k in NAMED_KINDS]
+    named += [(k, f"cross.{k}.{i}", v) for k in NAMED_KINDS for i, v in enumerate(exp.cross.get(k, []))]
+    named += [(k, f"cases.{i}.{k}", c.get(k)) for i, c in enumerate(exp.cases) for k in NAMED_KINDS]
+    for kind, key, value in named:      # a misspelt name would make every row that uses it invalid
+        if isinstance(value, str):
+            resolve_named(kind, value, exp.source, key)
     per_layout = len(exp.cases) * math.prod(len(v) for v in exp.cross.values())
     layouts = sum(1 for _ in itertools.islice(_layouts(exp), MAX_CASES // max(per_layout, 1) + 1))
     total = per_layout * layouts        # stops counting past the bound, so a huge sweep costs nothing

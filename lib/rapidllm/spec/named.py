@@ -6,6 +6,7 @@ specs thousands of times, and YAML parsing dominated expansion before this cache
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 import os
 import re
@@ -40,7 +41,8 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
             info = None
         if info is None or not stat.S_ISREG(info.st_mode):
             names = known_names(kind)
-            raise SpecError.at(source, key, f"unknown {kind} {value!r}; known: {', '.join(names)}")
+            raise SpecError.at(source, key, f"unknown {kind} {value!r}; known: {', '.join(names)}"
+                               + _suggest(value, names))
         mapping, where = _load_named(kind, value, path, info.st_mtime_ns)
         return (copy.deepcopy(mapping) if copy_named else mapping), where
     elif isinstance(value, dict):
@@ -48,8 +50,31 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
         mapping.setdefault("name", f"inline-{kind}")
     else:
         raise SpecError.at(source, key, f"{short(value)} is neither a {kind} name nor a mapping")
-    _validate_inline(mapping, kind, where)
+    try:
+        _validate_inline(mapping, kind, where)
+    except SpecError as err:
+        raise SpecError([_nested(line, source, key) for line in err.lines]) from None
     return mapping, where
+
+
+def _nested(line: str, source: str, key: str) -> str:
+    """An inline spec's schema error with its key under the case's: 'case.yaml: model.moe.experts: ...' and
+    'case.yaml: model: unknown key(s) ...' rather than 'case.yaml: model: (top level): unknown key(s) ...'."""
+    head = f"{source}: {key}: "
+    if not line.startswith(head) or not re.fullmatch(r"[\w.]+", key):
+        return line
+    rest = line[len(head):]
+    return head + rest.removeprefix("(top level): ") if rest.startswith("(top level): ") else f"{source}: {key}.{rest}"
+
+
+def _suggest(value: str, names: list[str]) -> str:
+    """' (did you mean X?)' for a misspelt name: the names it begins (h100 -> h100-sxm5-80gb), else one it
+    extends (mixtral-8x7b-instruct -> mixtral-8x7b), else the closest by difflib's ratio (gpt3-175b ->
+    gpt-175b); '' when nothing is close."""
+    low = value.lower()
+    close = ([n for n in names if n.startswith(low)] or [n for n in names if low.startswith(n)]
+             or difflib.get_close_matches(low, names, n=2, cutoff=0.75))
+    return f" (did you mean {' or '.join(close[:4])}?)" if close else ""
 
 
 def _validate_inline(mapping: dict, kind: str, where: str) -> None:

@@ -10,6 +10,8 @@ aliases expand past MAX_SPEC_VALUES values (an alias bomb is small on disk and e
 """
 from __future__ import annotations
 
+import copy
+import difflib
 import functools
 import math
 import numbers
@@ -60,6 +62,12 @@ def _finite_number(checker: Any, instance: Any) -> bool:
     return isinstance(instance, numbers.Real) and not isinstance(instance, bool) and math.isfinite(instance)
 
 
+def _integer(checker: Any, instance: Any) -> bool:
+    """JSON-schema `integer`, strictly: jsonschema also takes 8.0, which a case would then carry as a float
+    (a world of "64.0 GPUs" and a case id of its own), so a count written with a decimal point is refused."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
 def _positive(validator: Any, value: bool, instance: Any, schema: dict) -> Any:
     """`positive: true` on a quantity: its SI value must be > 0 (the format already checked the unit)."""
     kind = schema.get("format")
@@ -102,7 +110,7 @@ def _validator(kind: str) -> jsonschema.protocols.Validator:
     schemas, registry = _schemas(schema_dir())
     schema = schemas[f"{kind}.schema.yaml"]
     base = jsonschema.validators.validator_for(schema)
-    types = base.TYPE_CHECKER.redefine("number", _finite_number)
+    types = base.TYPE_CHECKER.redefine_many({"number": _finite_number, "integer": _integer})
     cls = jsonschema.validators.extend(base, validators={"positive": _positive}, type_checker=types)
     return cls(schema, registry=registry, format_checker=_format_checker())
 
@@ -121,7 +129,9 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed))
-        return f"unknown key(s) {', '.join(map(repr, extra))}; allowed: {', '.join(allowed)}"
+        meant = [m for k in extra for m in difflib.get_close_matches(str(k), allowed, n=1, cutoff=0.7)]
+        hint = f" (did you mean {', '.join(meant)}?)" if meant else ""      # global_bacth -> global_batch
+        return f"unknown key(s) {', '.join(map(repr, extra))}{hint}; allowed: {', '.join(allowed)}"
     if v == "enum":
         return f"{short(error.instance)} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
     if v == "const":
@@ -132,6 +142,14 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v == "type":
         kinds = error.validator_value
         finite = " (finite)" if "number" in kinds or "integer" in kinds else ""
+        if "integer" in kinds and isinstance(error.instance, float) and error.instance.is_integer():
+            if not error.schema.get("minimum", -math.inf) <= error.instance <= error.schema.get("maximum", math.inf):
+                return f"{short(error.instance)} is out of range; allowed: {_range(error.schema)}"
+            finite = f" (write {int(error.instance)}, without a decimal point)"
+        if finite and isinstance(error.instance, str) and _numeric_text(error.instance):
+            value = float(error.instance)
+            spelt = int(value) if "number" not in kinds and value.is_integer() else _yaml_number(error.instance)
+            finite += f"; YAML reads it as text: write {spelt}"
         return f"{short(error.instance)} is not of type {kinds}{finite}"
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         return f"{short(error.instance)} is out of range; allowed: {_range(error.schema)}"
@@ -142,6 +160,24 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v in ("oneOf", "anyOf") and error.context:
         return _describe(_branch_error(error))
     return error.message
+
+
+def _numeric_text(text: str) -> bool:
+    """Whether YAML left a number as a string: PyYAML (YAML 1.1) reads 7.0e10 and 1e30 as text, since its
+    float pattern wants a dot and a signed exponent (7.0e+10)."""
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+def _yaml_number(text: str) -> str:
+    """The spelling of `text` YAML reads as a number: 7.0e10 -> 7.0e+10, 1e30 -> 1.0e+30."""
+    mantissa, _, exponent = text.lower().partition("e")
+    if not exponent:
+        return text
+    mantissa = mantissa if "." in mantissa else f"{mantissa}.0"
+    return f"{mantissa}e{exponent if exponent[0] in '+-' else '+' + exponent}"
 
 
 def _range(schema: dict) -> str:
@@ -171,6 +207,11 @@ def _branch_error(error: jsonschema.ValidationError) -> jsonschema.ValidationErr
     for e in error.context:
         branches.setdefault(e.relative_schema_path[0] if e.relative_schema_path else None, []).append(e)
     live = [errs for errs in branches.values() if not any(e.validator == "const" for e in errs)]
+    consts = [e for errs in branches.values() for e in errs if e.validator == "const" and e.relative_path]
+    if not live and len(consts) == len(branches):    # the discriminator matched no branch: name its values
+        wrong = copy.copy(consts[0])                  # (else "mode: train" read as unknown training keys)
+        wrong.validator, wrong.validator_value = "enum", [e.validator_value for e in consts]
+        return wrong
     if len(live) > 1:                   # a branch of the value's own type (an integer, not a list of them)
         typed = [errs for errs in live if not any(e.validator == "type" and not e.relative_path for e in errs)]
         live = typed or live
