@@ -14,7 +14,7 @@ import pytest
 
 from rapidllm.memory.liveness import LayerLiveness
 from rapidllm.memory.model import activation_peak
-from reference_impls import activation_peak_reference, case_id_reference
+from reference_impls import activation_peak_reference, case_id_reference, training_memory_reference
 from rapidllm.spec.case import Parallelism, TrainingWorkload
 
 
@@ -45,6 +45,21 @@ def _sweep_cases(n: int = 120) -> list:
     exp = load_experiment(config_dir("experiment") / "sweep-1000.yaml")
     cases = [c for _, c in expand_with_cases(exp) if c is not None]
     return random.Random(7).sample(cases, n)
+
+
+def test_memory_of_all_stages_in_one_walk_equals_per_stage_results() -> None:
+    """`memory_for_case` walks every stage in one kernel call; the stage it reports and every byte count
+    equal a `MemoryResult` per stage and the max by peak (`training_memory_reference`), nanotron's uneven
+    split and ZeRO-3 included."""
+    import dataclasses
+
+    from rapidllm.memory.model import memory_for_case
+
+    cases = _sweep_cases(80)
+    cases += [dataclasses.replace(c, framework="nanotron") for c in cases[:10]]
+    cases += [dataclasses.replace(c, parallelism=dataclasses.replace(c.parallelism, zero=3)) for c in cases[10:20]]
+    for c in cases:
+        assert memory_for_case(c) == training_memory_reference(c)
 
 
 def test_case_id_equals_asdict_hash(gpt_case) -> None:

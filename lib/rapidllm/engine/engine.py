@@ -45,15 +45,37 @@ if TYPE_CHECKING:
 ENGINES = ("event", "baseline")
 
 
-@njit(cache=True)
-def _stage_ends(stage: np.ndarray, finish: np.ndarray, n_stages: int) -> np.ndarray:
-    """Last finish per stage (NaN-propagating like np.maximum.at)."""
+@njit(cache=True, work=lambda stage, kind, finish: 2 * len(stage))
+def _critical_nodes(stage: np.ndarray, kind: np.ndarray, finish: np.ndarray) -> tuple[int, np.ndarray]:
+    """The critical stage (the first whose last finish is the latest; NaN-propagating like np.maximum.at
+    and np.argmax) and its tasks and optimizer step in node order, in two passes over the nodes."""
+    n_stages = 1
+    for i in range(len(stage)):
+        if stage[i] + 1 > n_stages:
+            n_stages = stage[i] + 1
     ends = np.zeros(n_stages)
     for i in range(len(stage)):
         s, f = stage[i], finish[i]
         if not np.isnan(ends[s]) and (np.isnan(f) or f > ends[s]):
             ends[s] = f
-    return ends
+    crit = 0
+    for s in range(n_stages):
+        if np.isnan(ends[s]):
+            crit = s
+            break
+        if ends[s] > ends[crit]:
+            crit = s
+    count = 0
+    for i in range(len(stage)):
+        if stage[i] == crit and (kind[i] == TASK or kind[i] == OPT):
+            count += 1
+    mine = np.empty(count, np.int64)
+    count = 0
+    for i in range(len(stage)):
+        if stage[i] == crit and (kind[i] == TASK or kind[i] == OPT):
+            mine[count] = i
+            count += 1
+    return crit, mine
 
 
 @njit(cache=True)
@@ -90,13 +112,10 @@ def _gaps(mine: np.ndarray, start: np.ndarray, finish: np.ndarray, crit: np.ndar
 def attribute(g: PipelineGraph, start: np.ndarray, finish: np.ndarray, crit: np.ndarray) -> dict[str, float]:
     """Split the step on the critical stage into compute, exposed communication and bubble."""
     step = float(finish.max()) if len(finish) else 0.0
-    n_stages = int(g.stage.max()) + 1 if len(g.stage) else 1
-    ends = _stage_ends(g.stage, np.asarray(finish, np.float64), n_stages) if len(g.stage) else np.zeros(1)
-    s = int(np.argmax(ends))
-    mine = np.flatnonzero((g.stage == s) & ((g.kind == TASK) | (g.kind == OPT)))
+    s, mine = _critical_nodes(g.stage, g.kind, np.asarray(finish, np.float64))
     compute = float(g.compute[mine].sum())
     exposed = float((g.dur[mine] - g.compute[mine]).sum())
-    exposed, bubble, prev_end = _gaps(mine.astype(np.int64), np.asarray(start, np.float64), np.asarray(finish, np.float64),
+    exposed, bubble, prev_end = _gaps(mine, np.asarray(start, np.float64), np.asarray(finish, np.float64),
                                       np.asarray(crit, np.int64), np.asarray(g.kind, np.int8), np.asarray(g.dur, np.float64),
                                       exposed)
     exposed += step - prev_end                      # parameter gather after the optimizer, other stages
