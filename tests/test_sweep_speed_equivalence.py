@@ -65,7 +65,12 @@ def test_memory_of_all_stages_in_one_walk_equals_per_stage_results() -> None:
 def test_case_id_equals_asdict_hash(gpt_case) -> None:
     from rapidllm.spec.case import resolve_case
 
-    cases = _sweep_cases() + [resolve_case(gpt_case, "test")]
+    from rapidllm.spec.experiment import expand_with_cases, load_experiment
+    from rapidllm.spec.paths import config_dir
+
+    faults = [c for _, c in expand_with_cases(load_experiment(config_dir("experiment") / "case-faults.yaml"),
+                                              case_json=False)[:600:40] if c is not None]
+    cases = _sweep_cases() + [resolve_case(gpt_case, "test")] + faults    # faults: a network per case
     for c in cases:
         assert c.case_id == case_id_reference(c)
 
