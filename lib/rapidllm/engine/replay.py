@@ -119,3 +119,40 @@ def relax(dur: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, order: np.nda
     if count < n:
         finish[:] = np.nan          # a cycle: the caller's graph is wrong
     return start, finish, crit
+
+
+@njit(cache=True, work=lambda values, src, csrc, pieces, hid, oth, succ_ptr, succ, stage, n_stages: len(src) + len(succ))
+def relax_ranked(values: np.ndarray, src: np.ndarray, csrc: np.ndarray, pieces: np.ndarray, hid: np.ndarray,
+                 oth: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, stage: np.ndarray, n_stages: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`graph.pipeline_dag._fill` and `relax` in one pass over a DAG renumbered in Kahn order
+    (`graph.pipeline_dag._ranked`): each node's duration and compute seconds from the value vector with
+    `_fill`'s operations, then `relax`'s comparisons on its successors, which come after it. Returns
+    durations, compute seconds, starts, finishes and binding dependencies by position in the order, and
+    each stage's last finish (NaN-propagating, as `engine._critical_nodes` takes it)."""
+    n = len(src)
+    dur = np.empty(n)
+    comp = np.empty(n)
+    start = np.zeros(n)
+    finish = np.empty(n)
+    crit = np.full(n, -1, np.int64)
+    ends = np.zeros(n_stages)
+    for h in range(n):
+        span = values[src[h]]
+        if hid[h] >= 0:
+            span -= min(values[hid[h]], values[oth[h]])
+        d = span / pieces[h]
+        dur[h] = d
+        comp[h] = values[csrc[h]] / pieces[h]
+        f = start[h] + d
+        finish[h] = f
+        s = stage[h]
+        if not np.isnan(ends[s]) and (np.isnan(f) or f > ends[s]):
+            ends[s] = f
+        for k in range(succ_ptr[h], succ_ptr[h + 1]):
+            j = succ[k]
+            if f > start[j] or crit[j] < 0:
+                if f >= start[j]:
+                    start[j] = f
+                    crit[j] = h
+    return dur, comp, start, finish, crit, ends
