@@ -117,3 +117,24 @@ def test_project_root_follows_env(tmp_path, monkeypatch) -> None:
     assert project_root() == tmp_path.resolve()
     monkeypatch.delenv("RAPIDLLM_ROOT")
     assert project_root() == default
+
+
+def test_text_memos_equal_fresh_text() -> None:
+    """The id-keyed text memos (a device's repr for the pricing key, a shared spec's JSON for case ids)
+    return what a fresh repr / dump gives, for shared specs and for a new object of equal value, and the
+    pricing key tells layouts apart exactly as the neutralized parallelism it replaced."""
+    import dataclasses
+
+    from rapidllm.ops.price import _hardware_repr, _layer_pricing_key
+    from rapidllm.spec.case import _json_text, _plain, _spec_json
+
+    cases = _sweep_cases(40)
+    for c in cases + [dataclasses.replace(cases[0], hardware=cases[0].hardware.at_clock(1.2e9))]:
+        assert _hardware_repr(c.hardware) == repr(c.hardware)
+        for spec in (c.model, c.hardware, c.network, dataclasses.replace(c.network)):
+            assert _spec_json(spec) == _json_text(_plain(spec))
+    neutral = dict(dp=1, pp=1, zero=0, fsdp="none", schedule="1f1b", virtual_stages=1, embedding_in_split=False,
+                   loss_in_split=False)
+    for a, b in itertools.combinations(cases[:25], 2):
+        same = dataclasses.replace(a.parallelism, **neutral) == dataclasses.replace(b.parallelism, **neutral)
+        assert (_layer_pricing_key(a, "tiles")[3] == _layer_pricing_key(b, "tiles")[3]) == same
