@@ -11,6 +11,7 @@ per device, documented in config/hardware). The reported stage is the one with t
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -165,6 +166,20 @@ def _stage_peaks(code: int, pp: int, m: int, v: int, stages: np.ndarray, kinds: 
     return best, best_acts
 
 
+@functools.lru_cache(maxsize=1024)
+def _stage_kinds(counts: tuple[int, ...], stages: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """For `stages` of a pipeline whose stages hold `counts` layers: the stages as an array, the index of
+    each one's `stage_kind` (layers, first, last) in order of first appearance, and the first stage of each
+    kind. Read-only arrays, shared by every case of one split."""
+    kinds: dict[tuple[int, bool, bool], int] = {}
+    of_stage = [kinds.setdefault((counts[s], s == 0, s == len(counts) - 1), len(kinds)) for s in stages]
+    first = tuple(stages[of_stage.index(k)] for k in range(len(kinds)))
+    arrays = np.array(stages, dtype=np.int64), np.array(of_stage, dtype=np.int64)
+    for a in arrays:
+        a.flags.writeable = False
+    return (*arrays, first)
+
+
 def _training_memory(case: Case, stages: list[int], conv: Conventions, layer: LayerLiveness,
                      head: LayerLiveness, state: StateBytes | None) -> MemoryResult:
     """Memory of the stage of `stages` with the highest peak. State bytes and walk inputs are computed once
@@ -173,25 +188,22 @@ def _training_memory(case: Case, stages: list[int], conv: Conventions, layer: La
     hw, p, w = case.hardware, case.parallelism, case.workload
     assert isinstance(w, TrainingWorkload)
     counts = stage_layer_counts(case, conv)
-    kinds: dict[tuple[int, bool, bool], int] = {}
-    of_stage = []
-    for s in stages:
-        of_stage.append(kinds.setdefault((counts[s], s == 0, s == p.pp - 1), len(kinds)))
-    first = {k: s for s, k in zip(reversed(stages), reversed(of_stage))}      # a stage of each kind
-    states = [state if state is not None and k == 0 else state_bytes(case, first[k], conv) for k in range(len(kinds))]
-    walks = [walk_inputs(case, first[k], layer, head, layers) for (layers, _, _), k in kinds.items()]
+    stage_arr, of_stage, first = _stage_kinds(counts, tuple(stages))
+    states = [state if state is not None and k == 0 else state_bytes(case, s, conv) for k, s in enumerate(first)]
+    walks = [walk_inputs(case, s, layer, head, counts[s]) for s in first]
     hidden = conv.step_hidden_bytes * w.micro_batch * w.seq_len * case.model.hidden
     steps = [st.step_transient + conv.runtime_allocated + hidden for st in states]
     col = lambda values: np.array(values, dtype=np.float64)       # noqa: E731
     v = p.chunks_per_stage
     q, acts = _stage_peaks(schedule_code(p.schedule, p.pp, v), p.pp, max(w.microbatches(p.dp), 1), v,
-                           np.array(stages, dtype=np.int64), np.array(of_stage, dtype=np.int64),
+                           stage_arr, of_stage,
                            np.array([x.last for x in walks]), col([x.per_chunk for x in walks]),
                            col([x.head_stored for x in walks]), col([x.fwd_extra for x in walks]),
                            col([x.bwd_extra for x in walks]), col([st.gathered_layer for st in states]),
                            col([st.weights + st.gradients + st.optimizer + 0.0 for st in states]), col(steps),
                            float(conv.runtime_allocated), float(hw.framework_memory))
-    st, k = states[of_stage[q]], of_stage[q]
+    k = int(of_stage[q])
+    st = states[k]
     return MemoryResult(st.weights, st.gradients, st.optimizer, float(acts), 0.0, hw.framework_memory,
                         hw.hbm_capacity, step_transient=steps[k], stage=stages[q])
 
