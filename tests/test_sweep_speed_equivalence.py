@@ -138,3 +138,21 @@ def test_text_memos_equal_fresh_text() -> None:
     for a, b in itertools.combinations(cases[:25], 2):
         same = dataclasses.replace(a.parallelism, **neutral) == dataclasses.replace(b.parallelism, **neutral)
         assert (_layer_pricing_key(a, "tiles")[3] == _layer_pricing_key(b, "tiles")[3]) == same
+
+
+def test_shared_row_durations_equal_fresh_ones() -> None:
+    """Compute durations remembered per template and shared layer rows (`compute_durations` on a table from
+    `price_table`, which shares its priced layers across cases) equal the ones selected from a fresh
+    DataFrame of the same case, for every template, hit or miss."""
+    from rapidllm.caches import Caches
+    from rapidllm.graph.templates import OpsView, compute_durations, ops_view, shared_case_templates
+    from rapidllm.ops.price import price_case, price_table
+
+    with Caches().active():
+        for c in _sweep_cases(40) * 2:                  # the second round hits
+            view = ops_view(price_table(c))
+            assert view.shared is not None
+            fresh = OpsView(price_case(c))
+            for t in shared_case_templates(c, view):
+                got = compute_durations(view, t)
+                assert got == fresh.durations(t.section, {n.phase for n in t.nodes if n.kind == "compute"})

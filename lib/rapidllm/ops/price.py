@@ -191,8 +191,12 @@ class OperatorTable:
     of `rapidllm predict`'s start-up. `frame()` is the DataFrame `price_case` returns, for code that edits
     or stores the table (measured-time adjusters, the baseline engine, pipeline stages)."""
 
-    def __init__(self, rows: list[tuple]) -> None:
+    def __init__(self, rows: list[tuple], shared: list[tuple] | None = None) -> None:
+        """`shared`: the leading rows when other tables begin with this same list (`price_table`'s priced
+        layer sections from `Caches.priced_layers`), so what is read from them alone can be remembered
+        across tables (`graph.templates.compute_durations`)."""
         self.rows = rows
+        self.shared = shared
 
     def column(self, name: str) -> list:
         """One column's values in row order, as the rows hold them."""
@@ -224,7 +228,7 @@ def price_table(case: Case, method: str = "tiles") -> OperatorTable:
     layers = priced.get(key)
     if layers is None:
         layers = priced.put(key, _rows(case, _training_sections(case), method))
-    return OperatorTable(layers + _rows(case, step_sections(case), method))
+    return OperatorTable(layers + _rows(case, step_sections(case), method), shared=layers)
 
 
 def price_case(case: Case, method: str = "tiles") -> pd.DataFrame:
