@@ -347,8 +347,7 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
     for j in range(n):
         for q in range(ndep[j]):
             idx[ptr[j] + q] = deps[j, q]
-    return (src[:n].copy(), csrc[:n].copy(), pieces_of[:n].copy(), hid[:n].copy(), oth[:n].copy(),
-            kind[:n].copy(), stage[:n].copy(), ptr, idx)
+    return src[:n], csrc[:n], pieces_of[:n], hid[:n], oth[:n], kind[:n], stage[:n], ptr, idx
 
 
 @njit(cache=True, work=lambda values, src, *rest: len(src))
