@@ -87,11 +87,13 @@ def test_builder_and_attribution_match_reference(schedule, p, v, m, buckets, gat
 def _same_split(x) -> None:
     """`pipeline_split` (the shape in Kahn order, filled and relaxed in one pass, the critical stage's nodes
     gathered) equals `attribute` of `build_pipeline` and `longest_path`, bit for bit; also with whole-number
-    durations, where ties decide which dependency released a task."""
+    durations, where ties decide which dependency released a task, and with a NaN duration."""
     tied = dataclasses.replace(x, f_span=np.round(x.f_span * 4), b_span=np.round(x.b_span * 4),
                                p2p_fwd=np.round(x.p2p_fwd * 4), p2p_bwd=np.round(x.p2p_bwd * 4),
                                optimizer_s=np.round(x.optimizer_s * 4))
-    for inputs in (x, tied):
+    broken = np.array(x.f_span, dtype=float)
+    broken[-1, -1] = np.nan                          # a NaN duration propagates the same way on both paths
+    for inputs in (x, tied, dataclasses.replace(x, f_span=broken)):
         g = build_pipeline(inputs)
         want = attribute(g, *longest_path(g.dur, g.dep_ptr, g.dep_idx))
         got, nodes = pipeline_split(inputs)

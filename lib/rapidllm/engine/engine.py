@@ -22,7 +22,7 @@ from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import TrainingPlan, training_plan
 from rapidllm.engine.inference import Adjust, inference_record
 from rapidllm.engine.metrics import hardware_flops_per_step, model_flops_per_step, utilization
-from rapidllm.engine.replay import longest_path, relax, relax_ranked
+from rapidllm.engine.replay import critical_stage, longest_path, relax, relax_split
 from rapidllm.graph.comm_nodes import communication_nodes
 from rapidllm.graph.pipeline_dag import (
     GRAD,
@@ -47,21 +47,9 @@ if TYPE_CHECKING:
 ENGINES = ("event", "baseline")
 
 
-@njit(cache=True)
-def _critical_stage(ends: np.ndarray) -> int:
-    """The stage whose last finish is the latest, the first on a tie; the first NaN one if any (np.argmax)."""
-    crit = 0
-    for s in range(len(ends)):
-        if np.isnan(ends[s]):
-            return s
-        if ends[s] > ends[crit]:
-            crit = s
-    return crit
-
-
 @njit(cache=True, work=lambda stage, kind, finish: 2 * len(stage))
 def _critical_nodes(stage: np.ndarray, kind: np.ndarray, finish: np.ndarray) -> tuple[int, np.ndarray]:
-    """The critical stage (`_critical_stage` of the stages' last finishes, NaN-propagating like
+    """The critical stage (`critical_stage` of the stages' last finishes, NaN-propagating like
     np.maximum.at) and its tasks and optimizer step in node order, in two passes over the nodes."""
     n_stages = 1
     for i in range(len(stage)):
@@ -72,7 +60,7 @@ def _critical_nodes(stage: np.ndarray, kind: np.ndarray, finish: np.ndarray) -> 
         s, f = stage[i], finish[i]
         if not np.isnan(ends[s]) and (np.isnan(f) or f > ends[s]):
             ends[s] = f
-    crit = _critical_stage(ends)
+    crit = critical_stage(ends)
     count = 0
     for i in range(len(stage)):
         if stage[i] == crit and (kind[i] == TASK or kind[i] == OPT):
@@ -145,7 +133,7 @@ def attribute(g: PipelineGraph, start: np.ndarray, finish: np.ndarray, crit: np.
 def pipeline_split(x: PipelineInputs) -> tuple[dict[str, float], int]:
     """`attribute` of the inputs' pipeline DAG and its longest path, and the DAG's node count, without the
     DAG in node order where its shape has a Kahn-ordered form (`graph.pipeline_dag.RankedShape`): one pass
-    fills and relaxes it front to back (`relax_ranked`), and only the critical stage's nodes are gathered.
+    fills and relaxes it front to back (`relax_split`), and only the critical stage's nodes are gathered.
     The same numbers as `build_pipeline`, `longest_path` and `attribute` (tests/test_engine_fast.py)."""
     found = pipeline_shape(x)
     if found is None or found[0].ranked is None:
@@ -153,13 +141,9 @@ def pipeline_split(x: PipelineInputs) -> tuple[dict[str, float], int]:
         return attribute(g, start, finish, crit), len(g)
     shape, values = found
     r = shape.ranked
-    dur, comp, start, finish, crit, ends = relax_ranked(values, r.src, r.csrc, r.pieces, r.hid, r.oth, r.succ_ptr,
-                                                        r.succ, r.stage, len(r.mine_ptr) - 1)
-    step = float(finish.max()) if len(finish) else 0.0
-    s = _critical_stage(ends)
-    mine = r.mine[r.mine_ptr[s]:r.mine_ptr[s + 1]]
-    return _split(step, s, comp[mine], dur[mine], start[mine], finish[mine], *_released_by(crit[mine], r.kind, dur)), \
-        len(dur)
+    step, s, *nodes = relax_split(values, r.src, r.csrc, r.pieces, r.hid, r.oth, r.succ_ptr, r.succ, r.stage, r.kind,
+                                  r.mine_ptr, r.mine)
+    return _split(step, s, *nodes), len(r.src)
 
 
 def replay_pipeline(x: PipelineInputs) -> tuple[PipelineGraph, np.ndarray, np.ndarray, np.ndarray]:

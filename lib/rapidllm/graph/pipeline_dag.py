@@ -419,7 +419,7 @@ def _ranked(order, count, succ_ptr, succ, src, csrc, pieces, hid, oth, kind, sta
     """The DAG renumbered by Kahn order (`kahn_order`'s queue, `count` long, all nodes): each node's
     successors by their position in the order, its value slots (`_build_structure`), kind and stage in
     that order, and per stage the positions of its tasks and optimizer step in node order (CSR). A
-    longest-path pass over it reads every array front to back (`engine.replay.relax_ranked`) instead of
+    longest-path pass over it reads every array front to back (`engine.replay.relax_split`) instead of
     hopping between stages as the order does."""
     n = count
     rank = np.empty(n, np.int64)
