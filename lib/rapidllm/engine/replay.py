@@ -133,23 +133,13 @@ def critical_stage(ends: np.ndarray) -> int:
     return crit
 
 
-@njit(cache=True)
-def _node_seconds(values: np.ndarray, src: np.ndarray, pieces: np.ndarray, hid: np.ndarray, oth: np.ndarray,
-                  h: int) -> float:
-    """Node h's duration from the value vector: `graph.pipeline_dag._fill`'s operations."""
-    span = values[src[h]]
-    if hid[h] >= 0:
-        span -= min(values[hid[h]], values[oth[h]])
-    return span / pieces[h]
-
-
 @njit(cache=True, work=lambda values, src, csrc, pieces, hid, oth, succ_ptr, succ, *rest: len(src) + len(succ))
 def relax_split(values: np.ndarray, src: np.ndarray, csrc: np.ndarray, pieces: np.ndarray, hid: np.ndarray,
                 oth: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, stage: np.ndarray, kind: np.ndarray,
                 mine_ptr: np.ndarray, mine: np.ndarray
                 ) -> tuple[float, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`relax` over a DAG renumbered in Kahn order (`graph.pipeline_dag._ranked`), its durations made on the
-    way (`_node_seconds`), in one pass front to back; then what the attribution reads: the step (the last
+    way with `graph.pipeline_dag._fill`'s operations, in one pass front to back; then what the attribution reads: the step (the last
     finish; NaN if any is), the critical stage (`critical_stage` of each stage's last finish, NaN-propagating
     as `engine._critical_nodes` takes it) and, for its tasks and optimizer step in node order (`mine`),
     compute seconds, durations, starts, finishes, and the kind and duration of the node that released each
@@ -157,13 +147,19 @@ def relax_split(values: np.ndarray, src: np.ndarray, csrc: np.ndarray, pieces: n
     n = len(src)
     n_stages = len(mine_ptr) - 1
     start = np.zeros(n)
+    dur = np.empty(n)
     finish = np.empty(n)
     crit = np.full(n, -1, np.int64)
     ends = np.zeros(n_stages)
     step = finish_max = 0.0
     nan = False
     for h in range(n):
-        f = start[h] + _node_seconds(values, src, pieces, hid, oth, h)
+        span = values[src[h]]
+        if hid[h] >= 0:
+            span -= min(values[hid[h]], values[oth[h]])
+        d = span / pieces[h]
+        dur[h] = d
+        f = start[h] + d
         finish[h] = f
         if np.isnan(f):
             nan = True
@@ -187,12 +183,12 @@ def relax_split(values: np.ndarray, src: np.ndarray, csrc: np.ndarray, pieces: n
     ckind = np.full(k, TASK, np.int8)
     for q in range(k):
         h = rows[q]
-        dur_m[q] = _node_seconds(values, src, pieces, hid, oth, h)
+        dur_m[q] = dur[h]
         comp_m[q] = values[csrc[h]] / pieces[h]
         start_m[q] = start[h]
         finish_m[q] = finish[h]
         c = crit[h]
         if c >= 0:
             ckind[q] = kind[c]
-            cdur[q] = _node_seconds(values, src, pieces, hid, oth, c)
+            cdur[q] = dur[c]
     return step, s, comp_m, dur_m, start_m, finish_m, ckind, cdur
