@@ -39,8 +39,9 @@ def test_longest_path_matches_reference(seed):
 @pytest.mark.parametrize("seed", range(8))
 def test_longest_path_with_repeated_dependencies_matches_reference(seed):
     """A dependency listed more than once (the pipeline builder names a channel's last node once per
-    network dimension), side by side or not: `kahn_order` keeps one successor entry, the same order and
-    the same start, finish and binding dependency as the reference, which walks every copy."""
+    network dimension), side by side or not: `kahn_order` keeps one successor entry for copies in a row,
+    and gives the same order and the same start, finish and binding dependency as the reference, which
+    walks every copy."""
     rng = np.random.default_rng(100 + seed)
     dur, ptr, idx = random_dag(rng, int(rng.integers(2, 40)), float(rng.uniform(0.05, 0.4)), seed % 2 == 0)
     deps = [list(idx[ptr[i]:ptr[i + 1]]) for i in range(len(dur))]
