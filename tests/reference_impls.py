@@ -132,7 +132,8 @@ def training_memory_reference(case: Case) -> MemoryResult:
         layers = stage_kind(case, stage, conv)[0]
         st = state_bytes(case, stage, conv)
         acts = activation_peak_reference(case, stage, layer, head, layers) + st.gathered_layer + conv.runtime_allocated
-        step = st.step_transient + conv.runtime_allocated + conv.step_hidden_bytes * w.micro_batch * w.seq_len * case.model.hidden
+        step = (st.step_transient + conv.runtime_allocated
+                + conv.step_hidden_bytes * w.micro_batch * w.seq_len * case.model.hidden)
         out.append(MemoryResult(st.weights, st.gradients, st.optimizer, acts, 0.0, hw.framework_memory,
                                 hw.hbm_capacity, step_transient=step, stage=stage))
     return max(out, key=lambda r: r.peak)

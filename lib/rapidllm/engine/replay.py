@@ -138,12 +138,12 @@ def relax_split(values: np.ndarray, src: np.ndarray, csrc: np.ndarray, pieces: n
                 oth: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, stage: np.ndarray, kind: np.ndarray,
                 mine_ptr: np.ndarray, mine: np.ndarray
                 ) -> tuple[float, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`relax` over a DAG renumbered in Kahn order (`graph.pipeline_dag._ranked`), its durations made on the
-    way with `graph.pipeline_dag._fill`'s operations, in one pass front to back; then what the attribution reads: the step (the last
-    finish; NaN if any is), the critical stage (`critical_stage` of each stage's last finish, NaN-propagating
-    as `engine._critical_nodes` takes it) and, for its tasks and optimizer step in node order (`mine`),
-    compute seconds, durations, starts, finishes, and the kind and duration of the node that released each
-    (TASK and 0.0 where none did)."""
+    """`relax` over a DAG renumbered in Kahn order (`graph.pipeline_dag._ranked`), in one pass front to
+    back, its durations made on the way with `graph.pipeline_dag._fill`'s operations; then what the
+    attribution reads: the step (the last finish; NaN if any is), the critical stage (`critical_stage` of
+    each stage's last finish, NaN-propagating as `engine._critical_nodes` takes it) and, for its tasks and
+    optimizer step in node order (`mine`), compute seconds, durations, starts, finishes, and the kind and
+    duration of the node that released each (TASK and 0.0 where none did)."""
     n = len(src)
     n_stages = len(mine_ptr) - 1
     start = np.zeros(n)

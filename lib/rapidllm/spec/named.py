@@ -90,7 +90,8 @@ def validate_by_key(mapping: Any, kind: str, source: str) -> None:
     properties, required = per_key
     seen = current().valid_values
     keys = [(kind, folder, k, repr(v)) for k, v in mapping.items()]
-    if all(k in properties for k in mapping) and all(r in mapping for r in required) and all(key in seen for key in keys):
+    if (all(k in properties for k in mapping) and all(r in mapping for r in required)
+            and all(key in seen for key in keys)):
         return
     validate(mapping, kind, source)
     for key in keys:
