@@ -14,8 +14,10 @@ import numpy as np
 
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.graph.pipeline_dag import GRAD, OPT, P2P, PARAM, TASK, PipelineGraph
+from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.liveness import LayerLiveness
-from rapidllm.memory.model import walk_inputs
+from rapidllm.memory.model import shared_training_liveness, walk_inputs
+from rapidllm.memory.state import conventions, stage_kind, state_bytes
 from rapidllm.spec.case import Case, TrainingWorkload
 
 
@@ -117,6 +119,24 @@ def activation_peak_reference(case: Case, stage: int, layer: LayerLiveness, head
             peak = max(peak, held + x.bwd_extra)
             held -= x.per_chunk + extra
     return max(peak, held)
+
+
+def training_memory_reference(case: Case) -> MemoryResult:
+    """`memory_for_case` of a training case as it was first written: a `MemoryResult` per pipeline stage
+    (activations from `activation_peak_reference`), the one with the highest peak (the first on a tie)."""
+    conv = conventions(case)
+    layer, head = shared_training_liveness(case, conv)
+    hw, w = case.hardware, case.workload
+    out = []
+    for stage in range(case.parallelism.pp):
+        layers = stage_kind(case, stage, conv)[0]
+        st = state_bytes(case, stage, conv)
+        acts = activation_peak_reference(case, stage, layer, head, layers) + st.gathered_layer + conv.runtime_allocated
+        step = (st.step_transient + conv.runtime_allocated
+                + conv.step_hidden_bytes * w.micro_batch * w.seq_len * case.model.hidden)
+        out.append(MemoryResult(st.weights, st.gradients, st.optimizer, acts, 0.0, hw.framework_memory,
+                                hw.hbm_capacity, step_transient=step, stage=stage))
+    return max(out, key=lambda r: r.peak)
 
 
 def case_id_reference(case: Case) -> str:

@@ -5,6 +5,7 @@ original dict-and-list builder and Python attribution loop): same nodes, duratio
 the same order, hence the same longest path, critical predecessors and breakdown. Whole predictions are
 compared too, on GPipe, 1F1B, interleaved, data-parallel bucket and sharded-optimizer, and faulted cases.
 """
+import dataclasses
 import itertools
 
 import numpy as np
@@ -14,6 +15,7 @@ from rapidllm.caches import Caches
 from rapidllm.engine import engine as engine_mod
 from rapidllm.engine.engine import (
     attribute,
+    pipeline_split,
     training_record,
 )
 from rapidllm.engine.replay import longest_path
@@ -79,6 +81,23 @@ def test_builder_and_attribution_match_reference(schedule, p, v, m, buckets, gat
     _same_graph(fast, ref)
     res = longest_path(fast.dur, fast.dep_ptr, fast.dep_idx)
     assert attribute(fast, *res) == attribute_reference(ref, *longest_path(ref.dur, ref.dep_ptr, ref.dep_idx))
+    _same_split(x)
+
+
+def _same_split(x) -> None:
+    """`pipeline_split` (the shape in Kahn order, filled and relaxed in one pass, the critical stage's nodes
+    gathered) equals `attribute` of `build_pipeline` and `longest_path`, bit for bit; also with whole-number
+    durations, where ties decide which dependency released a task, and with a NaN duration."""
+    tied = dataclasses.replace(x, f_span=np.round(x.f_span * 4), b_span=np.round(x.b_span * 4),
+                               p2p_fwd=np.round(x.p2p_fwd * 4), p2p_bwd=np.round(x.p2p_bwd * 4),
+                               optimizer_s=np.round(x.optimizer_s * 4))
+    broken = np.array(x.f_span, dtype=float)
+    broken[-1, -1] = np.nan                          # a NaN duration propagates the same way on both paths
+    for inputs in (x, tied, dataclasses.replace(x, f_span=broken)):
+        g = build_pipeline(inputs)
+        want = attribute(g, *longest_path(g.dur, g.dep_ptr, g.dep_idx))
+        got, nodes = pipeline_split(inputs)
+        assert nodes == len(g) and {k: repr(v) for k, v in got.items()} == {k: repr(v) for k, v in want.items()}
 
 
 @pytest.mark.parametrize("schedule,p,v,m", [("1f1b", 4, 1, 8), ("1f1b", 1, 1, 5), ("interleaved", 4, 2, 8),
@@ -94,6 +113,7 @@ def test_merged_steps_match_reference_and_never_slow_down(schedule, p, v, m) -> 
     x = PipelineInputs(*args, f_hidden=0.2 * f, b_hidden=0.2 * b)
     fast, ref = build_pipeline(x), build_pipeline_reference(x)
     _same_graph(fast, ref)
+    _same_split(x)
     assert np.all(fast.dur <= plain.dur) and np.any(fast.dur < plain.dur)
     step = lambda g: longest_path(g.dur, g.dep_ptr, g.dep_idx)[1].max()
     assert step(fast) <= step(plain)
@@ -146,6 +166,7 @@ def test_prediction_equals_previous_path(gpt_case, monkeypatch, k) -> None:
     with Caches().active():
         fast = training_record(case, ops)
     with Caches().active(), monkeypatch.context() as mp:
+        mp.setattr(engine_mod, "pipeline_shape", lambda x: None)       # no shape: the builder's graph
         mp.setattr(engine_mod, "build_pipeline", build_pipeline_reference)
         mp.setattr(engine_mod, "attribute", attribute_reference)
         ref = training_record(case, ops)

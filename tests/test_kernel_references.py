@@ -36,6 +36,26 @@ def test_longest_path_matches_reference(seed):
         assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_longest_path_with_repeated_dependencies_matches_reference(seed):
+    """A dependency listed more than once (the pipeline builder names a channel's last node once per
+    network dimension), side by side or not: `kahn_order` keeps one successor entry for copies in a row,
+    and gives the same order and the same start, finish and binding dependency as the reference, which
+    walks every copy."""
+    rng = np.random.default_rng(100 + seed)
+    dur, ptr, idx = random_dag(rng, int(rng.integers(2, 40)), float(rng.uniform(0.05, 0.4)), seed % 2 == 0)
+    deps = [list(idx[ptr[i]:ptr[i + 1]]) for i in range(len(dur))]
+    for ds in deps:
+        for d in list(ds):
+            if rng.random() < 0.5:
+                ds.insert(int(rng.integers(0, len(ds) + 1)), d)
+    ptr = np.zeros(len(dur) + 1, np.int64)
+    ptr[1:] = np.cumsum([len(d) for d in deps])
+    idx = np.array([d for ds in deps for d in ds], np.int64)
+    for got, want in zip(longest_path(dur, ptr, idx), longest_path_reference(dur, ptr, idx)):
+        assert np.array_equal(got, want)
+
+
 def test_longest_path_of_a_cycle_is_nan():
     dur, ptr, idx = np.ones(3), np.array([0, 1, 2, 3]), np.array([2, 0, 1])
     assert np.isnan(longest_path(dur, ptr, idx)[1]).all()

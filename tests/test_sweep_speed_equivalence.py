@@ -14,7 +14,7 @@ import pytest
 
 from rapidllm.memory.liveness import LayerLiveness
 from rapidllm.memory.model import activation_peak
-from reference_impls import activation_peak_reference, case_id_reference
+from reference_impls import activation_peak_reference, case_id_reference, training_memory_reference
 from rapidllm.spec.case import Parallelism, TrainingWorkload
 
 
@@ -47,10 +47,30 @@ def _sweep_cases(n: int = 120) -> list:
     return random.Random(7).sample(cases, n)
 
 
+def test_memory_of_all_stages_in_one_walk_equals_per_stage_results() -> None:
+    """`memory_for_case` walks every stage in one kernel call; the stage it reports and every byte count
+    equal a `MemoryResult` per stage and the max by peak (`training_memory_reference`), nanotron's uneven
+    split and ZeRO-3 included."""
+    import dataclasses
+
+    from rapidllm.memory.model import memory_for_case
+
+    cases = _sweep_cases(80)
+    cases += [dataclasses.replace(c, framework="nanotron") for c in cases[:10]]
+    cases += [dataclasses.replace(c, parallelism=dataclasses.replace(c.parallelism, zero=3)) for c in cases[10:20]]
+    for c in cases:
+        assert memory_for_case(c) == training_memory_reference(c)
+
+
 def test_case_id_equals_asdict_hash(gpt_case) -> None:
     from rapidllm.spec.case import resolve_case
 
-    cases = _sweep_cases() + [resolve_case(gpt_case, "test")]
+    from rapidllm.spec.experiment import expand_with_cases, load_experiment
+    from rapidllm.spec.paths import config_dir
+
+    faults = [c for _, c in expand_with_cases(load_experiment(config_dir("experiment") / "case-faults.yaml"),
+                                              case_json=False)[:600:40] if c is not None]
+    cases = _sweep_cases() + [resolve_case(gpt_case, "test")] + faults    # faults: a network per case
     for c in cases:
         assert c.case_id == case_id_reference(c)
 
@@ -97,3 +117,42 @@ def test_project_root_follows_env(tmp_path, monkeypatch) -> None:
     assert project_root() == tmp_path.resolve()
     monkeypatch.delenv("RAPIDLLM_ROOT")
     assert project_root() == default
+
+
+def test_text_memos_equal_fresh_text() -> None:
+    """The id-keyed text memos (a device's repr for the pricing key, a shared spec's JSON for case ids)
+    return what a fresh repr / dump gives, for shared specs and for a new object of equal value, and the
+    pricing key tells layouts apart exactly as the neutralized parallelism it replaced."""
+    import dataclasses
+
+    from rapidllm.ops.price import _hardware_repr, _layer_pricing_key
+    from rapidllm.spec.case import _json_text, _plain, _spec_json
+
+    cases = _sweep_cases(40)
+    for c in cases + [dataclasses.replace(cases[0], hardware=cases[0].hardware.at_clock(1.2e9))]:
+        assert _hardware_repr(c.hardware) == repr(c.hardware)
+        for spec in (c.model, c.hardware, c.network, dataclasses.replace(c.network)):
+            assert _spec_json(spec) == _json_text(_plain(spec))
+    neutral = dict(dp=1, pp=1, zero=0, fsdp="none", schedule="1f1b", virtual_stages=1, embedding_in_split=False,
+                   loss_in_split=False)
+    for a, b in itertools.combinations(cases[:25], 2):
+        same = dataclasses.replace(a.parallelism, **neutral) == dataclasses.replace(b.parallelism, **neutral)
+        assert (_layer_pricing_key(a, "tiles")[3] == _layer_pricing_key(b, "tiles")[3]) == same
+
+
+def test_shared_row_durations_equal_fresh_ones() -> None:
+    """Compute durations remembered per template and shared layer rows (`compute_durations` on a table from
+    `price_table`, which shares its priced layers across cases) equal the ones selected from a fresh
+    DataFrame of the same case, for every template, hit or miss."""
+    from rapidllm.caches import Caches
+    from rapidllm.graph.templates import OpsView, compute_durations, ops_view, shared_case_templates
+    from rapidllm.ops.price import price_case, price_table
+
+    with Caches().active():
+        for c in _sweep_cases(40) * 2:                  # the second round hits
+            view = ops_view(price_table(c))
+            assert view.shared is not None
+            fresh = OpsView(price_case(c))
+            for t in shared_case_templates(c, view):
+                got = compute_durations(view, t)
+                assert got == fresh.durations(t.section, {n.phase for n in t.nodes if n.kind == "compute"})

@@ -197,13 +197,14 @@ class GradientBuckets:
     stage: int = 0               # the heaviest stage
 
 
-def gradient_buckets(case: Case, v: int) -> GradientBuckets:
+def gradient_buckets(case: Case, v: int, stage_params: tuple[np.ndarray, np.ndarray] | None = None) -> GradientBuckets:
     """`GradientBuckets` of a training case run with `v` model chunks per stage: max(40M, 1M x dp)
-    parameters per bucket (Megatron-LM's DDP default, `BUCKET_PARAMS`) over the heaviest stage's chunk."""
+    parameters per bucket (Megatron-LM's DDP default, `BUCKET_PARAMS`) over the heaviest stage's chunk.
+    `stage_params`: `stage_parameters(case)` when the caller has it."""
     p = case.parallelism
     if p.dp <= 1 or p.zero == 3 or p.fsdp == "full_shard":
         return GradientBuckets()
-    params, expert_params = stage_parameters(case)
+    params, expert_params = stage_params if stage_params is not None else stage_parameters(case)
     heavy = int(params.argmax())
     heaviest = dp_reduced_parameters(case, float(params[heavy]), float(expert_params[heavy]))
     wb, gb, _ = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)
@@ -235,9 +236,13 @@ def _chunk_times(case: Case, replayed: list[Replayed], cost: CommCost, v: int
     f_span, f_comp, b_span, b_comp = (np.zeros((p.pp, v)) for _ in range(4))
     scale = chunk_scale(case, v)
     per_stage = [replayed[s if not cost.symmetric else 0] for s in range(p.pp)]
-    comm = np.array([_sharded_layer_comm(case, cost, s) for s in range(p.pp)], dtype=float).reshape(p.pp, 2)
+    comm = np.array([_sharded_layer_comm(case, cost, s) for s in range(p.pp)], dtype=float).reshape(p.pp, 2) \
+        if sharded_layer_bytes(case)[0] else np.zeros((p.pp, 2))
     gather, scatter = comm[:, :1], comm[:, 1:]
-    column = lambda get: np.array([get(r) for r in per_stage], dtype=float)[:, None]     # noqa: E731
+    if cost.symmetric:          # every stage replays the same templates: one value per column
+        column = lambda get: np.full((p.pp, 1), get(per_stage[0]), dtype=float)     # noqa: E731
+    else:
+        column = lambda get: np.array([get(r) for r in per_stage], dtype=float)[:, None]     # noqa: E731
     for section, n in layer_counts(case).items():
         n_chunk = n / v * scale
         exposed = np.where((gather != 0) & (n_chunk != 0), gather, 0.0)      # an empty chunk gathers nothing
@@ -288,13 +293,17 @@ def training_plan(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, cost:
     def send(s: int) -> float:
         gather = cost.time("tp", "all_gather", regather, s) if regather else 0.0
         return cost.time("pp", "send_recv", act, s) + gather
-    p2p_f = np.array([send(s) if s + 1 < p.pp or v > 1 else 0.0 for s in range(p.pp)])
-    p2p_b = np.array([send(max(s - 1, 0)) if s > 0 or v > 1 else 0.0 for s in range(p.pp)])
+    # a stage's backward send is the one before it: `send` of the same stage (once when every stage is alike)
+    senders = [s for s in range(p.pp) if s + 1 < p.pp or v > 1]
+    sends = dict.fromkeys(senders, send(senders[0])) if cost.symmetric and senders else {s: send(s) for s in senders}
+    p2p_f = np.array([sends[s] if s + 1 < p.pp or v > 1 else 0.0 for s in range(p.pp)])
+    p2p_b = np.array([sends[max(s - 1, 0)] if s > 0 or v > 1 else 0.0 for s in range(p.pp)])
     cost.count("pp", "send_recv", act, 2 * m * v)
     if regather and p.pp > 1:
         cost.count("tp", "all_gather", regather, 2 * m * v)
-    params, _ = stage_parameters(case)
-    grads = gradient_buckets(case, v)
+    stage_params = stage_parameters(case)
+    params = stage_params[0]
+    grads = gradient_buckets(case, v, stage_params)
     buckets, bucket_s, gather_s = grads.count, 0.0, 0.0
     op, bucket_bytes, gather_bytes = grads.op, grads.nbytes, 0.0
     if op:

@@ -22,7 +22,7 @@ from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import TrainingPlan, training_plan
 from rapidllm.engine.inference import Adjust, inference_record
 from rapidllm.engine.metrics import hardware_flops_per_step, model_flops_per_step, utilization
-from rapidllm.engine.replay import longest_path, relax
+from rapidllm.engine.replay import critical_stage, longest_path, relax, relax_split
 from rapidllm.graph.comm_nodes import communication_nodes
 from rapidllm.graph.pipeline_dag import (
     GRAD,
@@ -31,7 +31,9 @@ from rapidllm.graph.pipeline_dag import (
     PARAM,
     TASK,
     PipelineGraph,
+    PipelineInputs,
     build_pipeline,
+    pipeline_shape,
 )
 from rapidllm.graph.templates import Template
 from rapidllm.jit import njit
@@ -45,15 +47,31 @@ if TYPE_CHECKING:
 ENGINES = ("event", "baseline")
 
 
-@njit(cache=True)
-def _stage_ends(stage: np.ndarray, finish: np.ndarray, n_stages: int) -> np.ndarray:
-    """Last finish per stage (NaN-propagating like np.maximum.at)."""
+@njit(cache=True, work=lambda stage, kind, finish: 2 * len(stage))
+def _critical_nodes(stage: np.ndarray, kind: np.ndarray, finish: np.ndarray) -> tuple[int, np.ndarray]:
+    """The critical stage (`critical_stage` of the stages' last finishes, NaN-propagating like
+    np.maximum.at) and its tasks and optimizer step in node order, in two passes over the nodes."""
+    n_stages = 1
+    for i in range(len(stage)):
+        if stage[i] + 1 > n_stages:
+            n_stages = stage[i] + 1
     ends = np.zeros(n_stages)
     for i in range(len(stage)):
         s, f = stage[i], finish[i]
         if not np.isnan(ends[s]) and (np.isnan(f) or f > ends[s]):
             ends[s] = f
-    return ends
+    crit = critical_stage(ends)
+    count = 0
+    for i in range(len(stage)):
+        if stage[i] == crit and (kind[i] == TASK or kind[i] == OPT):
+            count += 1
+    mine = np.empty(count, np.int64)
+    count = 0
+    for i in range(len(stage)):
+        if stage[i] == crit and (kind[i] == TASK or kind[i] == OPT):
+            mine[count] = i
+            count += 1
+    return crit, mine
 
 
 @njit(cache=True)
@@ -69,39 +87,71 @@ def exposed_part(dep_kind: int, gap: float, dep_dur: float) -> float:
 
 
 @njit(cache=True)
-def _gaps(mine: np.ndarray, start: np.ndarray, finish: np.ndarray, crit: np.ndarray, kind: np.ndarray,
-          dur: np.ndarray, exposed: float) -> tuple[float, float, float]:
-    """Walk the critical stage's tasks in order: idle gaps become exposed p2p/gradient waits or bubble."""
+def _gaps(start: np.ndarray, finish: np.ndarray, crit_kind: np.ndarray, crit_dur: np.ndarray,
+          exposed: float) -> tuple[float, float, float]:
+    """Walk the critical stage's tasks in order (their starts and finishes, and the kind and duration of
+    the node that released each, TASK where none did): idle gaps become exposed p2p/gradient waits or
+    bubble."""
     bubble = 0.0
     prev_end = 0.0
-    for q in range(len(mine)):
-        i = mine[q]
-        gap = start[i] - prev_end
-        prev_end = finish[i]
+    for q in range(len(start)):
+        gap = start[q] - prev_end
+        prev_end = finish[q]
         if gap <= 0:
             continue
-        c = crit[i]
-        part = exposed_part(kind[c], gap, dur[c]) if c >= 0 else 0.0
+        part = exposed_part(crit_kind[q], gap, crit_dur[q])
         exposed += part
         bubble += gap - part
     return exposed, bubble, prev_end
 
 
+def _split(step: float, s: int, compute: np.ndarray, dur: np.ndarray, start: np.ndarray, finish: np.ndarray,
+           crit_kind: np.ndarray, crit_dur: np.ndarray) -> dict[str, float]:
+    """The breakdown from the critical stage s's tasks and optimizer step in node order (their compute
+    seconds, durations, starts, finishes, and what released each: `_gaps`)."""
+    exposed, bubble, prev_end = _gaps(start, finish, crit_kind, crit_dur, float((dur - compute).sum()))
+    exposed += step - prev_end                      # parameter gather after the optimizer, other stages
+    return {"step_time_s": step, "compute_time_s": float(compute.sum()), "exposed_comm_s": exposed,
+            "bubble_s": bubble, "critical_stage": s}
+
+
+def _released_by(crit: np.ndarray, kind: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Kind and duration of each binding dependency in `crit` (TASK and 0.0 where there is none)."""
+    has = crit >= 0
+    return np.where(has, kind[crit], np.int8(TASK)).astype(np.int8), np.where(has, dur[crit], 0.0)
+
+
 def attribute(g: PipelineGraph, start: np.ndarray, finish: np.ndarray, crit: np.ndarray) -> dict[str, float]:
     """Split the step on the critical stage into compute, exposed communication and bubble."""
     step = float(finish.max()) if len(finish) else 0.0
-    n_stages = int(g.stage.max()) + 1 if len(g.stage) else 1
-    ends = _stage_ends(g.stage, np.asarray(finish, np.float64), n_stages) if len(g.stage) else np.zeros(1)
-    s = int(np.argmax(ends))
-    mine = np.flatnonzero((g.stage == s) & ((g.kind == TASK) | (g.kind == OPT)))
-    compute = float(g.compute[mine].sum())
-    exposed = float((g.dur[mine] - g.compute[mine]).sum())
-    exposed, bubble, prev_end = _gaps(mine.astype(np.int64), np.asarray(start, np.float64), np.asarray(finish, np.float64),
-                                      np.asarray(crit, np.int64), np.asarray(g.kind, np.int8), np.asarray(g.dur, np.float64),
-                                      exposed)
-    exposed += step - prev_end                      # parameter gather after the optimizer, other stages
-    return {"step_time_s": step, "compute_time_s": compute, "exposed_comm_s": exposed, "bubble_s": bubble,
-            "critical_stage": s}
+    s, mine = _critical_nodes(g.stage, g.kind, np.asarray(finish, np.float64))
+    kind, dur = np.asarray(g.kind, np.int8), np.asarray(g.dur, np.float64)
+    return _split(step, s, g.compute[mine], dur[mine], np.asarray(start, np.float64)[mine],
+                  np.asarray(finish, np.float64)[mine], *_released_by(np.asarray(crit, np.int64)[mine], kind, dur))
+
+
+def pipeline_split(x: PipelineInputs) -> tuple[dict[str, float], int]:
+    """`attribute` of the inputs' pipeline DAG and its longest path, and the DAG's node count, without the
+    DAG in node order where its shape has a Kahn-ordered form (`graph.pipeline_dag.RankedShape`): one pass
+    fills and relaxes it front to back (`relax_split`), and only the critical stage's nodes are gathered.
+    The same numbers as `build_pipeline`, `longest_path` and `attribute` (tests/test_engine_fast.py)."""
+    found = pipeline_shape(x)
+    if found is None or found[0].ranked is None:
+        g, start, finish, crit = replay_pipeline(x)
+        return attribute(g, start, finish, crit), len(g)
+    shape, values = found
+    r = shape.ranked
+    step, s, *nodes = relax_split(values, r.src, r.csrc, r.pieces, r.hid, r.oth, r.succ_ptr, r.succ, r.stage, r.kind,
+                                  r.mine_ptr, r.mine)
+    return _split(step, s, *nodes), len(r.src)
+
+
+def replay_pipeline(x: PipelineInputs) -> tuple[PipelineGraph, np.ndarray, np.ndarray, np.ndarray]:
+    """The pipeline DAG of the inputs and every node's start, finish and binding dependency."""
+    g = build_pipeline(x)
+    start, finish, crit = relax(g.dur, *g.order) if g.order is not None else \
+        longest_path(g.dur, g.dep_ptr, g.dep_idx)
+    return g, start, finish, crit
 
 
 @dataclass
@@ -123,25 +173,29 @@ def replay_training(case: Case, ops: pd.DataFrame | OperatorTable, overlap: bool
     """Price the collectives, replay the templates, build the pipeline DAG and run its longest path."""
     cost = CommCost(case)
     plan = training_plan(case, ops, cost, overlap, templates)
-    g = build_pipeline(plan.inputs)
-    start, finish, crit = relax(g.dur, *g.order) if g.order is not None else \
-        longest_path(g.dur, g.dep_ptr, g.dep_idx)
+    g, start, finish, crit = replay_pipeline(plan.inputs)
     return TrainingReplay(case, cost, plan, g, start, finish, crit)
 
 
 def training_record(case: Case, ops: pd.DataFrame | OperatorTable, overlap: bool = True, templates: list[Template] | None = None,
                      trace: bool = False) -> dict:
-    """The training record; with trace=True also the replay itself under the key "schedule"."""
-    r = replay_training(case, ops, overlap, templates)
-    cost, plan, g = r.cost, r.plan, r.graph
-    rec = attribute(g, r.start, r.finish, r.crit)
+    """The training record; with trace=True also the replay itself under the key "schedule" (without it,
+    the pipeline is replayed for its breakdown only: `pipeline_split`)."""
+    if trace:
+        r = replay_training(case, ops, overlap, templates)
+        cost, plan, nodes = r.cost, r.plan, len(r.graph)
+        rec = attribute(r.graph, r.start, r.finish, r.crit)
+    else:
+        cost = CommCost(case)
+        plan = training_plan(case, ops, cost, overlap, templates)
+        rec, nodes = pipeline_split(plan.inputs)
     w = case.workload
     assert isinstance(w, TrainingWorkload)
     step = rec["step_time_s"]
     hw_flops = hardware_flops_per_step(case, plan.flops_hw, plan.flops_recompute)
     rec.update(mfu=utilization(model_flops_per_step(case), step, case), hfu=utilization(hw_flops, step, case),
                tokens_per_s=w.global_batch * w.seq_len / step if step > 0 else 0.0,
-               ttft_s=0.0, itl_s=0.0, e2e_latency_s=0.0, graph_nodes=len(g),
+               ttft_s=0.0, itl_s=0.0, e2e_latency_s=0.0, graph_nodes=nodes,
                network_events_simulated=float(cost.simulated),
                network_events_flattened=float(cost.flattened_events()))
     if trace:

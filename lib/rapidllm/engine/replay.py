@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rapidllm.graph.pipeline_dag import kahn_order
+from rapidllm.graph.pipeline_dag import TASK, kahn_order
 from rapidllm.graph.templates import COMPUTE, Template
 from rapidllm.jit import njit
 
@@ -119,3 +119,76 @@ def relax(dur: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, order: np.nda
     if count < n:
         finish[:] = np.nan          # a cycle: the caller's graph is wrong
     return start, finish, crit
+
+
+@njit(cache=True)
+def critical_stage(ends: np.ndarray) -> int:
+    """The stage whose last finish is the latest, the first on a tie; the first NaN one if any (np.argmax)."""
+    crit = 0
+    for s in range(len(ends)):
+        if np.isnan(ends[s]):
+            return s
+        if ends[s] > ends[crit]:
+            crit = s
+    return crit
+
+
+@njit(cache=True, work=lambda values, src, csrc, pieces, hid, oth, succ_ptr, succ, *rest: len(src) + len(succ))
+def relax_split(values: np.ndarray, src: np.ndarray, csrc: np.ndarray, pieces: np.ndarray, hid: np.ndarray,
+                oth: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, stage: np.ndarray, kind: np.ndarray,
+                mine_ptr: np.ndarray, mine: np.ndarray
+                ) -> tuple[float, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`relax` over a DAG renumbered in Kahn order (`graph.pipeline_dag._ranked`), in one pass front to
+    back, its durations made on the way with `graph.pipeline_dag._fill`'s operations; then what the
+    attribution reads: the step (the last finish; NaN if any is), the critical stage (`critical_stage` of
+    each stage's last finish, NaN-propagating as `engine._critical_nodes` takes it) and, for its tasks and
+    optimizer step in node order (`mine`), compute seconds, durations, starts, finishes, and the kind and
+    duration of the node that released each (TASK and 0.0 where none did)."""
+    n = len(src)
+    n_stages = len(mine_ptr) - 1
+    start = np.zeros(n)
+    dur = np.empty(n)
+    finish = np.empty(n)
+    crit = np.full(n, -1, np.int64)
+    ends = np.zeros(n_stages)
+    step = finish_max = 0.0
+    nan = False
+    for h in range(n):
+        span = values[src[h]]
+        if hid[h] >= 0:
+            span -= min(values[hid[h]], values[oth[h]])
+        d = span / pieces[h]
+        dur[h] = d
+        f = start[h] + d
+        finish[h] = f
+        if np.isnan(f):
+            nan = True
+        elif h == 0 or f > finish_max:
+            finish_max = f
+        s = stage[h]
+        if not np.isnan(ends[s]) and (np.isnan(f) or f > ends[s]):
+            ends[s] = f
+        for k in range(succ_ptr[h], succ_ptr[h + 1]):
+            j = succ[k]
+            if f > start[j] or crit[j] < 0:
+                if f >= start[j]:
+                    start[j] = f
+                    crit[j] = h
+    if n:
+        step = np.nan if nan else finish_max
+    s = critical_stage(ends)
+    rows = mine[mine_ptr[s]:mine_ptr[s + 1]]
+    k = len(rows)
+    comp_m, dur_m, start_m, finish_m, cdur = np.empty(k), np.empty(k), np.empty(k), np.empty(k), np.zeros(k)
+    ckind = np.full(k, TASK, np.int8)
+    for q in range(k):
+        h = rows[q]
+        dur_m[q] = dur[h]
+        comp_m[q] = values[csrc[h]] / pieces[h]
+        start_m[q] = start[h]
+        finish_m[q] = finish[h]
+        c = crit[h]
+        if c >= 0:
+            ckind[q] = kind[c]
+            cdur[q] = dur[c]
+    return step, s, comp_m, dur_m, start_m, finish_m, ckind, cdur

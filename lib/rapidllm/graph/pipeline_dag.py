@@ -347,8 +347,7 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
     for j in range(n):
         for q in range(ndep[j]):
             idx[ptr[j] + q] = deps[j, q]
-    return (src[:n].copy(), csrc[:n].copy(), pieces_of[:n].copy(), hid[:n].copy(), oth[:n].copy(),
-            kind[:n].copy(), stage[:n].copy(), ptr, idx)
+    return src[:n], csrc[:n], pieces_of[:n], hid[:n], oth[:n], kind[:n], stage[:n], ptr, idx
 
 
 @njit(cache=True, work=lambda values, src, *rest: len(src))
@@ -371,22 +370,29 @@ def _fill(values, src, csrc, pieces, hid, oth):
 def kahn_order(dep_ptr: np.ndarray, dep_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Successor lists (CSR, in the order the dependency lists name them) and the Kahn order (first-in
     first-out from the sources in index order) of a DAG: what a longest-path pass visits, which depends
-    on the edges only. The count is below the node count when there is a cycle."""
+    on the edges only. The count is below the node count when there is a cycle.
+
+    A dependency a node lists twice in a row (the pipeline builder names a channel's last node once per
+    network dimension) is one successor entry: copies of a dependency always sit side by side in the
+    successor list, where the order loses nothing without them (the node is queued at the same point) and
+    `relax` finds its start already set by the first (copies elsewhere in a list are kept: same result)."""
     n = len(dep_ptr) - 1
     indeg = np.zeros(n, np.int64)
     succ_cnt = np.zeros(n + 1, np.int64)
     for i in range(n):
-        indeg[i] = dep_ptr[i + 1] - dep_ptr[i]
         for k in range(dep_ptr[i], dep_ptr[i + 1]):
-            succ_cnt[dep_idx[k] + 1] += 1
+            if k == dep_ptr[i] or dep_idx[k] != dep_idx[k - 1]:
+                indeg[i] += 1
+                succ_cnt[dep_idx[k] + 1] += 1
     succ_ptr = np.cumsum(succ_cnt)
     fill = succ_ptr[:-1].copy()
-    succ = np.empty(len(dep_idx), np.int64)
+    succ = np.empty(succ_ptr[n], np.int64)
     for i in range(n):
         for k in range(dep_ptr[i], dep_ptr[i + 1]):
-            d = dep_idx[k]
-            succ[fill[d]] = i
-            fill[d] += 1
+            if k == dep_ptr[i] or dep_idx[k] != dep_idx[k - 1]:
+                d = dep_idx[k]
+                succ[fill[d]] = i
+                fill[d] += 1
     queue = np.empty(n, np.int64)
     head = tail = 0
     for i in range(n):
@@ -405,11 +411,72 @@ def kahn_order(dep_ptr: np.ndarray, dep_idx: np.ndarray) -> tuple[np.ndarray, np
     return succ_ptr, succ, queue, tail
 
 
+@njit(cache=True, work=lambda order, count, succ_ptr, succ, *rest: len(order) + len(succ))
+def _ranked(order, count, succ_ptr, succ, src, csrc, pieces, hid, oth, kind, stage):
+    """The DAG renumbered by Kahn order (`kahn_order`'s queue, `count` long, all nodes): each node's
+    successors by their position in the order, its value slots (`_build_structure`), kind and stage in
+    that order, and per stage the positions of its tasks and optimizer step in node order (CSR). A
+    longest-path pass over it reads every array front to back (`engine.replay.relax_split`) instead of
+    hopping between stages as the order does."""
+    n = count
+    rank = np.empty(n, np.int64)
+    for h in range(n):
+        rank[order[h]] = h
+    rptr = np.zeros(n + 1, np.int64)
+    rsucc = np.empty(succ_ptr[n], np.int64)
+    k = 0
+    for h in range(n):
+        i = order[h]
+        for q in range(succ_ptr[i], succ_ptr[i + 1]):
+            rsucc[k] = rank[succ[q]]
+            k += 1
+        rptr[h + 1] = k
+    n_stages = 1
+    for i in range(n):
+        if stage[i] + 1 > n_stages:
+            n_stages = stage[i] + 1
+    mine_ptr = np.zeros(n_stages + 1, np.int64)
+    for i in range(n):
+        if kind[i] == TASK or kind[i] == OPT:
+            mine_ptr[stage[i] + 1] += 1
+    for s in range(n_stages):
+        mine_ptr[s + 1] += mine_ptr[s]
+    mine = np.empty(mine_ptr[n_stages], np.int64)
+    fill = mine_ptr[:-1].copy()
+    for i in range(n):
+        if kind[i] == TASK or kind[i] == OPT:
+            mine[fill[stage[i]]] = rank[i]
+            fill[stage[i]] += 1
+    perm = order[:n]
+    return (rptr, rsucc, src[perm], csrc[perm], pieces[perm], hid[perm], oth[perm], kind[perm], stage[perm],
+            mine_ptr, mine)
+
+
+@dataclass(frozen=True)
+class RankedShape:
+    """A `PipelineShape` in Kahn order (`_ranked`): node h is the h-th the order processes; `succ_ptr` /
+    `succ` name its successors by position, `src` ... `stage` are its recipe, kind and stage, and
+    `mine[mine_ptr[s]:mine_ptr[s + 1]]` are the positions of stage s's tasks and optimizer step in node
+    order (what the attribution walks on the critical stage)."""
+    succ_ptr: np.ndarray
+    succ: np.ndarray
+    src: np.ndarray
+    csrc: np.ndarray
+    pieces: np.ndarray
+    hid: np.ndarray
+    oth: np.ndarray
+    kind: np.ndarray
+    stage: np.ndarray
+    mine_ptr: np.ndarray
+    mine: np.ndarray
+
+
 @dataclass(frozen=True)
 class PipelineShape:
     """What a pipeline DAG is without its durations: the node recipe of `_build_structure`, its edges and
-    their Kahn order. Cases that differ only in times (recompute, the model, collective sizes) share one
-    (`Caches.pipeline_shapes`)."""
+    their Kahn order, and the same in Kahn order (`ranked`, for a replay that needs only the attribution;
+    None for a cyclic graph, which the builder never makes). Cases that differ only in times (recompute,
+    the model, collective sizes) share one (`Caches.pipeline_shapes`)."""
     src: np.ndarray
     csrc: np.ndarray
     pieces: np.ndarray
@@ -420,6 +487,7 @@ class PipelineShape:
     dep_ptr: np.ndarray
     dep_idx: np.ndarray
     order: tuple[np.ndarray, np.ndarray, np.ndarray, int]
+    ranked: RankedShape | None
 
 
 def _shape(key: tuple) -> PipelineShape:
@@ -430,9 +498,13 @@ def _shape(key: tuple) -> PipelineShape:
     if hit is None:
         *recipe, kind, stage, ptr, idx = _build_structure(*key)
         order = kahn_order(ptr, idx)
-        for a in (*recipe, kind, stage, ptr, idx, *order[:3]):
+        succ_ptr, succ, queue, count = order
+        ranked = RankedShape(*_ranked(queue, count, succ_ptr, succ, *recipe, kind, stage)) \
+            if count == len(kind) else None
+        arrays = (*recipe, kind, stage, ptr, idx, *order[:3]) + (tuple(vars(ranked).values()) if ranked else ())
+        for a in arrays:
             a.flags.writeable = False           # shared by every graph of this shape
-        hit = table.put(key, PipelineShape(*recipe, kind, stage, ptr, idx, order))
+        hit = table.put(key, PipelineShape(*recipe, kind, stage, ptr, idx, order, ranked))
     return hit
 
 
@@ -448,23 +520,31 @@ def _values(x: PipelineInputs, merge: bool) -> np.ndarray:
                            np.array([float(x.bucket_s), float(x.param_gather_s), 0.0]), *hidden])
 
 
-def build_pipeline(x: PipelineInputs) -> PipelineGraph:
-    """The pipeline DAG, built in numba (node for node what `build_pipeline_reference` builds): its shape
-    once per distinct structure (`_shape`), its durations per case (`_fill`).
-
-    Falls back to the reference builder for inputs outside the schedules' contract (interleaving with
-    m not divisible by pp), where micro-batch indices would leave the arrays.
-    """
+def pipeline_shape(x: PipelineInputs) -> tuple[PipelineShape, np.ndarray] | None:
+    """The shape of the inputs' DAG (`_shape`) and the value vector its nodes take their durations from
+    (`_values`); None for inputs outside the schedules' contract (interleaving with m not divisible by pp),
+    where micro-batch indices would leave the arrays: `build_pipeline_reference` builds those."""
     code = schedule_code(x.schedule, x.pp, x.v)
     f = lambda a: np.asarray(a, dtype=np.float64)
     shapes_ok = all(f(a).shape == (x.pp, x.v) for a in (x.f_span, x.f_compute, x.b_span, x.b_compute)) and \
         all(f(a).ndim == 1 and len(a) >= x.pp for a in (x.p2p_fwd, x.p2p_bwd, x.optimizer_s))
     if not shapes_ok or x.pp < 1 or x.v < 1 or x.m < 1 or (code == INTERLEAVED and x.m % x.pp) or \
             (code == ONE_STAGE and x.v != 1):
-        return build_pipeline_reference(x)
+        return None
     merge = x.f_hidden is not None and x.b_hidden is not None
     shape = _shape((code, int(x.pp), int(x.v), int(x.m), int(x.buckets), bool(float(x.bucket_s) > 0),
                     len(x.pp_dims), len(x.dp_dims), merge, bool(x.grad_overlap), bool(x.p2p_blocking),
                     bool(float(x.param_gather_s) > 0)))
-    dur, comp = _fill(_values(x, merge), shape.src, shape.csrc, shape.pieces, shape.hid, shape.oth)
+    return shape, _values(x, merge)
+
+
+def build_pipeline(x: PipelineInputs) -> PipelineGraph:
+    """The pipeline DAG, built in numba (node for node what `build_pipeline_reference` builds): its shape
+    once per distinct structure (`pipeline_shape`), its durations per case (`_fill`). Falls back to the
+    reference builder for inputs outside the schedules' contract."""
+    found = pipeline_shape(x)
+    if found is None:
+        return build_pipeline_reference(x)
+    shape, values = found
+    dur, comp = _fill(values, shape.src, shape.csrc, shape.pieces, shape.hid, shape.oth)
     return PipelineGraph(dur, comp, shape.kind, shape.stage, shape.dep_ptr, shape.dep_idx, shape.order)

@@ -45,6 +45,11 @@ class Template:
     part: str                        # fwd | bwd | extra_fwd | extra_bwd | optimizer
     nodes: list[Node] = field(default_factory=list)
 
+    @functools.cached_property
+    def compute_phases(self) -> frozenset[str]:
+        """Phases of its compute nodes (templates are read-only once built)."""
+        return frozenset(n.phase for n in self.nodes if n.kind == COMPUTE)
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -178,9 +183,14 @@ class OpsView:
         column = ops.column if isinstance(ops, OperatorTable) else (lambda name: ops[name].tolist())
         self.names = column("name")
         self.phases = column("phase")
+        self.section_of = column("section")
         self.sections: dict[str, list[int]] = {}
-        for i, sec in enumerate(column("section")):
+        for i, sec in enumerate(self.section_of):
             self.sections.setdefault(sec, []).append(i)
+        # the table's shared leading rows (`OperatorTable.shared`) and the sections with rows after them
+        self.shared = ops.shared if isinstance(ops, OperatorTable) else None
+        lead = len(self.shared) if self.shared is not None else 0
+        self.tail_sections = {sec for sec, rows in self.sections.items() if rows[-1] >= lead}
 
     def _numeric(self, name: str) -> np.ndarray:
         ops = self._ops
@@ -217,9 +227,25 @@ def ops_view(ops: pd.DataFrame | OperatorTable | OpsView) -> OpsView:
 
 
 def compute_durations(ops: pd.DataFrame | OperatorTable | OpsView, t: Template) -> list[float]:
-    """Durations (time per launch x launches) of a template's compute nodes, in order."""
-    phases = {n.phase for n in t.nodes if n.kind == COMPUTE}
-    return ops_view(ops).durations(t.section, phases)
+    """Durations (time per launch x launches) of a template's compute nodes, in order.
+
+    A section read from a table's shared leading rows alone (`OperatorTable.shared`: the priced layers a
+    sweep's cases share) gives the same durations in every table that begins with those rows: they are kept
+    under the template's and the rows' ids, the entry holding both (so a hit is that template on those very
+    rows). Bounded: emptied at 4096 entries."""
+    view = ops_view(ops)
+    if view.shared is None or t.section in view.tail_sections:
+        return view.durations(t.section, t.compute_phases)
+    key = (id(t), id(view.shared))
+    hit = _SHARED_DURATIONS.get(key)
+    if hit is None or hit[0] is not t or hit[1] is not view.shared:
+        if len(_SHARED_DURATIONS) >= 4096:
+            _SHARED_DURATIONS.clear()
+        hit = _SHARED_DURATIONS[key] = (t, view.shared, view.durations(t.section, t.compute_phases))
+    return list(hit[2])
+
+
+_SHARED_DURATIONS: dict[tuple[int, int], tuple[Template, list, list[float]]] = {}
 
 
 def _ops_of(ops: pd.DataFrame | OperatorTable | OpsView, section: str, phases: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -285,15 +311,11 @@ def shared_case_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsVie
     of each layer section and, for MoE, the dispatch bytes, which can depend on the fabric). Templates
     are read-only once built."""
     view = ops_view(ops)
-    sections = [""] * len(view.names)
-    for sec, rows in view.sections.items():
-        for i in rows:
-            sections[i] = sec
     p = case.parallelism
     prefixes = ("",) if case.training else ("prefill_", "decode_first_", "decode_last_")
     tokens = tuple(layer_tokens(case, prefix) for prefix in prefixes)
     moe = tuple(dispatch_bytes(case, n) for n in tokens) if case.model.moe and p.ep > 1 else ()
-    key = (tuple(zip(sections, view.names, view.phases)), case.model, case.training, p.tp, p.sp, p.cp, p.ep,
+    key = (tuple(zip(view.section_of, view.names, view.phases)), case.model, case.training, p.tp, p.sp, p.cp, p.ep,
            p.expert_tp, case.activation_precision, tokens, moe)
     table = current().templates
     hit = table.get(key)

@@ -11,7 +11,10 @@ per device, documented in config/hardware). The reported stage is the one with t
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+
+import numpy as np
 
 from rapidllm.caches import current
 from rapidllm.jit import njit
@@ -21,7 +24,7 @@ from rapidllm.memory.state import (
     ZERO_PAPER,
     Conventions,
     StateBytes,
-    stage_kind,
+    stage_layer_counts,
     stage_params,
     state_bytes,
 )
@@ -143,26 +146,71 @@ def _walk_peak(code: int, pp: int, stage: int, m: int, v: int, last: bool, per_c
     return peak
 
 
-def _training_stage(case: Case, stage: int, conv: Conventions, layer: LayerLiveness,
-                    head: LayerLiveness, states: dict[tuple, StateBytes] | None = None) -> MemoryResult:
-    """Memory of one stage. `states`: the state bytes of stages computed before in this case, by
-    `stage_kind` (the middle stages of a deep pipeline hold the same state)."""
-    hw, w = case.hardware, case.workload
+@njit(cache=True, work=lambda code, pp, m, v, stages, *rest: 2 * m * v * len(stages))
+def _stage_peaks(code: int, pp: int, m: int, v: int, stages: np.ndarray, kinds: np.ndarray, last: np.ndarray,
+                 per_chunk: np.ndarray, head_stored: np.ndarray, fwd_extra: np.ndarray, bwd_extra: np.ndarray,
+                 gathered: np.ndarray, persistent: np.ndarray, step: np.ndarray, runtime: float,
+                 framework: float) -> tuple[int, float]:
+    """Position in `stages` of the first stage with the highest peak, and its activation bytes. Stage
+    `stages[q]` is of kind `kinds[q]` (the per-kind arrays: `walk_inputs`, the state's gathered layer,
+    persistent bytes and optimizer-step transient; `buffers`: activation-phase buffers alike on every stage,
+    such as nanotron's SP gather buffers). Activations and peak are `MemoryResult`'s own sums in
+    its order (`max` as Python's builtin decides), so the chosen stage and its bytes are the ones a
+    `MemoryResult` per stage and `max(..., key=peak)` give."""
+    best, best_peak, best_acts = 0, 0.0, 0.0
+    for q in range(len(stages)):
+        k = kinds[q]
+        acts = _walk_peak(code, pp, stages[q], m, v, last[k], per_chunk[k], head_stored[k], fwd_extra[k],
+                          bwd_extra[k]) + gathered[k] + runtime
+        top = step[k] if step[k] > acts else acts
+        peak = persistent[k] + top + framework
+        if q == 0 or peak > best_peak:
+            best, best_peak, best_acts = q, peak, acts
+    return best, best_acts
+
+
+@functools.lru_cache(maxsize=1024)
+def _stage_kinds(counts: tuple[int, ...], stages: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """For `stages` of a pipeline whose stages hold `counts` layers: the stages as an array, the index of
+    each one's `stage_kind` (layers, first, last) in order of first appearance, and the first stage of each
+    kind. Read-only arrays, shared by every case of one split."""
+    kinds: dict[tuple[int, bool, bool], int] = {}
+    of_stage = [kinds.setdefault((counts[s], s == 0, s == len(counts) - 1), len(kinds)) for s in stages]
+    first = tuple(stages[of_stage.index(k)] for k in range(len(kinds)))
+    arrays = np.array(stages, dtype=np.int64), np.array(of_stage, dtype=np.int64)
+    for a in arrays:
+        a.flags.writeable = False
+    return (*arrays, first)
+
+
+def _training_memory(case: Case, stages: list[int], conv: Conventions, layer: LayerLiveness,
+                     head: LayerLiveness, state: StateBytes | None) -> MemoryResult:
+    """Memory of the stage of `stages` with the highest peak. State bytes and walk inputs are computed once
+    per `stage_kind` (the middle stages of a deep pipeline hold the same state; `state`: that of
+    `stages[0]` when the caller has it), and every stage's schedule walk runs in one kernel call."""
+    hw, p, w = case.hardware, case.parallelism, case.workload
     assert isinstance(w, TrainingWorkload)
-    key = stage_kind(case, stage, conv)
-    layers = key[0]
-    st = states.get(key) if states is not None else None
-    if st is None:
-        st = state_bytes(case, stage, conv)
-        if states is not None:
-            states[key] = st
-    p = case.parallelism
+    counts = stage_layer_counts(case, conv)
+    stage_arr, of_stage, first = _stage_kinds(counts, tuple(stages))
+    states = [state if state is not None and k == 0 else state_bytes(case, s, conv) for k, s in enumerate(first)]
+    walks = [walk_inputs(case, s, layer, head, counts[s]) for s in first]
+    hidden = conv.step_hidden_bytes * w.micro_batch * w.seq_len * case.model.hidden
+    steps = [st.step_transient + conv.runtime_allocated + hidden for st in states]
+    col = lambda values: np.array(values, dtype=np.float64)       # noqa: E731
+    v = p.chunks_per_stage
     gather = (conv.sp_gather_buffers * DTYPE_BYTES[case.activation_precision] * w.micro_batch * w.seq_len
               * case.model.hidden if p.tp > 1 and p.sp else 0.0)      # persistent SP all-gather buffers
-    acts = activation_peak(case, stage, layer, head, layers) + st.gathered_layer + conv.runtime_allocated + gather
-    step = st.step_transient + conv.runtime_allocated + conv.step_hidden_bytes * w.micro_batch * w.seq_len * case.model.hidden
-    return MemoryResult(st.weights, st.gradients, st.optimizer, acts, 0.0, hw.framework_memory,
-                        hw.hbm_capacity, step_transient=step, stage=stage)
+    q, acts = _stage_peaks(schedule_code(p.schedule, p.pp, v), p.pp, max(w.microbatches(p.dp), 1), v,
+                           stage_arr, of_stage,
+                           np.array([x.last for x in walks]), col([x.per_chunk for x in walks]),
+                           col([x.head_stored for x in walks]), col([x.fwd_extra for x in walks]),
+                           col([x.bwd_extra for x in walks]), col([st.gathered_layer for st in states]),
+                           col([st.weights + st.gradients + st.optimizer + 0.0 for st in states]), col(steps),
+                           float(conv.runtime_allocated), float(gather), float(hw.framework_memory))
+    k = int(of_stage[q])
+    st = states[k]
+    return MemoryResult(st.weights, st.gradients, st.optimizer, float(acts), 0.0, hw.framework_memory,
+                        hw.hbm_capacity, step_transient=steps[k], stage=stages[q])
 
 
 def kv_cache_per_token(case: Case) -> float:
@@ -216,8 +264,5 @@ def memory_for_case(case: Case, conventions: Conventions | None = None, stage: i
     assert state is None or stage is not None
     if case.training:
         layer, head = liveness or shared_training_liveness(case, conventions)
-        states: dict[tuple, StateBytes] = {} if state is None else {stage_kind(case, stages[0], conventions): state}
-        results = [_training_stage(case, s, conventions, layer, head, states) for s in stages]
-    else:
-        results = [_inference_stage(case, s, conventions) for s in stages]
-    return max(results, key=lambda r: r.peak)
+        return _training_memory(case, list(stages), conventions, layer, head, state)
+    return max((_inference_stage(case, s, conventions) for s in stages), key=lambda r: r.peak)

@@ -165,8 +165,9 @@ def all_stage_params(case: Case, conv: Conventions = ZERO_PAPER) -> list[StagePa
     """`stage_params` of every stage, once per distinct `stage_kind`."""
     seen: dict[tuple[int, bool, bool], StageParams] = {}
     out = []
-    for s in range(case.parallelism.pp):
-        key = stage_kind(case, s, conv)
+    counts, pp = stage_layer_counts(case, conv), case.parallelism.pp
+    for s in range(pp):
+        key = (counts[s], s == 0, s == pp - 1)          # stage_kind(case, s, conv)
         if key not in seen:
             seen[key] = stage_params(case, s, conv)
         out.append(seen[key])

@@ -20,8 +20,8 @@ from rapidllm.ops.tiles import uses_warpgroup_mma
 from rapidllm.ops.operators import ATTENTION, GEMM, Operator
 from rapidllm.ops.params import mtp_params, parameter_counts
 from rapidllm.ops.roofline import roofline_times
-from rapidllm.spec.case import Case, InferenceWorkload
-from rapidllm.spec.hardware import DTYPE_BYTES
+from rapidllm.spec.case import Case, InferenceWorkload, Parallelism
+from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -191,8 +191,12 @@ class OperatorTable:
     of `rapidllm predict`'s start-up. `frame()` is the DataFrame `price_case` returns, for code that edits
     or stores the table (measured-time adjusters, the baseline engine, pipeline stages)."""
 
-    def __init__(self, rows: list[tuple]) -> None:
+    def __init__(self, rows: list[tuple], shared: list[tuple] | None = None) -> None:
+        """`shared`: the leading rows when other tables begin with this same list (`price_table`'s priced
+        layer sections from `Caches.priced_layers`), so what is read from them alone can be remembered
+        across tables (`graph.templates.compute_durations`)."""
         self.rows = rows
+        self.shared = shared
 
     def column(self, name: str) -> list:
         """One column's values in row order, as the rows hold them."""
@@ -224,7 +228,7 @@ def price_table(case: Case, method: str = "tiles") -> OperatorTable:
     layers = priced.get(key)
     if layers is None:
         layers = priced.put(key, _rows(case, _training_sections(case), method))
-    return OperatorTable(layers + _rows(case, step_sections(case), method))
+    return OperatorTable(layers + _rows(case, step_sections(case), method), shared=layers)
 
 
 def price_case(case: Case, method: str = "tiles") -> pd.DataFrame:
@@ -239,11 +243,28 @@ def price_case_reference(case: Case, method: str = "tiles") -> pd.DataFrame:
 
 def _layer_pricing_key(case: Case, method: str) -> tuple:
     """Everything the non-optimizer sections depend on: the case with dp, pp, ZeRO/FSDP, the schedule and
-    the network neutralized (HardwareSpec holds dicts, so it enters as its repr)."""
-    p = dataclasses.replace(case.parallelism, dp=1, pp=1, zero=0, fsdp="none", schedule="1f1b", virtual_stages=1,
-                            embedding_in_split=False, loss_in_split=False)
-    return (repr(case.hardware), case.model, case.workload, p, case.precision, case.attention_impl,
-            case.moe_hot_expert_factor, case.framework, method)
+    the network neutralized, i.e. the other fields of its parallelism (HardwareSpec holds dicts, so it
+    enters as its repr, `_hardware_repr`)."""
+    p = case.parallelism
+    return (_hardware_repr(case.hardware), case.model, case.workload, tuple(getattr(p, f) for f in _PRICED_FIELDS),
+            case.precision, case.attention_impl, case.moe_hot_expert_factor, case.framework, method)
+
+
+# what the layer sections do not depend on (`_layer_pricing_key` leaves them out)
+_NEUTRAL = ("dp", "pp", "zero", "fsdp", "schedule", "virtual_stages", "embedding_in_split", "loss_in_split")
+_PRICED_FIELDS = tuple(f.name for f in dataclasses.fields(Parallelism) if f.name not in _NEUTRAL)
+_HARDWARE_REPR: dict[int, tuple[HardwareSpec, str]] = {}      # id(spec) -> (spec, repr(spec))
+
+
+def _hardware_repr(hw: HardwareSpec) -> str:
+    """repr(hw), kept under the spec object's id (the entry holds the spec, so a hit is that very object; a
+    sweep's cases share a few devices, and their repr walks every dict). Emptied at 64 entries."""
+    hit = _HARDWARE_REPR.get(id(hw))
+    if hit is None or hit[0] is not hw:
+        if len(_HARDWARE_REPR) >= 64:
+            _HARDWARE_REPR.clear()
+        hit = _HARDWARE_REPR[id(hw)] = (hw, repr(hw))
+    return hit[1]
 
 
 def _rows(case: Case, pairs: list[tuple[str, Operator]], method: str) -> list[tuple]:

@@ -243,12 +243,42 @@ class Case:
 
         Hashes the same JSON text as `case_id_reference` (`dataclasses.asdict` less the HASH_OMITTED_DEFAULTS
         fields at their defaults), built without asdict's deep copies; computed once per Case (the case is
-        frozen).
+        frozen). The text is written field by field in sorted order, as `json.dumps(sort_keys=True)` writes
+        the whole; the model, hardware and network, shared by thousands of cases of a sweep, reuse their
+        text (`_spec_json`).
         """
-        d = _plain(self)
-        d.pop("name")
-        blob = json.dumps(d, sort_keys=True, default=list, separators=(",", ":"))
+        parts = []
+        for name, default, omit in _hash_fields(Case):
+            v = getattr(self, name)
+            if name == "name" or (omit and v == default):
+                continue
+            parts.append((name, _spec_json(v) if name in _SHARED_SPECS else _json_text(_plain(v))))
+        blob = "{" + ",".join(f"{_json_text(k)}:{text}" for k, text in sorted(parts)) + "}"
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+_SHARED_SPECS = ("model", "hardware", "network")
+
+
+def _json_text(value: Any) -> str:
+    """The JSON text `case_id` hashes, of one value."""
+    return json.dumps(value, sort_keys=True, default=list, separators=(",", ":"))
+
+
+_SPEC_TEXT: dict[int, tuple[Any, str]] = {}       # id(spec) -> (spec, `_json_text` of its plain form)
+
+
+def _spec_json(spec: Any) -> str:
+    """`_json_text(_plain(spec))` of a frozen spec, kept under the spec object's id: the entry holds the
+    spec, so the id cannot be reused while it exists, and a hit must be that very object (named specs are
+    shared by every case of a sweep; hashing them by value would cost what writing them does). Bounded:
+    emptied when it reaches 256 entries."""
+    hit = _SPEC_TEXT.get(id(spec))
+    if hit is None or hit[0] is not spec:
+        if len(_SPEC_TEXT) >= 256:
+            _SPEC_TEXT.clear()
+        hit = _SPEC_TEXT[id(spec)] = (spec, _json_text(_plain(spec)))
+    return hit[1]
 
 
 def _spec(cls: Any, value: Any, mapping: dict, source: str) -> Any:

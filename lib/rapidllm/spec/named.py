@@ -31,10 +31,10 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
     to one already validated against the same schema is not validated again.
     """
     if isinstance(value, str):
-        if not NAME.fullmatch(value):
+        path = _named_path(value, str(config_dir(kind)))   # one stat per lookup, no pathlib objects
+        if path is None:
             raise SpecError.at(source, key, f"{short(value)} is not a {kind} name (letters, digits, '.', '_', '-'; "
                                f"names resolve only inside {display(config_dir(kind))}/, which lists them)")
-        path = os.path.join(config_dir(kind), f"{value}.yaml")   # one stat per lookup, no pathlib objects
         try:
             info = os.stat(path)
         except OSError:
@@ -77,6 +77,12 @@ def _suggest(value: str, names: list[str]) -> str:
     return f" (did you mean {' or '.join(close[:4])}?)" if close else ""
 
 
+@functools.lru_cache(maxsize=1024)
+def _named_path(value: str, folder: str) -> str | None:
+    """`folder`/<value>.yaml (folder: config/<kind>) for a well-formed name (`NAME`), else None."""
+    return os.path.join(folder, f"{value}.yaml") if NAME.fullmatch(value) else None
+
+
 def _validate_inline(mapping: dict, kind: str, where: str) -> None:
     """`validate`, skipped for a mapping whose repr already passed the same schema (sweep rows carry the
     same inlined specs thousands of times; `Caches.inline_specs`). The schema directory is part of the key,
@@ -101,19 +107,30 @@ def validate_by_key(mapping: Any, kind: str, source: str) -> None:
     thousands of case mappings are built from a few hundred distinct values (sweep-1000: 184 layouts);
     validating each whole mapping was a third of expansion. Any mapping that is not skipped is validated
     in full, so errors and their messages are the ones `validate` gives."""
-    schema = schema_of(kind)
-    if not (isinstance(mapping, dict) and set(schema) <= _PER_KEY and schema.get("type") == "object"
-            and schema.get("additionalProperties") is False):
+    folder = str(schema_dir())
+    per_key = _per_key_schema(kind, folder)
+    if per_key is None or not isinstance(mapping, dict):
         validate(mapping, kind, source)
         return
+    properties, required = per_key
     seen = current().valid_values
-    keys = [(kind, str(schema_dir()), k, repr(v)) for k, v in mapping.items()]
-    if (all(k in schema.get("properties", {}) for k in mapping) and all(r in mapping for r in schema.get("required", ()))
+    keys = [(kind, folder, k, repr(v)) for k, v in mapping.items()]
+    if (all(k in properties for k in mapping) and all(r in mapping for r in required)
             and all(key in seen for key in keys)):
         return
     validate(mapping, kind, source)
     for key in keys:
         seen.put(key, True)
+
+
+@functools.lru_cache(maxsize=64)
+def _per_key_schema(kind: str, folder: str) -> tuple[frozenset[str], tuple[str, ...]] | None:
+    """(property names, required keys) of the `kind` schema in `folder` when it judges every top-level key
+    on its own (`validate_by_key`), else None. `folder` is the schema directory the schema was read from."""
+    schema = schema_of(kind)
+    if not (set(schema) <= _PER_KEY and schema.get("type") == "object" and schema.get("additionalProperties") is False):
+        return None
+    return frozenset(schema.get("properties", {})), tuple(schema.get("required", ()))
 
 
 @functools.lru_cache(maxsize=256)
