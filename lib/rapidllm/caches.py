@@ -51,6 +51,8 @@ class Caches:
     sized_networks: Memo = _memo(1024)    # (unsized NetworkSpec, world) -> the fabric sized for that world
     topologies: Memo = _memo(64)          # NetworkSpec -> (Topology, Router)
     collectives: Memo = _memo(20000)      # (network, util, framework, op, bytes, groups) -> (s, events, n)
+    # (network, util, op, algorithm, chunks, groups) -> network.plan.Plan: the simulation for any bytes
+    collective_plans: Memo = _memo(4096)
     groups: Memo = _memo(4096)            # (layout, axis, stage) -> parallel groups, contending groups, dims
     templates: Memo = _memo(1024)         # (operator rows, layer-rule inputs) -> the case's layer templates
     replays: Memo = _memo(4096)           # (template id, its durations, channels) -> (template, replay, uses)

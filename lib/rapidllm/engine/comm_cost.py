@@ -25,9 +25,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rapidllm.caches import current
-from rapidllm.network.api import build_schedule, resolve_algorithm, run_schedule, setup_latency
+from rapidllm.network.api import (build_schedule, chunk_count, link_bandwidths, resolve_algorithm, run_schedule,
+                                  setup_latency)
 from rapidllm.network.collectives import concat
 from rapidllm.network.mapping import RankMapping, dims_spanned
+from rapidllm.network.plan import Plan, Traced
 from rapidllm.network.routing import Router
 from rapidllm.network.topology import Topology, build_topology
 from rapidllm.spec.case import Case
@@ -152,20 +154,39 @@ class CommCost:
         if rkey in results:
             t, ev, _ = results[rkey]
             return t, ev
-        topo, router = topology_of(net)
-        algorithm = self._algorithm(topo, op, groups[0]) if groups else "auto"
-        nccl = algorithm == "auto"          # TensorRT-LLM's own all-reduce kernel pays no NCCL per-call base
         if groups:
-            algorithm = resolve_algorithm(topo, op, nbytes, list(groups[0]), algorithm, None, self.util, router)
-        built = [build_schedule(topo, op, nbytes, list(g), algorithm, None) for g in groups]
-        sched = concat([b[0] for b in built])
+            t, ev = self._simulate_planned(op, nbytes, groups)
+        else:
+            t, ev = 0.0, 0
+        results.put(rkey, (t, ev, len(groups)))
+        self.simulated_events += ev
+        return t, ev
+
+    def _simulate_planned(self, op: str, nbytes: float, groups: list[tuple[int, ...]]) -> tuple[float, int]:
+        """Simulate `op` over the groups at once, replaying the plan (network/plan.py) recorded for this
+        network, algorithm, chunk count and groups when there is one, else building the schedule and
+        recording one: the same time and events either way, bit for bit."""
+        net = self.case.network
+        topo, router = topology_of(net)
+        algorithm = self._algorithm(topo, op, groups[0])
+        nccl = algorithm == "auto"          # TensorRT-LLM's own all-reduce kernel pays no NCCL per-call base
+        algorithm = resolve_algorithm(topo, op, nbytes, list(groups[0]), algorithm, None, self.util, router)
         # equivalent groups span the same dimensions, so the first one's set-up is everyone's
-        setup = setup_latency(topo, built[0][2], list(groups[0])) if groups and nccl else 0.0
-        finish, _, events = run_schedule(topo, sched, np.full(len(sched), setup), self.util, router)
-        t = float(finish.max()) if len(finish) else 0.0
-        results.put(rkey, (t, int(events), len(groups)))
-        self.simulated_events += int(events)
-        return t, int(events)
+        setup = setup_latency(topo, algorithm, list(groups[0])) if nccl else 0.0
+        chunks = tuple(chunk_count(topo, op, nbytes, n, algorithm) for n in sorted({len(g) for g in groups}))
+        pkey = (net, self.util, op, algorithm, chunks, tuple(groups))
+        plans = current().collective_plans
+        plan = plans.get(pkey)
+        replayed = plan.time(nbytes, setup) if plan is not None else None
+        if replayed is not None:
+            return replayed
+        rec = [] if plan is None else None
+        size = Traced(nbytes) if plan is None else nbytes     # traced: rings remember their byte divisions
+        sched = concat([build_schedule(topo, op, size, list(g), algorithm, None)[0] for g in groups])
+        finish, _, events = run_schedule(topo, sched, np.full(len(sched), setup), self.util, router, rec)
+        if rec is not None:
+            plans.put(pkey, Plan.of(rec, len(sched), link_bandwidths(topo, self.util), topo.latency))
+        return (float(finish.max()) if len(finish) else 0.0), int(events)
 
     def _algorithm(self, topo: Topology, op: str, group: tuple[int, ...]) -> str:
         """'direct' for TensorRT-LLM all-reduces within one switch dimension, else NCCL's choice ('auto')."""
