@@ -187,7 +187,8 @@ class CommCost:
         sched = concat([build_schedule(topo, op, size, list(g), algorithm, None)[0] for g in groups])
         finish, _, events = run_schedule(topo, sched, np.full(len(sched), setup), self.util, router, rec)
         if rec is not None:
-            plans.put(pkey, Plan.of(rec, len(sched), link_bandwidths(topo, self.util), topo.latency))
+            bw = router.remembered(("link_bw", self.util), 0, lambda: link_bandwidths(topo, self.util))
+            plans.put(pkey, Plan.of(rec, len(sched), bw, topo.latency))     # one bandwidth array per router
         return (float(finish.max()) if len(finish) else 0.0), int(events)
 
     def _algorithm(self, topo: Topology, op: str, group: tuple[int, ...]) -> str:
