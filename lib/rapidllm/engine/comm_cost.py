@@ -188,7 +188,8 @@ class CommCost:
         finish, _, events = run_schedule(topo, sched, np.full(len(sched), setup), self.util, router, rec)
         if rec is not None:
             bw = router.remembered(("link_bw", self.util), 0, lambda: link_bandwidths(topo, self.util))
-            plans.put(pkey, Plan.of(rec, len(sched), bw, topo.latency))     # one bandwidth array per router
+            made = Plan.of(rec, len(sched), bw, topo.latency)             # one bandwidth array per router
+            plans.put(pkey, made, made.nbytes)
         return (float(finish.max()) if len(finish) else 0.0), int(events)
 
     def _algorithm(self, topo: Topology, op: str, group: tuple[int, ...]) -> str:

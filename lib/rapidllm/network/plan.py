@@ -185,6 +185,11 @@ class Plan:
         """The plan `decompose.simulate` recorded into `rec` for a schedule of `transfers` transfers."""
         return cls(rec[0] if len(rec) == 1 else None, transfers, link_bw, link_lat)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays the plan holds (route tables included: it keeps them alive)."""
+        return _nbytes(self.root)
+
     def time(self, nbytes: float, setup: float) -> tuple[float, int] | None:
         """(completion time, link events) of the collective of `nbytes` whose transfers are all released
         at `setup`, or None when it must be simulated from scratch."""
@@ -194,3 +199,14 @@ class Plan:
         if out is None:
             return None
         return (float(out[0].max()) if len(out[0]) else 0.0), out[1]
+
+
+def _nbytes(node: Node | None) -> int:
+    if isinstance(node, Leaf):
+        return node.pos_route.nbytes + node.route_ptr.nbytes + node.route_links.nbytes
+    if isinstance(node, Replicated):
+        return _nbytes(node.first)
+    if isinstance(node, Staged):
+        arrays = (node.bar_src, node.bar_starts, node.has, node.bar_of)
+        return sum(a.nbytes for a in arrays) + _nbytes(node.first) + _nbytes(node.second)
+    return 0
