@@ -62,11 +62,6 @@ def replay(nbytes: float, recipe: tuple) -> float:
     return nbytes
 
 
-def recipe_of(size: object) -> tuple | None:
-    """A traced size's recipe, else None."""
-    return size.recipe if isinstance(size, Traced) else None
-
-
 def _recipes(sched: Schedule) -> tuple:
     """Recipes of the schedule's rings in order (stages and parts included)."""
     if isinstance(sched, RingSchedule):
@@ -85,6 +80,7 @@ def same_recipes(parts: tuple[Schedule, ...]) -> bool:
 
 @dataclass(frozen=True)
 class Leaf:
+    """Rings of one shape on `simulator.ring_kernel` (one ring, or several simulated together)."""
     pos_route: np.ndarray       # (m, n) route ids of every ring position
     steps: int
     chunks: int
@@ -96,6 +92,7 @@ class Leaf:
 
 @dataclass(frozen=True)
 class Replicated:
+    """The first of m identical, link-disjoint parts of `size` transfers each, its times repeated."""
     m: int
     size: int
     first: Node
@@ -103,6 +100,7 @@ class Replicated:
 
 @dataclass(frozen=True)
 class Staged:
+    """Two stages sharing no link: `first` (n1 transfers), nb barriers, `second` (decompose.run_staged)."""
     n1: int
     nb: int
     bar_src: np.ndarray
