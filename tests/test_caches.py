@@ -55,3 +55,9 @@ def test_memo_is_bounded():
         assert len(memo) <= 3 and memo[k] == k
     memo.put(6, 60)                     # overwriting an existing key does not empty the table
     assert memo[6] == 60 and len(memo) == 1 + (6 % 3)
+    weighed = Memo(100, budget=10)      # and a weighed one empties itself before passing its byte budget
+    weighed.put("a", 1, 6)
+    weighed.put("b", 2, 4)
+    assert len(weighed) == 2 and weighed.nbytes == 10
+    weighed.put("c", 3, 1)
+    assert list(weighed) == ["c"] and weighed.nbytes == 1

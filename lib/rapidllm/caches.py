@@ -22,21 +22,27 @@ from typing import Any
 
 
 class Memo(dict):
-    """A dict that empties itself before an insertion would take it past `limit` entries."""
+    """A dict that empties itself before an insertion would take it past `limit` entries, or past `budget`
+    bytes when its entries are weighed (`put(..., nbytes=)`: tables of large arrays)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, budget: int | None = None) -> None:
         super().__init__()
         self.limit = limit
+        self.budget = budget
+        self.nbytes = 0
 
-    def put(self, key: Any, value: Any) -> Any:
-        if key not in self and len(self) >= self.limit:
+    def put(self, key: Any, value: Any, nbytes: int = 0) -> Any:
+        over = self.budget is not None and self.nbytes + nbytes > self.budget
+        if key not in self and (len(self) >= self.limit or over):
             self.clear()
+            self.nbytes = 0
         self[key] = value
+        self.nbytes += nbytes
         return value
 
 
-def _memo(limit: int) -> Any:
-    return field(default_factory=lambda: Memo(limit))
+def _memo(limit: int, budget: int | None = None) -> Any:
+    return field(default_factory=lambda: Memo(limit, budget))
 
 
 @dataclass
@@ -51,6 +57,9 @@ class Caches:
     sized_networks: Memo = _memo(1024)    # (unsized NetworkSpec, world) -> the fabric sized for that world
     topologies: Memo = _memo(64)          # NetworkSpec -> (Topology, Router)
     collectives: Memo = _memo(20000)      # (network, util, framework, op, bytes, groups) -> (s, events, n)
+    # (network, util, op, algorithm, chunks, groups) -> network.plan.Plan: the simulation for any bytes;
+    # plans hold arrays of up to a few MB (the barriers of a 512-rank hierarchical collective): 256 MB in all
+    collective_plans: Memo = _memo(4096, 256 << 20)
     groups: Memo = _memo(4096)            # (layout, axis, stage) -> parallel groups, contending groups, dims
     templates: Memo = _memo(1024)         # (operator rows, layer-rule inputs) -> the case's layer templates
     replays: Memo = _memo(4096)           # (template id, its durations, channels) -> (template, replay, uses)

@@ -161,16 +161,20 @@ def build_schedule(topo: Topology, op: str, nbytes: float, ranks: list[int], alg
 
 
 def run_schedule(topo: Topology, sched: Schedule, release: np.ndarray, utilization: float,
-                 router: Router | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+                 router: Router | None = None, rec: list | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """Route every transfer and run the event loop: (finish per transfer, busy per link, link events).
 
     Stages and identical parts that share no link are simulated one by one and once, with the same
-    result bit for bit (network/decompose.py)."""
+    result bit for bit (network/decompose.py). `rec`, a list, receives the run's plan (network/plan.py)."""
     router = router or Router(topo)
     if not len(sched):
         return np.zeros(0), np.zeros(topo.n_links), 0
-    bw = np.where(topo.alive, topo.bandwidth * utilization, 1.0)
-    return simulate(router, sched, release, bw, topo.latency)
+    return simulate(router, sched, release, link_bandwidths(topo, utilization), topo.latency, rec)
+
+
+def link_bandwidths(topo: Topology, utilization: float) -> np.ndarray:
+    """Bytes/s of every link at `utilization` (a failed link: 1, never used by a route)."""
+    return np.where(topo.alive, topo.bandwidth * utilization, 1.0)
 
 
 def _result(topo: Topology, op: str, nbytes: float, n: int, time_s: float, busy: np.ndarray, algo: str,

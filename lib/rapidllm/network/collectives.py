@@ -256,6 +256,8 @@ class RingSchedule(Deferred):
         object.__setattr__(self, "steps", int(steps))
         object.__setattr__(self, "chunks", int(chunks))
         object.__setattr__(self, "size", float(size))
+        # a traced size's divisions (network/plan.py), so a plan can size this ring for other byte counts
+        object.__setattr__(self, "recipe", getattr(size, "recipe", None))
         super().__init__(self.chunks * self.steps * len(self.group), self._build)
 
     def __repr__(self) -> str:
@@ -355,7 +357,7 @@ def ring(group: list[int], nbytes_per_transfer: float, steps: int, chunks: int) 
 
     Transfer id = (chunk * steps + step) * n + position. Returns a lazy `RingSchedule`.
     """
-    return RingSchedule(np.asarray(group, dtype=np.int32), steps, chunks, float(nbytes_per_transfer))
+    return RingSchedule(np.asarray(group, dtype=np.int32), steps, chunks, nbytes_per_transfer)
 
 
 def ring_collective(op: str, group: list[int], nbytes: float, chunks: int) -> Schedule:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rapidllm.network import plan
 from rapidllm.network.collectives import RingSchedule, Schedule
 from rapidllm.network.routing import Router, route_table
 from rapidllm.network.simulator import simulate_schedule
@@ -47,15 +48,24 @@ Result = tuple[np.ndarray, np.ndarray, int]      # finish per transfer, busy sec
 
 
 def simulate(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.ndarray,
-             link_lat: np.ndarray) -> Result:
-    """`simulate_schedule(router, sched, release, link_bw, link_lat)`, by stages and replicas where exact."""
+             link_lat: np.ndarray, rec: list | None = None) -> Result:
+    """`simulate_schedule(router, sched, release, link_bw, link_lat)`, by stages and replicas where exact.
+
+    `rec`, a list, receives the plan of what was done (network/plan.py: `plan.Staged`, `plan.Replicated`,
+    `plan.Leaf`, or None where the schedule cannot be replayed for other byte counts)."""
     release = np.ascontiguousarray(release, dtype=np.float64)
     if release.shape == (len(sched),) and len(sched):
-        out = run_staged(router, sched, release, link_bw, link_lat)
+        out = run_staged(router, sched, release, link_bw, link_lat, rec)
         if out is None:
-            out = run_replicated(router, sched, release, link_bw, link_lat)
+            out = run_replicated(router, sched, release, link_bw, link_lat, rec)
         if out is not None:
             return out
+    if rec is not None:
+        unequal = 0             # parts that only their release times kept from being replicated
+        if rec and rec[-1] is plan.UNEQUAL:
+            rec.pop()
+            unequal = len(sched._parts)
+        rec.append(plan.leaf(router, sched, unequal))
     return simulate_schedule(router, sched, release, link_bw, link_lat)
 
 
@@ -67,7 +77,7 @@ def _link_set(router: Router, sched: Schedule) -> np.ndarray:
 
 
 def run_staged(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.ndarray,
-               link_lat: np.ndarray) -> Result | None:
+               link_lat: np.ndarray, rec: list | None = None) -> Result | None:
     """A `sequence(first, second)` simulated stage by stage (module docstring), or None if it is not one or
     its stages share a link."""
     staged = getattr(sched, "_sequence", None)
@@ -79,15 +89,15 @@ def run_staged(router: Router, sched: Schedule, release: np.ndarray, link_bw: np
         return None
     if len(np.intersect1d(_link_set(router, first), _link_set(router, second), assume_unique=True)):
         return None
-    f1, busy1, ev1 = simulate(router, first, release[:n1], link_bw, link_lat)
-    bars = release[n1:n1 + nb].copy()
-    counts = np.diff(bar_ptr)
-    has = counts > 0
-    if np.any(has):                  # max of the inputs' finish times (segments are non-empty where has)
-        seg = np.maximum.reduceat(f1[bar_src], bar_ptr[:-1][has])
-        bars[has] = np.maximum(bars[has], seg)
+    r1, r2 = ([], []) if rec is not None else (None, None)
+    f1, busy1, ev1 = simulate(router, first, release[:n1], link_bw, link_lat, r1)
+    has = np.diff(bar_ptr) > 0
+    bars = plan.barriers(f1, release[n1:n1 + nb], bar_src, bar_ptr[:-1][has], has)
     rel2 = np.maximum(release[n1 + nb:], bars[bar_of])
-    f2, busy2, ev2 = simulate(router, second, rel2, link_bw, link_lat)
+    f2, busy2, ev2 = simulate(router, second, rel2, link_bw, link_lat, r2)
+    if rec is not None:
+        rec.append(plan.Staged(n1, nb, bar_src, bar_ptr[:-1][has], has, bar_of, r1[0], r2[0])
+                   if r1[0] is not None and r2[0] is not None else None)
     return np.concatenate([f1, bars, f2]), busy1 + busy2, int(ev1) + int(ev2)
 
 
@@ -188,9 +198,10 @@ def _rows(router: Router, m: int, src: np.ndarray, dst: np.ndarray, link_bw: np.
 
 
 def run_replicated(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.ndarray,
-                   link_lat: np.ndarray) -> Result | None:
+                   link_lat: np.ndarray, rec: list | None = None) -> Result | None:
     """`sched` by simulating only the first of its identical parts, or None when it has no recorded parts
-    or they are not identical and link-disjoint (module docstring)."""
+    or they are not identical and link-disjoint (module docstring). When only the release times differ
+    between parts, `plan.UNEQUAL` is appended to `rec` (a plan must check them again, network/plan.py)."""
     parts = getattr(sched, "_parts", None)
     if not parts or len(parts) < 2:
         return None
@@ -200,12 +211,20 @@ def run_replicated(router: Router, sched: Schedule, release: np.ndarray, link_bw
     if size == 0 or size * m != len(sched) or not all(_same(first, p) for p in parts[1:]):
         return None
     rel = release.reshape(m, size)
-    if not (rel == rel[0]).all():
+    equal = bool((rel == rel[0]).all())
+    if not equal and rec is None:
         return None
     hops = _link_rows(router, parts, link_bw, link_lat)
     if hops is None:
         return None
-    finish0, busy0, events0 = simulate(router, first, rel[0], link_bw, link_lat)
+    if not equal:
+        rec.append(plan.UNEQUAL)
+        return None
+    # parts of equal sizes for this byte count only (different recipes) make no plan for every count
+    r0 = [] if rec is not None and plan.same_recipes(parts) else None
+    finish0, busy0, events0 = simulate(router, first, rel[0], link_bw, link_lat, r0)
+    if rec is not None:
+        rec.append(plan.Replicated(m, size, r0[0]) if r0 and r0[0] is not None else None)
     busy = busy0.copy()
     busy[hops[1:].ravel()] = np.tile(busy0[hops[0]], m - 1)
     return np.tile(finish0, m), busy, int(events0) * m

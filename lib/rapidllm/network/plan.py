@@ -1,0 +1,210 @@
+"""Replay one collective's simulation for another byte count without rebuilding or re-checking it.
+
+A sweep simulates the same collective (network, utilization, operation, algorithm, chunk count, contending
+groups) for many byte counts: every model and micro-batch moves different bytes over the same groups.
+Building the schedule (network/hierarchical.py, collectives.sequence) and deciding how it decomposes
+(network/decompose.py: which stages share no link, which parts are link-disjoint relabelled copies) costs
+more than the event loop itself, and none of it depends on the bytes, so the first simulation of a shape
+records what it did as a plan:
+
+- `Staged`: simulate the first stage, take the barriers' maxima, simulate the second stage;
+- `Replicated`: simulate the first of m identical parts and repeat its finish times m times;
+- `Leaf`: one lazy ring or a concatenation of rings of one shape on `simulator.ring_kernel`, with its route
+  table.
+
+A ring's bytes per transfer is the collective's bytes divided by a chain of numbers (a hierarchical level
+divides by the size of the level below, the ring by its ranks times chunks). The recording build passes
+the bytes as a `Traced` float, which remembers that chain (its `recipe`) through divisions and nothing else;
+`collectives.RingSchedule` keeps it. A plan replays the same divisions in the same order, so every ring gets
+the float the builder would compute, and the kernels then see the same inputs as a fresh simulation: the
+same finish times and event counts bit for bit (tests/test_network_plan.py). Anything whose sizes are not
+such a chain (a schedule built from lists, any other arithmetic on the bytes) makes no plan, and the
+caller simulates it the ordinary way.
+
+The one decision that depends on the bytes, whether identical parts are released at equal times
+(decompose.run_replicated), is checked again on every replay; when it would go the other way the replay
+returns None and the caller simulates from scratch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+from rapidllm.network.collectives import RingSchedule, Schedule, ring_shape
+from rapidllm.network.routing import Router, route_table
+from rapidllm.network.simulator import ring_kernel
+
+UNEQUAL = object()      # decompose.run_replicated: the parts were identical but released at different times
+
+
+class Traced(float):
+    """A byte count that remembers the divisions applied to it (`recipe`): `Traced(s) / a / b` is the float
+    `s / a / b` with recipe (a, b). Every other operation gives a plain float, which carries no recipe."""
+
+    def __new__(cls, value: float, recipe: tuple = ()) -> Traced:
+        obj = super().__new__(cls, value)
+        obj.recipe = recipe
+        return obj
+
+    def __truediv__(self, other: object) -> float:
+        value = float(self) / other
+        if isinstance(other, Traced) or not isinstance(other, (int, float, np.integer, np.floating)):
+            return value
+        return Traced(value, self.recipe + (other,))
+
+
+def replay(nbytes: float, recipe: tuple) -> float:
+    """The builder's arithmetic on `nbytes`: the recipe's divisions in order."""
+    for d in recipe:
+        nbytes = nbytes / d
+    return nbytes
+
+
+def _recipes(sched: Schedule) -> tuple:
+    """Recipes of the schedule's rings in order (stages and parts included)."""
+    if isinstance(sched, RingSchedule):
+        return (sched.recipe,)
+    staged = getattr(sched, "_sequence", None)
+    pieces = staged[:2] if staged is not None else getattr(sched, "_parts", None) or ()
+    return tuple(r for p in pieces for r in _recipes(p))
+
+
+def same_recipes(parts: tuple[Schedule, ...]) -> bool:
+    """Whether every part's rings divide the bytes as the first part's do (then parts of equal sizes for
+    one byte count have equal sizes for every one)."""
+    first = _recipes(parts[0])
+    return None not in first and all(_recipes(p) == first for p in parts[1:])
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """Rings of one shape on `simulator.ring_kernel` (one ring, or several simulated together)."""
+    pos_route: np.ndarray       # (m, n) route ids of every ring position
+    steps: int
+    chunks: int
+    recipe: tuple
+    route_ptr: np.ndarray
+    route_links: np.ndarray
+    unequal: int                # parts to check for equal release times (0: none)
+
+
+@dataclass(frozen=True)
+class Replicated:
+    """The first of m identical, link-disjoint parts of `size` transfers each, its times repeated."""
+    m: int
+    size: int
+    first: Node
+
+
+@dataclass(frozen=True)
+class Staged:
+    """Two stages sharing no link: `first` (n1 transfers), nb barriers, `second` (decompose.run_staged)."""
+    n1: int
+    nb: int
+    bar_src: np.ndarray
+    bar_starts: np.ndarray
+    has: np.ndarray
+    bar_of: np.ndarray
+    first: Node
+    second: Node
+
+
+Node = Union[Leaf, Replicated, Staged]
+
+
+def leaf(router: Router, sched: Schedule, unequal: int) -> Leaf | None:
+    """The plan of `simulator.simulate_schedule(router, sched, ...)` when it runs rings of one traced shape."""
+    rings = ring_shape(sched)
+    if rings is None:
+        return None
+    parts = getattr(sched, "_parts", None) or (sched,)
+    recipe = getattr(parts[0], "recipe", None)
+    if recipe is None or any(getattr(p, "recipe", None) != recipe for p in parts):
+        return None
+    groups, steps, chunks, _ = rings
+    pos_route, ptr, links = route_table(router, groups.ravel(), np.roll(groups, -1, axis=1).ravel())
+    return Leaf(pos_route.reshape(groups.shape), steps, chunks, recipe, ptr, links, unequal)
+
+
+def barriers(f1: np.ndarray, release: np.ndarray, bar_src: np.ndarray, starts: np.ndarray,
+             has: np.ndarray) -> np.ndarray:
+    """Barrier times of a staged schedule: each its release, or the max of its inputs' finish times."""
+    bars = release.copy()
+    if np.any(has):                  # segments are non-empty where has
+        seg = np.maximum.reduceat(f1[bar_src], starts)
+        bars[has] = np.maximum(bars[has], seg)
+    return bars
+
+
+def _equal_rows(release: np.ndarray, m: int) -> bool:
+    rel = release.reshape(m, -1)
+    return bool((rel == rel[0]).all())
+
+
+def run(node: Node, nbytes: float, release: np.ndarray, link_bw: np.ndarray,
+        link_lat: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """(finish per transfer, link events) of the recorded simulation for `nbytes`, or None when the
+    release times would make decompose choose differently (the caller then simulates from scratch)."""
+    if isinstance(node, Leaf):
+        if node.unequal and _equal_rows(release, node.unequal):
+            return None
+        finish, _, events = ring_kernel(node.pos_route, node.steps, node.chunks, replay(nbytes, node.recipe),
+                                        release, node.route_ptr, node.route_links, link_bw, link_lat)
+        return finish, int(events)
+    if isinstance(node, Replicated):
+        if not _equal_rows(release, node.m):
+            return None
+        out = run(node.first, nbytes, np.ascontiguousarray(release[:node.size]), link_bw, link_lat)
+        return None if out is None else (np.tile(out[0], node.m), out[1] * node.m)
+    n1, nb = node.n1, node.nb
+    first = run(node.first, nbytes, np.ascontiguousarray(release[:n1]), link_bw, link_lat)
+    if first is None:
+        return None
+    bars = barriers(first[0], release[n1:n1 + nb], node.bar_src, node.bar_starts, node.has)
+    rel2 = np.maximum(release[n1 + nb:], bars[node.bar_of])
+    second = run(node.second, nbytes, rel2, link_bw, link_lat)
+    if second is None:
+        return None
+    return np.concatenate([first[0], bars, second[0]]), first[1] + second[1]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A recorded collective simulation (`root` None: none could be recorded; simulate from scratch)."""
+    root: Node | None
+    transfers: int
+    link_bw: np.ndarray
+    link_lat: np.ndarray
+
+    @classmethod
+    def of(cls, rec: list, transfers: int, link_bw: np.ndarray, link_lat: np.ndarray) -> Plan:
+        """The plan `decompose.simulate` recorded into `rec` for a schedule of `transfers` transfers."""
+        return cls(rec[0] if len(rec) == 1 else None, transfers, link_bw, link_lat)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays the plan holds (route tables included: it keeps them alive)."""
+        return _nbytes(self.root)
+
+    def time(self, nbytes: float, setup: float) -> tuple[float, int] | None:
+        """(completion time, link events) of the collective of `nbytes` whose transfers are all released
+        at `setup`, or None when it must be simulated from scratch."""
+        if self.root is None:
+            return None
+        out = run(self.root, nbytes, np.full(self.transfers, setup), self.link_bw, self.link_lat)
+        if out is None:
+            return None
+        return (float(out[0].max()) if len(out[0]) else 0.0), out[1]
+
+
+def _nbytes(node: Node | None) -> int:
+    if isinstance(node, Leaf):
+        return node.pos_route.nbytes + node.route_ptr.nbytes + node.route_links.nbytes
+    if isinstance(node, Replicated):
+        return _nbytes(node.first)
+    if isinstance(node, Staged):
+        arrays = (node.bar_src, node.bar_starts, node.has, node.bar_of)
+        return sum(a.nbytes for a in arrays) + _nbytes(node.first) + _nbytes(node.second)
+    return 0

@@ -1,0 +1,62 @@
+"""Recorded collective simulations (network/plan.py) replayed for other byte counts equal fresh ones, bit for bit."""
+import numpy as np
+import pytest
+
+from rapidllm.network.api import build_schedule, chunk_count, link_bandwidths, run_schedule, setup_latency
+from rapidllm.network.collectives import concat
+from rapidllm.network.plan import Plan, Traced, replay
+from rapidllm.network.routing import Router
+from rapidllm.network.topology import build_topology
+from rapidllm.spec.network import FaultSpec
+from test_network_decompose import fabric, strided_groups
+
+
+
+def test_traced_bytes_remember_divisions_only():
+    s = Traced(1e9) / 3 / (4 * 7)
+    assert s == 1e9 / 3 / 28 and s.recipe == (3, 28) and replay(1e9, s.recipe) == s
+    assert not isinstance(Traced(1e9) * 2, Traced) and not isinstance(Traced(5.0) - 1, Traced)
+    assert not isinstance(Traced(8.0) / Traced(2.0), Traced)       # a divisor that depends on the bytes
+    assert float(Traced(2.5)) == 2.5 and type(float(Traced(2.5))) is float
+
+
+def _fresh(topo, op, nbytes, groups, algorithm):
+    """(time, events) of the collective simulated the ordinary way (plain floats, no plan)."""
+    sched = concat([build_schedule(topo, op, nbytes, list(g), algorithm, None)[0] for g in groups])
+    setup = setup_latency(topo, algorithm, list(groups[0]))
+    finish, _, events = run_schedule(topo, sched, np.full(len(sched), setup), 0.8, Router(topo))
+    return float(finish.max()), int(events)
+
+
+def _record(topo, op, nbytes, groups, algorithm):
+    sched = concat([build_schedule(topo, op, Traced(nbytes), list(g), algorithm, None)[0] for g in groups])
+    rec: list = []
+    setup = setup_latency(topo, algorithm, list(groups[0]))
+    finish, _, events = run_schedule(topo, sched, np.full(len(sched), setup), 0.8, Router(topo), rec)
+    plan = Plan.of(rec, len(sched), link_bandwidths(topo, 0.8), topo.latency)
+    return plan, setup, (float(finish.max()), int(events))
+
+
+@pytest.mark.parametrize("kind,faulty", [(0, False), (1, False), (3, False), (0, True)])
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "all_reduce"])
+def test_replayed_plans_equal_fresh_simulations(kind, faulty, op):
+    net = fabric(kind)
+    if faulty:          # one degraded NVLink link: its group is no copy of the others
+        clean = build_topology(net)
+        net = fabric(kind, [FaultSpec((int(clean.src[0]), int(clean.dst[0])), bandwidth_factor=0.5)])
+    topo = build_topology(net)
+    world = topo.n_ranks
+    cases = [(strided_groups(world, 4, 8, 4), "hierarchical"),     # across nodes: staged, replicated
+             ([list(range(b, b + 4)) for b in range(0, 8, 4)], "ring")]    # inside a node
+    replayed = 0
+    for groups, algorithm in cases:
+        for small, large in ((1000.0, 1777.0), (8e9, 9.5e9 + 5)):      # 1 chunk; 32 chunks (the cap)
+            chunks = {chunk_count(topo, op, b, len(groups[0]), algorithm) for b in (small, large)}
+            assert len(chunks) == 1                     # a plan is for one chunk count
+            plan, setup, recorded = _record(topo, op, small, groups, algorithm)
+            assert recorded == _fresh(topo, op, small, groups, algorithm)      # recording changes nothing
+            again = plan.time(large, setup)
+            if again is not None:
+                replayed += 1
+                assert again == _fresh(topo, op, large, groups, algorithm)
+    assert replayed >= 2
