@@ -19,6 +19,7 @@ from rapidllm.memory.liveness import LayerLiveness
 from rapidllm.memory.model import shared_training_liveness, walk_inputs
 from rapidllm.memory.state import conventions, stage_kind, state_bytes
 from rapidllm.spec.case import Case, TrainingWorkload
+from rapidllm.spec.hardware import DTYPE_BYTES
 
 
 def attribute_reference(g: PipelineGraph, start: np.ndarray, finish: np.ndarray, crit: np.ndarray) -> dict[str, float]:
@@ -126,12 +127,15 @@ def training_memory_reference(case: Case) -> MemoryResult:
     (activations from `activation_peak_reference`), the one with the highest peak (the first on a tie)."""
     conv = conventions(case)
     layer, head = shared_training_liveness(case, conv)
-    hw, w = case.hardware, case.workload
+    hw, w, p = case.hardware, case.workload, case.parallelism
+    gather = (conv.sp_gather_buffers * DTYPE_BYTES[case.activation_precision] * w.micro_batch * w.seq_len
+              * case.model.hidden if p.tp > 1 and p.sp else 0.0)      # nanotron's persistent SP gather buffers
     out = []
     for stage in range(case.parallelism.pp):
         layers = stage_kind(case, stage, conv)[0]
         st = state_bytes(case, stage, conv)
-        acts = activation_peak_reference(case, stage, layer, head, layers) + st.gathered_layer + conv.runtime_allocated
+        acts = (activation_peak_reference(case, stage, layer, head, layers) + st.gathered_layer
+                + conv.runtime_allocated + gather)
         step = (st.step_transient + conv.runtime_allocated
                 + conv.step_hidden_bytes * w.micro_batch * w.seq_len * case.model.hidden)
         out.append(MemoryResult(st.weights, st.gradients, st.optimizer, acts, 0.0, hw.framework_memory,

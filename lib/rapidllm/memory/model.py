@@ -150,7 +150,7 @@ def _walk_peak(code: int, pp: int, stage: int, m: int, v: int, last: bool, per_c
 def _stage_peaks(code: int, pp: int, m: int, v: int, stages: np.ndarray, kinds: np.ndarray, last: np.ndarray,
                  per_chunk: np.ndarray, head_stored: np.ndarray, fwd_extra: np.ndarray, bwd_extra: np.ndarray,
                  gathered: np.ndarray, persistent: np.ndarray, step: np.ndarray, runtime: float,
-                 framework: float) -> tuple[int, float]:
+                 buffers: float, framework: float) -> tuple[int, float]:
     """Position in `stages` of the first stage with the highest peak, and its activation bytes. Stage
     `stages[q]` is of kind `kinds[q]` (the per-kind arrays: `walk_inputs`, the state's gathered layer,
     persistent bytes and optimizer-step transient; `buffers`: activation-phase buffers alike on every stage,
@@ -161,7 +161,7 @@ def _stage_peaks(code: int, pp: int, m: int, v: int, stages: np.ndarray, kinds: 
     for q in range(len(stages)):
         k = kinds[q]
         acts = _walk_peak(code, pp, stages[q], m, v, last[k], per_chunk[k], head_stored[k], fwd_extra[k],
-                          bwd_extra[k]) + gathered[k] + runtime
+                          bwd_extra[k]) + gathered[k] + runtime + buffers
         top = step[k] if step[k] > acts else acts
         peak = persistent[k] + top + framework
         if q == 0 or peak > best_peak:
