@@ -17,7 +17,7 @@ from rapidllm.graph.pipeline_dag import GRAD, OPT, P2P, PARAM, TASK, PipelineGra
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.liveness import LayerLiveness
 from rapidllm.memory.model import shared_training_liveness, walk_inputs
-from rapidllm.memory.state import conventions, stage_kind, state_bytes
+from rapidllm.memory.state import conventions, stage_layer_counts, state_bytes
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 
@@ -105,7 +105,7 @@ def stage_actions_reference(schedule: str, pp: int, stage: int, m: int, v: int =
 
 def activation_peak_reference(case: Case, stage: int, layer: LayerLiveness, head: LayerLiveness,
                     layers: int) -> float:
-    """The Python walk `activation_peak` reproduces bit for bit (kept for tests/test_sweep_speed_equivalence.py)."""
+    """The Python walk `memory.model._walk_peak` reproduces bit for bit (kept for tests/test_sweep_speed_equivalence.py)."""
     p, w = case.parallelism, case.workload
     assert isinstance(w, TrainingWorkload)
     x = walk_inputs(case, stage, layer, head, layers)
@@ -132,7 +132,7 @@ def training_memory_reference(case: Case) -> MemoryResult:
               * case.model.hidden if p.tp > 1 and p.sp else 0.0)      # nanotron's persistent SP gather buffers
     out = []
     for stage in range(case.parallelism.pp):
-        layers = stage_kind(case, stage, conv)[0]
+        layers = stage_layer_counts(case, conv)[stage]
         st = state_bytes(case, stage, conv)
         acts = (activation_peak_reference(case, stage, layer, head, layers) + st.gathered_layer
                 + conv.runtime_allocated + gather)

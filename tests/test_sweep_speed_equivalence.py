@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from rapidllm.memory.liveness import LayerLiveness
-from rapidllm.memory.model import activation_peak
+from rapidllm.memory.model import _walk_peak, walk_inputs
+from rapidllm.spec.schedule import schedule_code
 from reference_impls import activation_peak_reference, case_id_reference, training_memory_reference
 from rapidllm.spec.case import Parallelism, TrainingWorkload
 
@@ -33,8 +34,11 @@ def test_activation_walk_equals_python_walk(schedule, pp, v, recompute) -> None:
         head = LayerLiveness(*(rng.choice([0.0, rng.uniform(1e6, 1e10)]) for _ in range(4)))
         for stage in range(pp):
             layers = rng.choice([1, 2, 3, 7, 12])
-            assert activation_peak(case, stage, layer, head, layers) == \
-                activation_peak_reference(case, stage, layer, head, layers)
+            x = walk_inputs(case, stage, layer, head, layers)
+            walked = _walk_peak(schedule_code(par.schedule, pp, x.chunks), pp, stage,
+                                max(case.workload.microbatches(dp), 1), x.chunks, x.last, float(x.per_chunk),
+                                float(x.head_stored), float(x.fwd_extra), float(x.bwd_extra))
+            assert float(walked) == activation_peak_reference(case, stage, layer, head, layers)
 
 
 def _sweep_cases(n: int = 120) -> list:

@@ -93,7 +93,7 @@ class WalkInputs:
 
 
 def walk_inputs(case: Case, stage: int, layer: LayerLiveness, head: LayerLiveness, layers: int) -> WalkInputs:
-    """The per-chunk quantities of `stage` (shared by `activation_peak` and its Python reference)."""
+    """The per-chunk quantities of `stage`: what `_walk_peak` walks (and its Python reference in tests/)."""
     p = case.parallelism
     last = stage == p.pp - 1
     v = p.chunks_per_stage
@@ -102,22 +102,6 @@ def walk_inputs(case: Case, stage: int, layer: LayerLiveness, head: LayerLivenes
     return WalkInputs(last, v, per_chunk, head.stored if last else 0.0,
                       max(layer.forward_peak, head.forward_peak if last else 0.0),
                       max(layer.backward_peak, head.backward_peak if last else 0.0))
-
-
-def activation_peak(case: Case, stage: int, layer: LayerLiveness, head: LayerLiveness,
-                    layers: int) -> float:
-    """Walk the stage's schedule: forwards add stored activations, backwards free them.
-
-    The walk runs in numba (`_walk_peak`) over the schedule's action order (`spec.schedule`), with the
-    same floating-point operations in the same order as `activation_peak_reference` (tests/), so the
-    result equals it.
-    """
-    p, w = case.parallelism, case.workload
-    assert isinstance(w, TrainingWorkload)
-    x = walk_inputs(case, stage, layer, head, layers)
-    code = schedule_code(p.schedule, p.pp, x.chunks)
-    return float(_walk_peak(code, p.pp, stage, max(w.microbatches(p.dp), 1), x.chunks, x.last, float(x.per_chunk),
-                            float(x.head_stored), float(x.fwd_extra), float(x.bwd_extra)))
 
 
 @njit(cache=True, work=lambda code, pp, stage, m, v, *rest: 2 * m * v)
@@ -172,7 +156,7 @@ def _stage_peaks(code: int, pp: int, m: int, v: int, stages: np.ndarray, kinds: 
 @functools.lru_cache(maxsize=1024)
 def _stage_kinds(counts: tuple[int, ...], stages: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """For `stages` of a pipeline whose stages hold `counts` layers: the stages as an array, the index of
-    each one's `stage_kind` (layers, first, last) in order of first appearance, and the first stage of each
+    each one's kind (layer count, first, last) in order of first appearance, and the first stage of each
     kind. Read-only arrays, shared by every case of one split."""
     kinds: dict[tuple[int, bool, bool], int] = {}
     of_stage = [kinds.setdefault((counts[s], s == 0, s == len(counts) - 1), len(kinds)) for s in stages]
@@ -186,7 +170,7 @@ def _stage_kinds(counts: tuple[int, ...], stages: tuple[int, ...]) -> tuple[np.n
 def _training_memory(case: Case, stages: list[int], conv: Conventions, layer: LayerLiveness,
                      head: LayerLiveness, state: StateBytes | None) -> MemoryResult:
     """Memory of the stage of `stages` with the highest peak. State bytes and walk inputs are computed once
-    per `stage_kind` (the middle stages of a deep pipeline hold the same state; `state`: that of
+    per stage kind (the middle stages of a deep pipeline hold the same state; `state`: that of
     `stages[0]` when the caller has it), and every stage's schedule walk runs in one kernel call."""
     hw, p, w = case.hardware, case.parallelism, case.workload
     assert isinstance(w, TrainingWorkload)

@@ -155,19 +155,14 @@ def stage_params(case: Case, stage: int, conv: Conventions = ZERO_PAPER) -> Stag
     return StageParams(dense=dense, experts=experts * case.expert_replication, layers=layers)
 
 
-def stage_kind(case: Case, stage: int, conv: Conventions = ZERO_PAPER) -> tuple[int, bool, bool]:
-    """What a stage's parameters and state depend on: its layer count, whether it holds the embedding
-    (first) and the head (last). The middle stages of a deep pipeline are alike."""
-    return stage_layer_counts(case, conv)[stage], stage == 0, stage == case.parallelism.pp - 1
-
-
 def all_stage_params(case: Case, conv: Conventions = ZERO_PAPER) -> list[StageParams]:
-    """`stage_params` of every stage, once per distinct `stage_kind`."""
+    """`stage_params` of every stage, once per distinct stage kind: its layer count, whether it holds the
+    embedding (first) and the head (last); the middle stages of a deep pipeline are alike."""
     seen: dict[tuple[int, bool, bool], StageParams] = {}
     out = []
     counts, pp = stage_layer_counts(case, conv), case.parallelism.pp
     for s in range(pp):
-        key = (counts[s], s == 0, s == pp - 1)          # stage_kind(case, s, conv)
+        key = (counts[s], s == 0, s == pp - 1)
         if key not in seen:
             seen[key] = stage_params(case, s, conv)
         out.append(seen[key])
