@@ -141,9 +141,10 @@ def pipeline_split(x: PipelineInputs) -> tuple[dict[str, float], int]:
         return attribute(g, start, finish, crit), len(g)
     shape, values = found
     r = shape.ranked
-    step, s, *nodes = relax_split(values, r.src, r.csrc, r.pieces, r.hid, r.oth, r.succ_ptr, r.succ, r.stage, r.kind,
+    n = r.nodes
+    step, s, *nodes = relax_split(values, n.src, n.csrc, n.pieces, n.hid, n.oth, r.succ_ptr, r.succ, n.stage, n.kind,
                                   r.mine_ptr, r.mine)
-    return _split(step, s, *nodes), len(r.src)
+    return _split(step, s, *nodes), len(n.src)
 
 
 def replay_pipeline(x: PipelineInputs) -> tuple[PipelineGraph, np.ndarray, np.ndarray, np.ndarray]:

@@ -453,13 +453,9 @@ def _ranked(order, count, succ_ptr, succ, src, csrc, pieces, hid, oth, kind, sta
 
 
 @dataclass(frozen=True)
-class RankedShape:
-    """A `PipelineShape` in Kahn order (`_ranked`): node h is the h-th the order processes; `succ_ptr` /
-    `succ` name its successors by position, `src` ... `stage` are its recipe, kind and stage, and
-    `mine[mine_ptr[s]:mine_ptr[s + 1]]` are the positions of stage s's tasks and optimizer step in node
-    order (what the attribution walks on the critical stage)."""
-    succ_ptr: np.ndarray
-    succ: np.ndarray
+class NodeRecipes:
+    """Per node, in one order: where its duration comes from (`src`, `csrc`, `pieces`, `hid`, `oth`: the
+    value slots `_fill` reads), its kind and its stage."""
     src: np.ndarray
     csrc: np.ndarray
     pieces: np.ndarray
@@ -467,23 +463,31 @@ class RankedShape:
     oth: np.ndarray
     kind: np.ndarray
     stage: np.ndarray
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return tuple(vars(self).values())
+
+
+@dataclass(frozen=True)
+class RankedShape:
+    """A `PipelineShape` in Kahn order (`_ranked`): node h is the h-th the order processes; `succ_ptr` /
+    `succ` name its successors by position, `nodes` are their recipes, and `mine[mine_ptr[s]:mine_ptr[s +
+    1]]` are the positions of stage s's tasks and optimizer step in node order (what the attribution walks
+    on the critical stage)."""
+    succ_ptr: np.ndarray
+    succ: np.ndarray
+    nodes: NodeRecipes
     mine_ptr: np.ndarray
     mine: np.ndarray
 
 
 @dataclass(frozen=True)
 class PipelineShape:
-    """What a pipeline DAG is without its durations: the node recipe of `_build_structure`, its edges and
+    """What a pipeline DAG is without its durations: the node recipes of `_build_structure`, its edges and
     their Kahn order, and the same in Kahn order (`ranked`, for a replay that needs only the attribution;
     None for a cyclic graph, which the builder never makes). Cases that differ only in times (recompute,
     the model, collective sizes) share one (`Caches.pipeline_shapes`)."""
-    src: np.ndarray
-    csrc: np.ndarray
-    pieces: np.ndarray
-    hid: np.ndarray
-    oth: np.ndarray
-    kind: np.ndarray
-    stage: np.ndarray
+    nodes: NodeRecipes
     dep_ptr: np.ndarray
     dep_idx: np.ndarray
     order: tuple[np.ndarray, np.ndarray, np.ndarray, int]
@@ -496,15 +500,20 @@ def _shape(key: tuple) -> PipelineShape:
     table = current().pipeline_shapes
     hit = table.get(key)
     if hit is None:
-        *recipe, kind, stage, ptr, idx = _build_structure(*key)
+        *recipe, ptr, idx = _build_structure(*key)
+        nodes = NodeRecipes(*recipe)
         order = kahn_order(ptr, idx)
         succ_ptr, succ, queue, count = order
-        ranked = RankedShape(*_ranked(queue, count, succ_ptr, succ, *recipe, kind, stage)) \
-            if count == len(kind) else None
-        arrays = (*recipe, kind, stage, ptr, idx, *order[:3]) + (tuple(vars(ranked).values()) if ranked else ())
+        ranked = None
+        if count == len(nodes.kind):
+            rptr, rsucc, *ranked_recipe, mine_ptr, mine = _ranked(queue, count, succ_ptr, succ, *recipe)
+            ranked = RankedShape(rptr, rsucc, NodeRecipes(*ranked_recipe), mine_ptr, mine)
+        arrays = (*nodes.arrays(), ptr, idx, *order[:3])
+        if ranked is not None:
+            arrays += (ranked.succ_ptr, ranked.succ, *ranked.nodes.arrays(), ranked.mine_ptr, ranked.mine)
         for a in arrays:
             a.flags.writeable = False           # shared by every graph of this shape
-        hit = table.put(key, PipelineShape(*recipe, kind, stage, ptr, idx, order, ranked))
+        hit = table.put(key, PipelineShape(nodes, ptr, idx, order, ranked))
     return hit
 
 
@@ -546,5 +555,6 @@ def build_pipeline(x: PipelineInputs) -> PipelineGraph:
     if found is None:
         return build_pipeline_reference(x)
     shape, values = found
-    dur, comp = _fill(values, shape.src, shape.csrc, shape.pieces, shape.hid, shape.oth)
-    return PipelineGraph(dur, comp, shape.kind, shape.stage, shape.dep_ptr, shape.dep_idx, shape.order)
+    n = shape.nodes
+    dur, comp = _fill(values, n.src, n.csrc, n.pieces, n.hid, n.oth)
+    return PipelineGraph(dur, comp, n.kind, n.stage, shape.dep_ptr, shape.dep_idx, shape.order)
