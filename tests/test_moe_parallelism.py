@@ -17,7 +17,8 @@ SEQ = 4096
 
 
 def mapping(tp: int = 2, ep: int = 32, pp: int = 8, dp: int = 16, **par) -> dict:
-    """Qwen3-235B-A22B on DGX H100 nodes (8 GPUs per node), by default the layout of the ModelZoo's rows 0/1."""
+    """Qwen3-235B-A22B on DGX H100 nodes (8 GPUs per node), by default the layout of the ModelZoo's rows 0/1
+    (which also set etp 1: pass etp=1 for their exact layout; etp = tp needs ep x tp to divide dp x tp)."""
     return dict(model="qwen3-235b-a22b", hardware="h100-sxm5-80gb", network="superpod-ndr",
                 workload=dict(mode="training", seq_len=SEQ, global_batch=2048, micro_batch=1),
                 parallelism=dict(tp=tp, ep=ep, pp=pp, dp=dp, sp=True, **par))
@@ -29,8 +30,8 @@ def qwen3(**par) -> Case:
 
 def test_etp1_dispatches_the_sequence_shard() -> None:
     """etp 1 routes each rank's s/tp SP shard, so the all-to-all carries tp x fewer bytes than etp = tp."""
-    for tp in (2, 4):
-        full, shard = qwen3(tp=tp, dp=32 // tp), qwen3(tp=tp, dp=32 // tp, etp=1)
+    for tp in (2, 4):           # ep 16 over 64 ranks a stage: room for etp = tp (a Megatron-Core grid)
+        full, shard = qwen3(tp=tp, ep=16, dp=64 // tp), qwen3(tp=tp, ep=16, dp=64 // tp, etp=1)
         m = full.model
         assert dispatch_bytes(full, SEQ) == SEQ * m.hidden * 2 * m.moe.top_k
         assert dispatch_bytes(full, SEQ) / dispatch_bytes(shard, SEQ) == tp
@@ -44,7 +45,7 @@ def test_etp1_experts_are_whole_and_see_the_group_tokens() -> None:
     assert ops["expert_up"].gemm == (moe.experts // 32, tokens, 2 * moe.expert_ffn, case.model.hidden)
     assert ops["expert_up"].count == 1                               # one grouped GEMM over the local experts
     assert ops["router"].gemm[1] == SEQ // 2
-    legacy = {o.name: o for o in wl.layer_forward(case.model, wl.training_shard(qwen3()), True)}
+    legacy = {o.name: o for o in wl.layer_forward(case.model, wl.training_shard(qwen3(ep=16)), True)}
     assert legacy["expert_up"].gemm[2] == moe.expert_ffn             # etp = tp: FFN split over tp = 2
 
 
@@ -53,8 +54,8 @@ def test_etp1_drops_tp_collectives_around_the_experts() -> None:
         return sum(r.axis == "tp" for r in layer_rules(case, SEQ, True, backward))
     for backward in (False, True):
         # backward adds the re-gather of the attention input for qkv_wgrad (sequence parallelism)
-        assert tp_ops(qwen3(), backward) == 4 + backward
-        assert tp_ops(qwen3(etp=1), backward) == 2 + backward
+        assert tp_ops(qwen3(ep=16), backward) == 4 + backward
+        assert tp_ops(qwen3(ep=16, etp=1), backward) == 2 + backward
 
 
 def test_expert_parameters_per_rank() -> None:
@@ -62,7 +63,7 @@ def test_expert_parameters_per_rank() -> None:
     m, p = case.model, case.parallelism
     per_expert = 3 * m.hidden * m.moe.expert_ffn
     assert local_expert_parameters(case) == m.moe_layer_count() * m.moe.experts * per_expert / (32 * 1 * 8)
-    assert local_expert_parameters(qwen3()) * 2 == local_expert_parameters(case)
+    assert local_expert_parameters(qwen3(ep=16)) == local_expert_parameters(case)    # 32 shards either way
     assert p.edp == 1 and qwen3(tp=4, ep=8, dp=8, etp=1).parallelism.edp == 4
     # ZeRO-1 shards expert optimizer state over edp (here 4), dense state over dp (8)
     row4 = qwen3(tp=4, ep=8, dp=8, etp=1, zero=1)
@@ -96,7 +97,9 @@ def test_deepep_sends_no_more_than_alltoall() -> None:
             expected_distinct(moe.experts, moe.top_k, units) / moe.top_k)
 
 
-@pytest.mark.parametrize("par,key", [(dict(tp=4, dp=8, etp=2), "etp 2 must be 1 or tp"),
+@pytest.mark.parametrize("par,key", [(dict(tp=4, dp=8, ep=8, etp=2), "etp 2 must be 1 or tp"),
+                                     (dict(), "ep 32 x etp 2 = 64 expert shards do not tile the "
+                                                      "dp x cp x tp = 32 ranks"),
                                      (dict(etp=1, sp=False), "sequence parallelism")])
 def test_bad_etp_layouts(par: dict, key: str) -> None:
     m = mapping()
@@ -141,7 +144,7 @@ def test_deepep_sms_shrink_what_the_overlap_hides(monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.parametrize("par,why", [
     (dict(tp=8, ep=1, pp=8, dp=4), "needs training with ep > 1"),
-    (dict(schedule="gpipe"), "schedule 1f1b or interleaved"),
+    (dict(schedule="gpipe", etp=1), "schedule 1f1b or interleaved"),
 ])
 def test_a2a_overlap_needs_ep_and_a_1f1b_schedule(par: dict, why: str) -> None:
     with pytest.raises(SpecError, match=f"parallelism.moe_a2a_overlap: .*{why}"):
@@ -165,7 +168,7 @@ def test_grouped_experts_carry_exactly_the_routed_flops() -> None:
 def test_grouped_gemm_is_never_slower_than_its_experts_one_by_one() -> None:
     """Pooling the tiles of 16 experts into one launch fills the waves single small GEMMs leave empty."""
     from rapidllm.ops.gemm import price_gemms
-    hw = qwen3().hardware
+    hw = qwen3(etp=1).hardware
     for m in (64, 512, 4096):
         grouped = price_gemms(hw, [16], [m], [3072], [4096], "bf16").time_s[0]
         alone = price_gemms(hw, [1], [m], [3072], [4096], "bf16").time_s[0]

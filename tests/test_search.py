@@ -30,9 +30,9 @@ DENSE = {"name": "dense", "model": "llama3.1-8b", "hardware": "a100-sxm4-80gb", 
          "gpus": [4, 8], "top": 3,
          "space": {"micro_batch": [1, 2], "recompute": ["none", "full"], "zero": [0, 1, 3], "cp": [1, 2],
                    "sp": [True]}}
-MOE = {"name": "moe", "model": "mixtral-8x7b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
+MOE = {"name": "moe", "model": "mixtral-8x7b", "hardware": "h100-sxm5-80gb", "network": "superpod-ndr",
        "workload": {"mode": "training", "seq_len": 2048, "global_batch": 16},
-       "gpus": 8, "top": 3,
+       "gpus": 16, "top": 3,
        "space": {"micro_batch": [1], "recompute": ["full"], "zero": [1], "cp": [1], "sp": [True],
                  "attention_impl": ["flash"], "pp": [1, 2]}}
 INFERENCE = {"name": "inference", "model": "llama3.1-70b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
@@ -145,11 +145,11 @@ def test_search_layout_is_the_resolved_case() -> None:
     loaded = load_search(MOE)
     cand = loaded.candidates[0]
     seen = 0
-    for lay in layouts(loaded, cand, 8):
+    for lay in layouts(loaded, cand, 16):
         if lay.case is None:
             continue
         par = {k: v for k, v in lay.case.parallelism.__dict__.items() if k != "recompute_modules" and v is not None}
-        mapping = {"model": "mixtral-8x7b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
+        mapping = {"model": "mixtral-8x7b", "hardware": "h100-sxm5-80gb", "network": MOE["network"],
                    "workload": {**lay.case.workload.__dict__},
                    "attention_impl": lay.case.attention_impl,
                    "parallelism": {**par, "recompute_modules": list(lay.case.parallelism.recompute_modules)}}

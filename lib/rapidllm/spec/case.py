@@ -390,6 +390,15 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
                       + "; allowed: a divisor of the expert slots (inference may add parallelism.redundant_experts)")
         if (par.dp * par.cp * par.tp) % par.ep:
             raise bad("parallelism.ep", f"ep {par.ep} must divide dp x cp x tp = {par.dp * par.cp * par.tp} (experts are placed across data-parallel ranks)")
+    stage_ranks = par.dp * par.cp * par.tp
+    if par.ep > 1 and isinstance(workload, TrainingWorkload) and stage_ranks % (par.ep * par.expert_tp):
+        # Megatron-Core's expert grid, etp x ep x edp = tp x cp x dp ranks of a stage: more expert shards
+        # than ranks would price each GPU with a fraction of an expert it cannot hold. (Inference reads
+        # such layouts differently, TensorRT-LLM's moe_tp = tp / ep: docs/engine.md, "Known gap".)
+        raise bad("parallelism.ep", f"ep {par.ep} x etp {par.expert_tp} = {par.ep * par.expert_tp} expert shards "
+                  f"do not tile the dp x cp x tp = {stage_ranks} ranks of a pipeline stage (Megatron-Core: etp x "
+                  f"ep x edp = tp x cp x dp); allowed: ep x etp dividing {stage_ranks} (etp defaults to tp; "
+                  "with sp, parallelism.etp: 1)")
     if par.redundant_experts and not (model.moe and isinstance(workload, InferenceWorkload)):
         raise bad("parallelism.redundant_experts", "redundant expert replicas are an inference deployment of a MoE "
                   "model (DeepSeek's EPLB); allowed: 0 for training or a dense model")
