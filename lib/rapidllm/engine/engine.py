@@ -144,7 +144,7 @@ def pipeline_split(x: PipelineInputs) -> tuple[dict[str, float], int]:
     n = r.nodes
     step, s, *nodes = relax_split(values, n.src, n.csrc, n.pieces, n.hid, n.oth, r.succ_ptr, r.succ, n.stage, n.kind,
                                   r.mine_ptr, r.mine)
-    return _split(step, s, *nodes), len(n.src)
+    return _split(float(step), int(s), *nodes), len(n.src)     # Python numbers, as numba boxes them
 
 
 def replay_pipeline(x: PipelineInputs) -> tuple[PipelineGraph, np.ndarray, np.ndarray, np.ndarray]:
