@@ -230,6 +230,21 @@ def test_cost_of_an_inline_device(tmp_path: Path, capsys: pytest.CaptureFixture)
     assert out["package_usd"] == cost.package_cost(cost.hardware_cost("h100-sxm5-80gb").package).package_usd
 
 
+def test_cost_of_a_tweaked_copy_of_a_config_device(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """An inline copy of a config device without its `cost:` (say, more HBM) that keeps the device's name is
+    priced as that device; with a name of its own and no `cost:` it is refused (the corpus case above)."""
+    from rapidllm import cost
+
+    a100 = yaml.safe_load((ROOT / "config/hardware/a100-sxm4-80gb.yaml").read_text())
+    a100.pop("cost")
+    a100["hbm_capacity"] = "160 GiB"
+    path = tmp_path / "case.yaml"
+    path.write_text(yaml.safe_dump(dict(CASE, hardware=a100)))
+    assert main(["predict", str(path), "--cost", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["package_usd"] == cost.package_cost(cost.hardware_cost("a100-sxm4-80gb").package).package_usd
+
+
 def test_infeasible_case_says_what_to_change(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """An infeasible case printed only the bytes: the table now names the largest component and its lever
     (here the optimizer state of 70B parameters without ZeRO over dp 8), and points at `rapidllm search`."""

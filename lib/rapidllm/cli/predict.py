@@ -70,8 +70,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.cost:                       # bad cost inputs are refused before any prediction runs
         from rapidllm.cost.config import cost_from_mapping, hardware_cost
         from rapidllm.spec.schema import load_yaml
-        inline = load_yaml(Path(args.case)).get("hardware")      # an inline device carries its own `cost:`
-        hw_cost = (cost_from_mapping(inline, f"{display(args.case)}: hardware") if isinstance(inline, dict)
+        from rapidllm.spec.paths import known_names
+        # an inline device carries its own `cost:`; one without it that keeps a config device's name (a
+        # copy with a tweak) is priced as that device
+        inline = load_yaml(Path(args.case)).get("hardware")
+        own = isinstance(inline, dict) and ("cost" in inline or case.hardware.name not in known_names("hardware"))
+        hw_cost = (cost_from_mapping(inline, f"{display(args.case)}: hardware") if own
                    else hardware_cost(case.hardware.name))
     try:
         pred = predict(case, args.engine, adjust, trace=bool(args.timeline))
