@@ -61,3 +61,17 @@ def test_memo_is_bounded():
     assert len(weighed) == 2 and weighed.nbytes == 10
     weighed.put("c", 3, 1)
     assert list(weighed) == ["c"] and weighed.nbytes == 1
+
+
+def test_identity_memo_hits_only_the_very_objects():
+    """`IdentityMemo` answers for the objects it holds, not for equal ones, and empties itself when full."""
+    from rapidllm.caches import IdentityMemo
+
+    memo, calls = IdentityMemo(2), []
+    a, equal_to_a, b = [1], [1], [2]
+    def compute(x):
+        return lambda: calls.append(x) or len(calls)
+    assert memo.of((a,), compute(a)) == 1 and memo.of((a,), compute(a)) == 1   # a hit: computed once
+    assert memo.of((equal_to_a,), compute(equal_to_a)) == 2                    # equal but another object
+    assert memo.of((a, b), compute(b)) == 3 and len(memo) == 1                 # full at 2: emptied first
+    assert memo.of((a, b), compute(b)) == 3

@@ -2,8 +2,10 @@
 
 A sweep evaluates thousands of cases that share specs, operator shapes, topologies and collectives; these
 tables let each be computed once. Every key is the value the result is a function of (a spec, a shape, a
-layout, a file's modification time), never an object's identity, so a hit is exactly what the function
-would return: sharing a table can change how long a prediction takes, never its numbers.
+layout, a file's modification time), so a hit is exactly what the function would return: sharing a table
+can change how long a prediction takes, never its numbers. The exception, `IdentityMemo`, keys frozen
+objects by identity and holds them, which is as exact (an object cannot change, and its id cannot be
+reused while the entry lives) where hashing the value would cost what the function does.
 
 Lifetime: the owner opens a scope, `with Caches().active(): ...`, and the code below reads the active
 tables through `current()` instead of taking them as an argument through every layer. `prediction.sweep`
@@ -15,7 +17,7 @@ emptied when full, far above what one sweep needs.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,8 +43,31 @@ class Memo(dict):
         return value
 
 
+class IdentityMemo(dict):
+    """`compute()` for a tuple of frozen objects, kept under their ids with the objects held by the entry
+    (so a hit is those very objects: a sweep's cases share a few specs and priced tables, and hashing or
+    comparing them by value would cost what the function does). Emptied at `limit` entries."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def of(self, objs: tuple, compute: Callable[[], Any]) -> Any:
+        key = tuple(map(id, objs))
+        hit = self.get(key)
+        if hit is None or any(a is not b for a, b in zip(hit[0], objs)):
+            if len(self) >= self.limit:
+                self.clear()
+            hit = self[key] = (objs, compute())
+        return hit[1]
+
+
 def _memo(limit: int, budget: int | None = None) -> Any:
     return field(default_factory=lambda: Memo(limit, budget))
+
+
+def _identity_memo(limit: int) -> Any:
+    return field(default_factory=lambda: IdentityMemo(limit))
 
 
 @dataclass
@@ -67,6 +92,10 @@ class Caches:
     # pipeline DAG structure key -> its PipelineShape (up to ~10 MB each: few, and a sweep visits the cases
     # of one layout together, graph/pipeline_dag.py)
     pipeline_shapes: Memo = _memo(8)
+    spec_texts: IdentityMemo = _identity_memo(256)         # (model / hardware / network spec,) -> its case_id JSON
+    hardware_reprs: IdentityMemo = _identity_memo(64)      # (HardwareSpec,) -> repr (the layer pricing key)
+    # (template, a priced table's shared leading rows) -> the template's compute durations from those rows
+    shared_durations: IdentityMemo = _identity_memo(4096)
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Caches]:

@@ -231,21 +231,12 @@ def compute_durations(ops: pd.DataFrame | OperatorTable | OpsView, t: Template) 
 
     A section read from a table's shared leading rows alone (`OperatorTable.shared`: the priced layers a
     sweep's cases share) gives the same durations in every table that begins with those rows: they are kept
-    under the template's and the rows' ids, the entry holding both (so a hit is that template on those very
-    rows). Bounded: emptied at 4096 entries."""
+    by identity of the template and those rows (`Caches.shared_durations`)."""
     view = ops_view(ops)
     if view.shared is None or t.section in view.tail_sections:
         return view.durations(t.section, t.compute_phases)
-    key = (id(t), id(view.shared))
-    hit = _SHARED_DURATIONS.get(key)
-    if hit is None or hit[0] is not t or hit[1] is not view.shared:
-        if len(_SHARED_DURATIONS) >= 4096:
-            _SHARED_DURATIONS.clear()
-        hit = _SHARED_DURATIONS[key] = (t, view.shared, view.durations(t.section, t.compute_phases))
-    return list(hit[2])
-
-
-_SHARED_DURATIONS: dict[tuple[int, int], tuple[Template, list, list[float]]] = {}
+    return list(current().shared_durations.of((t, view.shared),
+                                              lambda: view.durations(t.section, t.compute_phases)))
 
 
 def _ops_of(ops: pd.DataFrame | OperatorTable | OpsView, section: str, phases: tuple[str, ...]) -> list[tuple[str, str]]:

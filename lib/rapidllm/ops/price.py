@@ -253,18 +253,12 @@ def _layer_pricing_key(case: Case, method: str) -> tuple:
 # what the layer sections do not depend on (`_layer_pricing_key` leaves them out)
 _NEUTRAL = ("dp", "pp", "zero", "fsdp", "schedule", "virtual_stages", "embedding_in_split", "loss_in_split")
 _PRICED_FIELDS = tuple(f.name for f in dataclasses.fields(Parallelism) if f.name not in _NEUTRAL)
-_HARDWARE_REPR: dict[int, tuple[HardwareSpec, str]] = {}      # id(spec) -> (spec, repr(spec))
 
 
 def _hardware_repr(hw: HardwareSpec) -> str:
-    """repr(hw), kept under the spec object's id (the entry holds the spec, so a hit is that very object; a
-    sweep's cases share a few devices, and their repr walks every dict). Emptied at 64 entries."""
-    hit = _HARDWARE_REPR.get(id(hw))
-    if hit is None or hit[0] is not hw:
-        if len(_HARDWARE_REPR) >= 64:
-            _HARDWARE_REPR.clear()
-        hit = _HARDWARE_REPR[id(hw)] = (hw, repr(hw))
-    return hit[1]
+    """repr(hw), kept by identity (`Caches.hardware_reprs`): a sweep's cases share a few devices, and their
+    repr walks every dict."""
+    return current().hardware_reprs.of((hw,), lambda: repr(hw))
 
 
 def _rows(case: Case, pairs: list[tuple[str, Operator]], method: str) -> list[tuple]:

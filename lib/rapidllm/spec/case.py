@@ -265,20 +265,10 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=list, separators=(",", ":"))
 
 
-_SPEC_TEXT: dict[int, tuple[Any, str]] = {}       # id(spec) -> (spec, `_json_text` of its plain form)
-
-
 def _spec_json(spec: Any) -> str:
-    """`_json_text(_plain(spec))` of a frozen spec, kept under the spec object's id: the entry holds the
-    spec, so the id cannot be reused while it exists, and a hit must be that very object (named specs are
-    shared by every case of a sweep; hashing them by value would cost what writing them does). Bounded:
-    emptied when it reaches 256 entries."""
-    hit = _SPEC_TEXT.get(id(spec))
-    if hit is None or hit[0] is not spec:
-        if len(_SPEC_TEXT) >= 256:
-            _SPEC_TEXT.clear()
-        hit = _SPEC_TEXT[id(spec)] = (spec, _json_text(_plain(spec)))
-    return hit[1]
+    """`_json_text(_plain(spec))` of a frozen spec, kept by identity (`Caches.spec_texts`): named specs are
+    shared by every case of a sweep, and hashing them by value would cost what writing them does."""
+    return current().spec_texts.of((spec,), lambda: _json_text(_plain(spec)))
 
 
 def _spec(cls: Any, value: Any, mapping: dict, source: str) -> Any:

@@ -6,7 +6,6 @@ specs thousands of times, and YAML parsing dominated expansion before this cache
 from __future__ import annotations
 
 import copy
-import difflib
 import functools
 import os
 import re
@@ -17,7 +16,7 @@ from typing import Any
 from rapidllm.caches import current
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.paths import config_dir, display, known_names, schema_dir
-from rapidllm.spec.schema import load_yaml, schema_of, short, validate
+from rapidllm.spec.schema import close_names, load_yaml, schema_of, short, validate
 
 # A spec name is a file stem in config/<kind>/: no path separators, so a name never leaves that folder.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -68,12 +67,8 @@ def _nested(line: str, source: str, key: str) -> str:
 
 
 def _suggest(value: str, names: list[str]) -> str:
-    """' (did you mean X?)' for a misspelt name: the names it begins (h100 -> h100-sxm5-80gb), else one it
-    extends (mixtral-8x7b-instruct -> mixtral-8x7b), else the closest by difflib's ratio (gpt3-175b ->
-    gpt-175b); '' when nothing is close."""
-    low = value.lower()
-    close = ([n for n in names if n.startswith(low)] or [n for n in names if low.startswith(n)]
-             or difflib.get_close_matches(low, names, n=2, cutoff=0.75))
+    """' (did you mean X?)' for a misspelt name (`schema.close_names`); '' when nothing is close."""
+    close = close_names(value, names)
     return f" (did you mean {' or '.join(close[:4])}?)" if close else ""
 
 

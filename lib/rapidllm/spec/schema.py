@@ -129,8 +129,8 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed))
-        meant = [m for k in extra for m in difflib.get_close_matches(str(k), allowed, n=1, cutoff=0.7)]
-        hint = f" (did you mean {', '.join(meant)}?)" if meant else ""      # global_bacth -> global_batch
+        meant = [m for k in extra for m in close_names(str(k), allowed)[:1]]     # global_bacth -> global_batch
+        hint = f" (did you mean {', '.join(meant)}?)" if meant else ""
         return f"unknown key(s) {', '.join(map(repr, extra))}{hint}; allowed: {', '.join(allowed)}"
     if v == "enum":
         return f"{short(error.instance)} is not allowed; allowed: {', '.join(map(str, error.validator_value))}"
@@ -160,6 +160,15 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if v in ("oneOf", "anyOf") and error.context:
         return _describe(_branch_error(error))
     return error.message
+
+
+def close_names(value: str, names: list[str]) -> list[str]:
+    """The names a misspelt `value` probably meant (for "did you mean"): those it begins (h100 ->
+    h100-sxm5-80gb), else those it extends (mixtral-8x7b-instruct -> mixtral-8x7b), else the closest by
+    difflib's ratio (gpt3-175b -> gpt-175b, global_bacth -> global_batch); none when nothing is close."""
+    low = value.lower()
+    return ([n for n in names if n.startswith(low)] or [n for n in names if low.startswith(n)]
+            or difflib.get_close_matches(low, names, n=2, cutoff=0.75))
 
 
 def _numeric_text(text: str) -> bool:
