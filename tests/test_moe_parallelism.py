@@ -176,8 +176,10 @@ def test_grouped_gemm_is_never_slower_than_its_experts_one_by_one() -> None:
 
 
 def test_decode_reads_only_the_experts_its_tokens_reach() -> None:
-    """A decode step of 4 sequences routes 32 expert picks over 128 experts: about 30% of them are hit,
-    and the grouped GEMM reads those experts' weights only; a prefill of 4 x 2048 tokens hits them all."""
+    """A decode step of 4 sequences routes 32 expert picks over 128 experts: about 23% of them are hit,
+    and the grouped GEMM reads those experts' weights only; a prefill of 4 x 2048 tokens hits them all.
+    tp 8 ep 8 in inference keeps EP inside the TP group: the 8 ranks hold the same 4 tokens and whole
+    experts (etp 1)."""
     m = dict(mapping(tp=1, ep=1, pp=1, dp=1), workload=dict(mode="inference", prompt_tokens=2048,
                                                              output_tokens=128, batch=4))
     m["network"] = "dgx-h100"
@@ -186,8 +188,9 @@ def test_decode_reads_only_the_experts_its_tokens_reach() -> None:
     moe = case.model.moe
     local = moe.experts // 8
     decode = _expert_ops(case, wl.decode_shard(case, 2048))["expert_up"]
-    hit = 1 - (1 - moe.top_k / moe.experts) ** (4 * 8)          # 4 tokens on each of the 8 EP ranks
+    hit = 1 - (1 - moe.top_k / moe.experts) ** 4                # the TP group's 4 tokens, routed once
     assert decode.gemm[0] == round(1 + (local - 1) * hit) < local
+    assert decode.gemm[2] == 2 * moe.expert_ffn                   # whole experts
     assert _expert_ops(case, wl.prefill_shard(case))["expert_up"].gemm[0] == local
 
 

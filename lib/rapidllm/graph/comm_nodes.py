@@ -5,7 +5,7 @@ dispatch+combine), `pp` (per micro-batch per stage boundary), `dp` (per step, gr
 `fsdp` (per micro-batch per traversal, parameter gathers). Counts follow Megatron-LM: two TP all-reduces
 per layer per traversal (after attention and after the MLP; with SP a reduce-scatter + all-gather pair of
 the same volume; none around routed experts that are not TP-sharded, etp 1), two all-to-alls per MoE
-layer per traversal.
+layer per traversal, none when inference keeps EP inside the TP group (the TP all-reduce combines).
 """
 from __future__ import annotations
 
@@ -86,10 +86,25 @@ def moe_tp_collectives(case: Case) -> bool:
     """Whether an MoE layer's MLP position keeps the TP collectives (gather before, reduce after).
 
     Routed experts with etp < tp take each rank's sequence shard and need none; shared experts are
-    ordinary TP-sharded MLPs on the gathered sequence and keep them.
+    ordinary TP-sharded MLPs on the gathered sequence and keep them. Experts inside the TP group
+    (inference, ep x etp = tp) see every token of the group and leave partial sums for the TP all-reduce.
     """
     m, p = case.model, case.parallelism
-    return p.expert_tp == p.tp or bool(m.moe and m.moe.shared_experts)
+    return p.expert_tp == p.tp or moe_dispatch_free(case) or bool(m.moe and m.moe.shared_experts)
+
+
+def moe_all_to_all(case: Case) -> bool:
+    """Whether an MoE layer dispatches and combines its tokens by all-to-all over the EP group: ep > 1, unless
+    EP lives inside the TP group (`moe_dispatch_free`)."""
+    return bool(case.model.moe) and case.parallelism.ep > 1 and not moe_dispatch_free(case)
+
+
+def moe_dispatch_free(case: Case) -> bool:
+    """Inference with EP inside the TP group (`Parallelism.ep_in_tp`): each rank computes its whole experts
+    on the routed tokens of all the tokens the group holds (no sequence parallelism in serving), so nothing
+    is dispatched and the TP all-reduce that follows the MoE block sums the experts' partial outputs
+    (TensorRT-LLM's moe_tp x moe_ep = tp; vLLM's --enable-expert-parallel at dp 1)."""
+    return case.parallelism.ep_in_tp(case.training)
 
 
 def expert_grad_weight(case: Case) -> float:
@@ -119,7 +134,7 @@ def layer_nodes(case: Case, tokens: int, scope: str) -> list[CommNode]:
         nodes.append(CommNode(scope, "tp", "all_reduce", act, 2 if not moe or moe_tp_collectives(case) else 1))
     if p.cp > 1:
         nodes.append(CommNode(scope, "cp", "all_gather", float(m.cp_kv_dim) * b * tokens * p.cp / p.tp, 1))
-    if moe and p.ep > 1:
+    if moe and moe_all_to_all(case):
         nodes.append(CommNode(scope, "ep", "all_to_all", dispatch_bytes(case, tokens), 2))
     return nodes
 

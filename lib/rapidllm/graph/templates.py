@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rapidllm.caches import current
-from rapidllm.graph.comm_nodes import dispatch_bytes, moe_tp_collectives
+from rapidllm.graph.comm_nodes import dispatch_bytes, moe_all_to_all, moe_tp_collectives
 from rapidllm.ops.price import OperatorTable, case_sections
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -73,7 +73,8 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
     """Collectives of one layer traversal (Megatron-LM TP/SP, ring-free CP KV gather, EP all-to-all).
 
     An MoE layer whose routed experts are not TP-sharded (etp < tp) dispatches each rank's SP shard, so
-    the MLP position has no TP gather / reduce-scatter (unless shared experts need them).
+    the MLP position has no TP gather / reduce-scatter (unless shared experts need them). Inference with
+    EP inside the TP group dispatches nothing and keeps the all-reduce after the MLP position (it combines).
     """
     m, p = case.model, case.parallelism
     b = DTYPE_BYTES[case.activation_precision]
@@ -110,7 +111,7 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
         kv = float(m.cp_kv_dim) * b * tokens * p.cp / p.tp
         rules.append(Rule("attn_bwd", "qkv_dgrad", "cp", "reduce_scatter", kv) if backward
                      else Rule("qkv", "attn", "cp", "all_gather", kv))
-    if moe and m.moe and p.ep > 1:
+    if moe and moe_all_to_all(case):
         a2a = dispatch_bytes(case, tokens)
         if backward:
             rules += [Rule("unpermute_bwd", "+unpermute_bwd", "ep", "all_to_all", a2a),
@@ -305,7 +306,7 @@ def shared_case_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsVie
     p = case.parallelism
     prefixes = ("",) if case.training else ("prefill_", "decode_first_", "decode_last_")
     tokens = tuple(layer_tokens(case, prefix) for prefix in prefixes)
-    moe = tuple(dispatch_bytes(case, n) for n in tokens) if case.model.moe and p.ep > 1 else ()
+    moe = tuple(dispatch_bytes(case, n) for n in tokens) if moe_all_to_all(case) else ()
     key = (tuple(zip(view.section_of, view.names, view.phases)), case.model, case.training, p.tp, p.sp, p.cp, p.ep,
            p.expert_tp, case.activation_precision, tokens, moe)
     table = current().templates

@@ -2,7 +2,8 @@
 
 Shapes follow Megatron-style sharding (Shoeybi et al. 2019; Korthikanti et al. 2023): TP splits heads
 and FFN columns, SP splits the sequence around norms and residuals, CP splits queries while keys/values
-cover the whole sequence, EP places experts (over ep x etp ranks, each expert's FFN split over etp).
+cover the whole sequence, EP places experts (over ep x etp ranks, each expert's FFN split over etp; in
+inference EP may live inside the TP group, etp = tp / ep, on the tokens that group holds).
 Backward GEMMs are the data-gradient (dX = dY·Wᵀ) and weight-gradient (dW = Xᵀ·dY) products of every
 forward GEMM.
 """
@@ -36,7 +37,7 @@ class Shard:
     sp: bool
     ep: int
     dtype_bytes: int
-    etp: int                 # expert tensor parallelism (1 or tp)
+    etp: int                 # expert tensor parallelism (training: 1 or tp; inference: tp or tp / ep)
     causal: bool
     decode: bool = False
     hot_expert_factor: float = 1.0
@@ -44,6 +45,13 @@ class Shard:
     cp: int = 1                       # context parallelism: q_len = kv_len / cp in load-balanced chunks
     redundant_experts: int = 0        # inference: extra routed-expert replicas over the ep ranks (EPLB)
     draft_tokens: int = 0             # decode: drafts verified per sequence (q_len = 1 + draft_tokens)
+    ep_in_tp: bool = False            # inference: the ep ranks are the TP group's and share its tokens
+
+    @property
+    def ep_sources(self) -> int:
+        """EP ranks routing distinct tokens to the experts: all ep, or one TP group's worth when EP lives
+        inside the TP group (every rank of it holds the same tokens)."""
+        return 1 if self.ep_in_tp else self.ep
 
     @property
     def moe_tokens(self) -> int:
@@ -191,7 +199,7 @@ def expert_load(model: ModelSpec, s: Shard) -> tuple[int, int]:
     """(tokens per active local expert, active local experts) on the busiest EP rank.
 
     Balanced routing gives every expert tokens·top_k/E of the EP group's tokens (each of the ep ranks
-    routes `moe_tokens`). A hot expert carries hot_expert_factor x the mean and the others share the
+    routes `moe_tokens`; with EP inside the TP group they are the same tokens, routed once: `ep_sources`). A hot expert carries hot_expert_factor x the mean and the others share the
     rest, so the total is conserved; the rank holding it receives hot + (local - 1) x rest. A grouped GEMM
     pools the tiles of all its experts, so that total, spread over the experts that receive any token,
     prices it. With few tokens (decode) some experts get none and their weights are not read: each of the
@@ -201,7 +209,7 @@ def expert_load(model: ModelSpec, s: Shard) -> tuple[int, int]:
     """
     moe = model.moe
     assert moe is not None
-    group_tokens = s.moe_tokens * s.ep * moe.top_k
+    group_tokens = s.moe_tokens * s.ep_sources * moe.top_k
     local = (moe.experts + s.redundant_experts) // s.ep
     if s.redundant_experts:
         # the busiest rank as EPLB places the experts + redundant slots (ops/moe_routing.eplb_rank_loads)
@@ -211,7 +219,7 @@ def expert_load(model: ModelSpec, s: Shard) -> tuple[int, int]:
         hot = min(group_tokens / moe.experts * s.hot_expert_factor, group_tokens)
         rest = (group_tokens - hot) / max(moe.experts - 1, 1)
         busiest = hot + (local - 1) * rest
-    hit = 1.0 - (1.0 - moe.top_k / moe.experts) ** (s.moe_tokens * s.ep)
+    hit = 1.0 - (1.0 - moe.top_k / moe.experts) ** (s.moe_tokens * s.ep_sources)
     active = min(local, max(1, round(1 + (local - 1) * hit)))
     return max(math.ceil(busiest / active - 1e-9), 1), active
 
@@ -361,7 +369,7 @@ def prefill_shard(case: Case) -> Shard:
     return Shard(tokens=w.batch * w.prompt_tokens, batch=w.batch, q_len=w.prompt_tokens, kv_len=w.prompt_tokens,
                  tp=p.tp, sp=False, ep=p.ep, etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.activation_precision],
                  causal=case.model.causal, hot_expert_factor=case.moe_hot_expert_factor, last_token_logits=True,
-                 redundant_experts=p.redundant_experts, draft_tokens=w.draft_tokens)
+                 redundant_experts=p.redundant_experts, draft_tokens=w.draft_tokens, ep_in_tp=p.ep_in_tp(False))
 
 
 def decode_shard(case: Case, context: int) -> Shard:
@@ -373,7 +381,7 @@ def decode_shard(case: Case, context: int) -> Shard:
     return Shard(tokens=w.batch * q, batch=w.batch, q_len=q, kv_len=context + q, tp=p.tp, sp=False, ep=p.ep,
                  etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.activation_precision], causal=False, decode=True,
                  hot_expert_factor=case.moe_hot_expert_factor, last_token_logits=True,
-                 redundant_experts=p.redundant_experts, draft_tokens=w.draft_tokens)
+                 redundant_experts=p.redundant_experts, draft_tokens=w.draft_tokens, ep_in_tp=p.ep_in_tp(False))
 
 
 def head_forward(model: ModelSpec, s: Shard) -> list[Operator]:

@@ -28,6 +28,7 @@ from rapidllm.spec.case import (
     Parallelism,
     TrainingWorkload,
     check_layout,
+    expert_tp_of,
     layout_case,
     sized_network,
 )
@@ -86,7 +87,8 @@ class Layout:
         """The layout's columns in the ranked table (etp as the expert TP width it resolves to)."""
         *par, size, attn = self.key
         m = dict(zip(PAR_FIELDS, par))
-        return dict(m, etp=m["tp"] if m["etp"] is None else m["etp"], recompute_modules="+".join(m["recompute_modules"]),
+        etp = expert_tp_of(Parallelism(tp=m["tp"], ep=m["ep"], etp=m["etp"]), self.training)
+        return dict(m, etp=etp, recompute_modules="+".join(m["recompute_modules"]),
                     micro_batch=size if self.training else 0, batch=0 if self.training else size,
                     attention_impl=attn)
 
@@ -256,6 +258,6 @@ def _keys(cand: Candidate, par: Parallelism, workload: TrainingWorkload | Infere
     """(training, shard key less the kernel, placement) of a layout: `values` its key less the kernel."""
     training = isinstance(workload, TrainingWorkload)
     size = values[-1]
-    shard = (cand.label, par.tp, par.cp, par.ep, par.expert_tp, par.sp, par.recompute, par.recompute_modules,
+    shard = (cand.label, par.tp, par.cp, par.ep, expert_tp_of(par, training), par.sp, par.recompute, par.recompute_modules,
              size if training else 0, 0 if training else size)
     return training, shard, placement(values)

@@ -117,8 +117,15 @@ class Parallelism:
 
     @property
     def expert_tp(self) -> int:
-        """Tensor-parallel width of each expert (etp, defaulting to tp as Megatron-Core does)."""
+        """Tensor-parallel width of each expert (etp, defaulting to tp as Megatron-Core does; an inference case
+        has its serving engines' default written out by `expert_grid`)."""
         return self.tp if self.etp is None else self.etp
+
+    def ep_in_tp(self, training: bool) -> bool:
+        """Whether the experts live inside the TP group (inference with ep x etp = tp, ep > 1): every rank of
+        the group holds the group's tokens, so no all-to-all dispatches them (TensorRT-LLM's moe_ep x moe_tp
+        = tp; vLLM's --enable-expert-parallel at dp 1), and the TP all-reduce after the MoE block combines."""
+        return not training and self.ep > 1 and self.ep * self.expert_tp == self.tp
 
     @property
     def edp(self) -> int:
@@ -355,6 +362,26 @@ def _check_bounds(hardware: HardwareSpec, par: Parallelism, workload: Any, preci
                            f"{', '.join(sorted(hardware.tensor_flops))}")
 
 
+def expert_tp_of(par: Parallelism, training: bool) -> int:
+    """The expert TP width a layout runs: `parallelism.etp` when set; else tp in training (Megatron-Core's
+    --expert-tensor-parallel-size default) and, in inference, tp / ep when ep divides tp: serving engines
+    carve EP out of the TP group, moe_tp x moe_ep = tp (TensorRT-LLM, "Expert Parallelism in TensorRT-LLM";
+    vLLM's --enable-expert-parallel places whole experts over the TP x DP ranks), so `tp: 8, ep: 8` holds
+    one whole expert in eight per GPU, not an eighth of each of them split again eight ways."""
+    if par.etp is not None:
+        return par.etp
+    if not training and par.ep > 1 and par.tp % par.ep == 0:
+        return par.tp // par.ep
+    return par.tp
+
+
+def expert_grid(par: Parallelism, workload: Any) -> Parallelism:
+    """`par` with the expert TP width it runs written out (`expert_tp_of`), so that weights, operators and
+    collectives, and the case id, all see it; unchanged where the default already is tp."""
+    etp = expert_tp_of(par, isinstance(workload, TrainingWorkload))
+    return par if etp == par.expert_tp else dataclasses.replace(par, etp=etp)
+
+
 def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str) -> None:
     def bad(key: str, msg: str) -> SpecError:
         return SpecError.at(source, key, msg)
@@ -381,14 +408,25 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
         if (par.dp * par.cp * par.tp) % par.ep:
             raise bad("parallelism.ep", f"ep {par.ep} must divide dp x cp x tp = {par.dp * par.cp * par.tp} (experts are placed across data-parallel ranks)")
     stage_ranks = par.dp * par.cp * par.tp
-    if par.ep > 1 and isinstance(workload, TrainingWorkload) and stage_ranks % (par.ep * par.expert_tp):
+    etp = expert_tp_of(par, isinstance(workload, TrainingWorkload))
+    if par.ep > 1 and isinstance(workload, TrainingWorkload) and stage_ranks % (par.ep * etp):
         # Megatron-Core's expert grid, etp x ep x edp = tp x cp x dp ranks of a stage: more expert shards
-        # than ranks would price each GPU with a fraction of an expert it cannot hold. (Inference reads
-        # such layouts differently, TensorRT-LLM's moe_tp = tp / ep: docs/engine.md, "Known gap".)
-        raise bad("parallelism.ep", f"ep {par.ep} x etp {par.expert_tp} = {par.ep * par.expert_tp} expert shards "
+        # than ranks would price each GPU with a fraction of an expert it cannot hold
+        raise bad("parallelism.ep", f"ep {par.ep} x etp {etp} = {par.ep * etp} expert shards "
                   f"do not tile the dp x cp x tp = {stage_ranks} ranks of a pipeline stage (Megatron-Core: etp x "
                   f"ep x edp = tp x cp x dp); allowed: ep x etp dividing {stage_ranks} (etp defaults to tp; "
                   "with sp, parallelism.etp: 1)")
+    if isinstance(workload, InferenceWorkload):
+        inside = {par.tp // par.ep} if par.ep > 1 and par.tp % par.ep == 0 else set()
+        if etp not in inside | {par.tp}:
+            raise bad("parallelism.etp", f"etp {etp} with tp {par.tp}, ep {par.ep}: serving engines split each "
+                      f"expert over tp / ep ranks or over tp; allowed: {' or '.join(map(str, sorted(inside | {par.tp})))}")
+        if par.ep > 1 and stage_ranks % (par.ep * etp):
+            raise bad("parallelism.ep", f"ep {par.ep} x etp {etp} = {par.ep * etp} expert shards do not tile the "
+                      f"dp x cp x tp = {stage_ranks} ranks of a stage, a grid no serving engine runs; allowed: ep "
+                      f"dividing tp {par.tp} (whole experts inside the TP group, etp = tp / ep: TensorRT-LLM's "
+                      f"moe_tp x moe_ep = tp), or ep x tp dividing {stage_ranks} (experts over data-parallel "
+                      "ranks, etp = tp)")
     if par.redundant_experts and not (model.moe and isinstance(workload, InferenceWorkload)):
         raise bad("parallelism.redundant_experts", "redundant expert replicas are an inference deployment of a MoE "
                   "model (DeepSeek's EPLB); allowed: 0 for training or a dense model")
@@ -420,9 +458,9 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
     if isinstance(workload, InferenceWorkload) and workload.draft_acceptance and not workload.draft_tokens:
         raise bad("workload.draft_acceptance", "is the acceptance of draft tokens; set workload.draft_tokens "
                   "(allowed without it: 0)")
-    if par.expert_tp not in (1, par.tp):
+    if isinstance(workload, TrainingWorkload) and par.expert_tp not in (1, par.tp):
         raise bad("parallelism.etp", f"etp {par.expert_tp} must be 1 or tp {par.tp}: expert TP groups inside the TP group are not modelled")
-    if par.expert_tp < par.tp and not (isinstance(workload, TrainingWorkload) and par.sp):
+    if isinstance(workload, TrainingWorkload) and par.expert_tp < par.tp and not par.sp:
         raise bad("parallelism.etp", "etp < tp is modelled for training with sequence parallelism (the experts "
                   "take each rank's sequence shard; Megatron-Core requires SP with EP and TP)")
     if par.moe_a2a_overlap and not (par.ep > 1 and isinstance(workload, TrainingWorkload)
@@ -503,6 +541,7 @@ def resolve_case(mapping: Any, source: str) -> Case:
     par = Parallelism(**par_m)
     _check_bounds(hardware, par, workload, mapping.get("precision", "bf16"), source)
     check_layout(model, par, workload, source)
+    par = expert_grid(par, workload)
     network = sized_network(network, par.world, source)
     extra = tuple(FaultSpec.from_mapping(f) for f in mapping.get("faults", []))
     if extra:
@@ -529,8 +568,8 @@ def layout_case(base: Case, sized: NetworkSpec, par: Parallelism, workload: Trai
                 attention_impl: str) -> Case:
     """What `with_layout` builds, for a layout that `check_layout` passed, on its fabric from `sized_network`:
     a search checks every layout and builds the cases of the few it bounds or simulates."""
-    return dataclasses.replace(base, parallelism=par, workload=workload, attention_impl=attention_impl,
-                               network=sized)
+    return dataclasses.replace(base, parallelism=expert_grid(par, workload), workload=workload,
+                               attention_impl=attention_impl, network=sized)
 
 
 def sized_network(network: NetworkSpec, world: int, source: str) -> NetworkSpec:
