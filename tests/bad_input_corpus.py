@@ -156,6 +156,12 @@ PREDICT = [
              base=with_key(CASE, "parallelism.redundant_experts", 8)),
     case_bad("redundant-experts-ep1", "workload", INFERENCE, "with ep 1 every GPU holds every expert", "message",
              base=with_key({**CASE, "model": "mixtral-8x7b"}, "parallelism.redundant_experts", 8)),
+    # inference MoE grids no serving engine runs (more expert shards than ranks; an expert TP width that is
+    # neither tp nor TensorRT-LLM's moe_tp = tp / ep)
+    case_bad("inference-expert-shards-beyond-ranks", "workload", INFERENCE, "a grid no serving engine runs",
+             "quantity", base=with_key({**CASE, "model": "mixtral-8x7b"}, "parallelism", dict(tp=2, dp=4, ep=8))),
+    case_bad("inference-etp-not-an-engine-split", "workload", INFERENCE, "parallelism.etp: etp 2 with tp 8, ep 2",
+             "message", base=with_key({**CASE, "model": "mixtral-8x7b"}, "parallelism", dict(tp=8, ep=2, etp=2))),
     case_bad("redundant-experts-beyond-one-per-rank", "workload", INFERENCE, "at most experts x (ep - 1) = 8", "message",
              base=with_key({**CASE, "model": "mixtral-8x7b"}, "parallelism", dict(dp=2, ep=2, redundant_experts=10))),
     case_bad("microbatch-overlap-three", "parallelism.microbatch_overlap", 3, "allowed: 1, 2"),
