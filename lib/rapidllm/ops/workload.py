@@ -199,10 +199,10 @@ def expert_load(model: ModelSpec, s: Shard) -> tuple[int, int]:
     """(tokens per active local expert, active local experts) on the busiest EP rank.
 
     Balanced routing gives every expert tokens·top_k/E of the EP group's tokens (each of the ep ranks
-    routes `moe_tokens`; with EP inside the TP group they are the same tokens, routed once: `ep_sources`). A hot expert carries hot_expert_factor x the mean and the others share the
-    rest, so the total is conserved; the rank holding it receives hot + (local - 1) x rest. A grouped GEMM
-    pools the tiles of all its experts, so that total, spread over the experts that receive any token,
-    prices it. With few tokens (decode) some experts get none and their weights are not read: each of the
+    routes `moe_tokens`; with EP inside the TP group they are the same tokens, routed once: `ep_sources`).
+    A hot expert carries hot_expert_factor x the mean and the others share the rest, so the total is
+    conserved; the rank holding it receives hot + (local - 1) x rest. A grouped GEMM pools the tiles of all
+    its experts, so that total, spread over the experts that receive any token, prices it. With few tokens (decode) some experts get none and their weights are not read: each of the
     N routed tokens picks top_k of E experts, so an expert is missed by all of them with probability
     (1 - top_k/E)^N. With redundant replicas (inference, DeepSeek's EPLB) a rank holds (E + redundant) / ep
     slots and the busiest one's load is where `eplb_rank_loads` places it.

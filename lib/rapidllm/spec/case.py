@@ -418,9 +418,10 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
                   "with sp, parallelism.etp: 1)")
     if isinstance(workload, InferenceWorkload):
         inside = {par.tp // par.ep} if par.ep > 1 and par.tp % par.ep == 0 else set()
-        if etp not in inside | {par.tp}:
+        allowed = sorted(inside | {par.tp})
+        if etp not in allowed:
             raise bad("parallelism.etp", f"etp {etp} with tp {par.tp}, ep {par.ep}: serving engines split each "
-                      f"expert over tp / ep ranks or over tp; allowed: {' or '.join(map(str, sorted(inside | {par.tp})))}")
+                      f"expert over tp / ep ranks or over tp; allowed: {' or '.join(map(str, allowed))}")
         if par.ep > 1 and stage_ranks % (par.ep * etp):
             raise bad("parallelism.ep", f"ep {par.ep} x etp {etp} = {par.ep * etp} expert shards do not tile the "
                       f"dp x cp x tp = {stage_ranks} ranks of a stage, a grid no serving engine runs; allowed: ep "
