@@ -101,3 +101,19 @@ def test_training_keeps_megatron_core_grid() -> None:
     with pytest.raises(SpecError, match="parallelism.ep: ep 8 x etp 8 = 64 expert shards"):
         mixtral("training", tp=8, ep=8)
     assert mixtral("training", tp=8, ep=1).parallelism.etp is None
+
+
+def test_search_layouts_are_the_engines_grid() -> None:
+    """An inference search over Mixtral on 8 GPUs (one model instance, dp 1): every valid EP layout keeps EP
+    inside its TP group, built with etp = tp / ep, which the ranked table shows (tp 8 ep 8: etp 1)."""
+    from rapidllm.search import load_search
+    from rapidllm.search.space import layouts
+    loaded = load_search({"name": "moe-inference", "model": "mixtral-8x7b", "hardware": "h100-sxm5-80gb",
+                          "network": "dgx-h100", "gpus": 8,
+                          "workload": {"mode": "inference", "prompt_tokens": 512, "output_tokens": 64},
+                          "space": {"batch": [8], "attention_impl": ["flash"]}})
+    valid = [(lay.columns, lay.case) for lay in layouts(loaded, loaded.candidates[0], 8) if lay.case is not None]
+    ep_layouts = [(c, case) for c, case in valid if c["ep"] > 1]
+    assert ep_layouts and all(c["etp"] * c["ep"] == c["tp"] == case.parallelism.expert_tp * case.parallelism.ep
+                              for c, case in ep_layouts)
+    assert any((c["tp"], c["ep"], c["etp"]) == (8, 8, 1) for c, _ in ep_layouts)
