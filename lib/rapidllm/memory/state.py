@@ -55,22 +55,28 @@ ZERO_PAPER = Conventions()
 # tests/test_usability.py refits and compares.
 NANOTRON = Conventions(master_shard_stage=3, ddp_half_grads=True, loss_fp32_copies=1, loss_grad_in_place=True,
                        unfused_glu=True, kv_copy=True, sp_gather_buffers=2,
-                       zero_step_bytes=5.874999710083455, step_hidden_bytes=4.101976570995268,
-                       runtime_allocated=84540825.3763369)
+                       zero_step_bytes=6.050759395974681, step_hidden_bytes=4.017121051172019,
+                       runtime_allocated=70553281.27234423)
 FRAMEWORKS = {"megatron": ZERO_PAPER, "llm-foundry": Conventions(fused_loss=True), "tensorrt-llm": ZERO_PAPER,
               "nanotron": NANOTRON}
 
 
-def nanotron_stage_layers(m: ModelSpec, pp: int) -> tuple[int, ...]:
-    """nanotron's pipeline split: blocks weighted by compute cost (decoder 4·h²-ish + 3·ffn·h, LM head
-    vocab·h), a block goes to the current rank, which is closed once the cumulative cost reaches its share."""
-    d = m.head_dim
-    layer_cost = 2 * m.heads * d * m.hidden + 2 * m.kv_heads * d * m.hidden + 3 * m.ffn * m.hidden
+def nanotron_stage_layers(m: ModelSpec, pp: int, close_on_tie: bool = False) -> tuple[int, ...]:
+    """nanotron's pipeline split (src/nanotron/models/base.py `build_model`, llama.py
+    `get_block_compute_costs`): a decoder block costs 4·heads·d_qkv·h + 3·ffn·h whatever the KV-head count,
+    the LM head vocab·h, every other block 0; a block goes to the current rank, which is closed once the
+    cumulative cost *exceeds* `total * ((rank + 1) / pp)`. When a rank's share ends exactly on a block
+    boundary (the 1.34B sweep model: its head costs exactly four decoder blocks) the next block still goes to
+    that rank; `close_on_tie` closes it there instead (the split some of the sweep's runs report: rank 0's
+    `Local Params`, validate/memory.py)."""
+    d = m.hidden // m.heads
+    layer_cost = 4 * m.heads * d * m.hidden + 3 * m.ffn * m.hidden
     costs = np.cumsum([layer_cost] * m.layers + [m.vocab * m.hidden])
     counts, rank = [0] * pp, 0
     for i in range(m.layers):
         counts[rank] += 1
-        if rank < pp - 1 and costs[i] >= costs[-1] * (rank + 1) / pp:
+        share = costs[-1] * ((rank + 1) / pp)
+        if rank < pp - 1 and (costs[i] > share or (close_on_tie and costs[i] == share)):
             rank += 1
     return tuple(counts)
 
