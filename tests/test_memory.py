@@ -152,7 +152,8 @@ def test_nanotron_validation_targets(tmp_path):
     assert v["n_held_out"] == 269                           # 94 of 363 Success rows calibrate the 3 constants
     assert v["mape_held_out"] <= 10.0                       # measured: 0.37 % (calibration rows 0.24 %)
     assert abs(v["mape_held_out"] - v["mape_calibration"]) <= 2.0
-    assert v["accuracy"] >= 0.96                            # measured: 96.5 % (95.7 % before nanotron's own split)
+    assert v["accuracy"] >= 0.97        # measured: 97.2 % (95.7 % before nanotron's split, 96.5 % before its
+                                        # NCCL communicators outside the allocator)
     assert v["reserved_residual"] <= 0.12       # |Mem Res - stage-0 allocated peak| / Mem Res, median: 8.7 % (20.4 %
                                                 # before nanotron's SwiGLU, K/V copy, loss, gather buffers and split)
     assert v["confusion"].loc["Success"].get("OOM", 0) == 0   # no run that fitted is predicted to OOM
@@ -272,3 +273,26 @@ def test_nanotron_split_follows_its_source_rule_and_the_rows_tie():
     published = {13850097: (11, 5), 14097150: (10, 6), 13523016: (11, 5)}   # 1.01G, 940M, an OOM row
     for job, split in published.items():
         assert nanotron_case(rows.loc[job], shapes, hw, net)[1].stage_layers == split, job
+
+
+def test_nanotron_communicators_outside_the_allocator():
+    """NCCL buffers per communicator (memory/communicators.py: 544 MiB for 2 ranks, 688 MiB for more, beyond
+    the one framework_memory budgets). nanotron tp 4 dp 2 pp 2 with a tied embedding, stage 0: world (16),
+    tp (4), dp (2), pp (2), one pipeline neighbour (2), mp (8) and the tied embedding's first/last pair (2):
+    3 x 688 + 4 x 544 MiB less the largest (688). A middle stage of pp 4 has two neighbours and no tied
+    pair; tp = dp = pp = 1 holds none."""
+    from rapidllm.memory.communicators import communicator_sizes
+    from rapidllm.memory.state import NANOTRON
+    MiB = 2**20
+    model = ModelSpec(**{**GPT, "tied_embeddings": True})
+    case = dataclasses.replace(_case(parallelism={"tp": 4, "dp": 2, "pp": 2, "sp": True}, global_batch=16),
+                               model=model)
+    assert sorted(communicator_sizes(case, 0, NANOTRON.process_groups)) == [2, 2, 2, 2, 4, 8, 16]
+    extra = memory_for_case(case, NANOTRON, stage=0).framework - case.hardware.framework_memory
+    assert extra == pytest.approx((2 * 688 + 4 * 544) * MiB)
+    deep = dataclasses.replace(_case(parallelism={"tp": 4, "dp": 2, "pp": 4, "sp": True}, global_batch=16),
+                               model=model)
+    assert sorted(communicator_sizes(deep, 1, NANOTRON.process_groups)) == [2, 2, 2, 4, 4, 16, 32]
+    single = dataclasses.replace(_case(parallelism={"dp": 1}, global_batch=4), model=model)
+    assert memory_for_case(single, NANOTRON).framework == single.hardware.framework_memory
+    assert memory_for_case(case).framework == case.hardware.framework_memory      # megatron: no such term
