@@ -11,17 +11,14 @@ point-to-point peer. Measured with PyTorch on 4x A100 NVLink, one 4 MB all-reduc
 these are lower bounds there (with NVLink SHARP a communicator takes more still: about 1.3 GiB each on
 2x H100, openxla/xla PR 9845).
 
-`Conventions.process_groups` names the groups a framework's rank runs collectives on (nanotron: memory/state.py
-NANOTRON), `Conventions.communicator_bytes` the bytes of a 2-rank and of a larger communicator. The device's
-`framework_memory` already budgets one communicator's buffers (config/hardware), so a rank pays for the
-others: the sum less its largest one.
+`Conventions.process_groups` names the groups a framework's rank runs collectives on (nanotron:
+memory/state.py NANOTRON), `Conventions.communicator_bytes` the bytes of a 2-rank and of a larger
+communicator. The device's `framework_memory` already budgets one communicator's buffers (config/hardware),
+so a rank pays for the others: the sum less its largest one.
 """
 from __future__ import annotations
 
 from rapidllm.spec.case import Case
-
-GROUPS = ("world", "tp", "dp", "pp", "pp_p2p", "mp", "tied_embedding")
-
 
 def communicator_sizes(case: Case, stage: int, groups: tuple[str, ...]) -> list[int]:
     """Sizes of the communicators of more than one rank that a rank of `stage` holds: `world`, `tp`, `dp`,

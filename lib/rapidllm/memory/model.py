@@ -140,9 +140,9 @@ def _stage_peaks(code: int, pp: int, m: int, v: int, stages: np.ndarray, kinds: 
     """Position in `stages` of the first stage with the highest peak, and its activation bytes. Stage
     `stages[q]` is of kind `kinds[q]` (the per-kind arrays: `walk_inputs`, the state's gathered layer,
     persistent bytes, optimizer-step transient and memory outside the allocator; `buffers`: activation-phase
-    buffers alike on every stage, such as nanotron's SP gather buffers). Activations and peak are `MemoryResult`'s own sums in
-    its order (`max` as Python's builtin decides), so the chosen stage and its bytes are the ones a
-    `MemoryResult` per stage and `max(..., key=peak)` give."""
+    buffers alike on every stage, such as nanotron's SP gather buffers). Activations and peak are
+    `MemoryResult`'s own sums in its order (`max` as Python's builtin decides), so the chosen stage and its
+    bytes are the ones a `MemoryResult` per stage and `max(..., key=peak)` give."""
     best, best_peak, best_acts = 0, 0.0, 0.0
     for q in range(len(stages)):
         k = kinds[q]

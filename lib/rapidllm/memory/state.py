@@ -54,10 +54,10 @@ ZERO_PAPER = Conventions()
 # sources in docs/comm-overlap.md ("nanotron OOM classification"). Its rank holds NCCL communicators for the
 # world (barriers), tp, dp, pp (parameter count) and mp (gradient-norm clipping) groups, one per pipeline
 # neighbour and the tied embedding's first/last-stage group (trainer.py, clip_grads.py, tied_parameters.py),
-# each priced at the A100 measurement memory/communicators.py cites (docs/memory.md). The three step-phase constants are the
-# ones validate/memory.py fits on the declared calibration rows of the nanotron H100 sweep (every 4th
-# Success row per family), frozen here so a case with `framework: nanotron` gets the validated numbers;
-# tests/test_usability.py refits and compares.
+# each priced at the A100 measurement memory/communicators.py cites (docs/memory.md). The three step-phase
+# constants are the ones validate/memory.py fits on the declared calibration rows of the nanotron H100 sweep
+# (every 4th Success row per family), frozen here so a case with `framework: nanotron` gets the validated
+# numbers; tests/test_usability.py refits and compares.
 NANOTRON = Conventions(master_shard_stage=3, ddp_half_grads=True, loss_fp32_copies=1, loss_grad_in_place=True,
                        unfused_glu=True, kv_copy=True, sp_gather_buffers=2,
                        process_groups=("world", "tp", "dp", "pp", "pp_p2p", "mp", "tied_embedding"),
