@@ -15,6 +15,7 @@ import numpy as np
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.graph.pipeline_dag import GRAD, OPT, P2P, PARAM, TASK, PipelineGraph
 from rapidllm.memory.closed_form import MemoryResult
+from rapidllm.memory.communicators import communicator_memory
 from rapidllm.memory.liveness import LayerLiveness
 from rapidllm.memory.model import shared_training_liveness, walk_inputs
 from rapidllm.memory.state import conventions, stage_layer_counts, state_bytes
@@ -138,7 +139,9 @@ def training_memory_reference(case: Case) -> MemoryResult:
                 + conv.runtime_allocated + gather)
         step = (st.step_transient + conv.runtime_allocated
                 + conv.step_hidden_bytes * w.micro_batch * w.seq_len * case.model.hidden)
-        out.append(MemoryResult(st.weights, st.gradients, st.optimizer, acts, 0.0, hw.framework_memory,
+        outside = hw.framework_memory + communicator_memory(case, stage, conv.process_groups,
+                                                            conv.communicator_bytes)
+        out.append(MemoryResult(st.weights, st.gradients, st.optimizer, acts, 0.0, outside,
                                 hw.hbm_capacity, step_transient=step, stage=stage))
     return max(out, key=lambda r: r.peak)
 

@@ -7,7 +7,8 @@ backward frees them; the transient working set of the running forward/backward, 
 gathers and allocator-visible runtime buffers sit on top. Inference: weights, the KV cache after the last
 generated token (GQA: KV heads per TP rank; MLA: the compressed latent plus the rope key) and the largest
 prefill working set. The framework overhead outside the allocator is hw.framework_memory (one constant
-per device, documented in config/hardware). The reported stage is the one with the highest peak.
+per device, documented in config/hardware), plus the NCCL communicators a framework's conventions name beyond
+the one it budgets (memory/communicators.py). The reported stage is the one with the highest peak.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import numpy as np
 from rapidllm.caches import current
 from rapidllm.jit import njit
 from rapidllm.memory.closed_form import MemoryResult
+from rapidllm.memory.communicators import communicator_memory
 from rapidllm.memory.liveness import LayerLiveness, forward_working_set, layer_liveness
 from rapidllm.memory.state import (
     ZERO_PAPER,
@@ -134,20 +136,20 @@ def _walk_peak(code: int, pp: int, stage: int, m: int, v: int, last: bool, per_c
 def _stage_peaks(code: int, pp: int, m: int, v: int, stages: np.ndarray, kinds: np.ndarray, last: np.ndarray,
                  per_chunk: np.ndarray, head_stored: np.ndarray, fwd_extra: np.ndarray, bwd_extra: np.ndarray,
                  gathered: np.ndarray, persistent: np.ndarray, step: np.ndarray, runtime: float,
-                 buffers: float, framework: float) -> tuple[int, float]:
+                 buffers: float, framework: np.ndarray) -> tuple[int, float]:
     """Position in `stages` of the first stage with the highest peak, and its activation bytes. Stage
     `stages[q]` is of kind `kinds[q]` (the per-kind arrays: `walk_inputs`, the state's gathered layer,
-    persistent bytes and optimizer-step transient; `buffers`: activation-phase buffers alike on every stage,
-    such as nanotron's SP gather buffers). Activations and peak are `MemoryResult`'s own sums in
-    its order (`max` as Python's builtin decides), so the chosen stage and its bytes are the ones a
-    `MemoryResult` per stage and `max(..., key=peak)` give."""
+    persistent bytes, optimizer-step transient and memory outside the allocator; `buffers`: activation-phase
+    buffers alike on every stage, such as nanotron's SP gather buffers). Activations and peak are
+    `MemoryResult`'s own sums in its order (`max` as Python's builtin decides), so the chosen stage and its
+    bytes are the ones a `MemoryResult` per stage and `max(..., key=peak)` give."""
     best, best_peak, best_acts = 0, 0.0, 0.0
     for q in range(len(stages)):
         k = kinds[q]
         acts = _walk_peak(code, pp, stages[q], m, v, last[k], per_chunk[k], head_stored[k], fwd_extra[k],
                           bwd_extra[k]) + gathered[k] + runtime + buffers
         top = step[k] if step[k] > acts else acts
-        peak = persistent[k] + top + framework
+        peak = persistent[k] + top + framework[k]
         if q == 0 or peak > best_peak:
             best, best_peak, best_acts = q, peak, acts
     return best, best_acts
@@ -180,6 +182,8 @@ def _training_memory(case: Case, stages: list[int], conv: Conventions, layer: La
     walks = [walk_inputs(case, s, layer, head, counts[s]) for s in first]
     hidden = conv.step_hidden_bytes * w.micro_batch * w.seq_len * case.model.hidden
     steps = [st.step_transient + conv.runtime_allocated + hidden for st in states]
+    outside = [hw.framework_memory + communicator_memory(case, s, conv.process_groups, conv.communicator_bytes)
+               for s in first]                                    # memory outside the caching allocator
     col = lambda values: np.array(values, dtype=np.float64)       # noqa: E731
     v = p.chunks_per_stage
     gather = (conv.sp_gather_buffers * DTYPE_BYTES[case.activation_precision] * w.micro_batch * w.seq_len
@@ -190,10 +194,10 @@ def _training_memory(case: Case, stages: list[int], conv: Conventions, layer: La
                            col([x.head_stored for x in walks]), col([x.fwd_extra for x in walks]),
                            col([x.bwd_extra for x in walks]), col([st.gathered_layer for st in states]),
                            col([st.weights + st.gradients + st.optimizer + 0.0 for st in states]), col(steps),
-                           float(conv.runtime_allocated), float(gather), float(hw.framework_memory))
+                           float(conv.runtime_allocated), float(gather), col(outside))
     k = int(of_stage[q])
     st = states[k]
-    return MemoryResult(st.weights, st.gradients, st.optimizer, float(acts), 0.0, hw.framework_memory,
+    return MemoryResult(st.weights, st.gradients, st.optimizer, float(acts), 0.0, outside[k],
                         hw.hbm_capacity, step_transient=steps[k], stage=stages[q])
 
 

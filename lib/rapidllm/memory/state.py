@@ -39,6 +39,8 @@ class Conventions:
     kv_copy: bool = False              # MHA keeps a separate [K, V] copy beside the QKV tensor
     sp_gather_buffers: int = 0         # hidden-sized SP all-gather buffers kept for the whole run (tp > 1)
     stage_layers: tuple[int, ...] | None = None   # layers per pipeline stage; None = even split
+    process_groups: tuple[str, ...] = ()          # NCCL groups a rank runs collectives on (memory/communicators.py)
+    communicator_bytes: tuple[float, float] = (0.0, 0.0)   # NCCL device bytes of a 2-rank / larger communicator
 
 
 ZERO_PAPER = Conventions()
@@ -49,28 +51,39 @@ ZERO_PAPER = Conventions()
 # would shard them), bf16 DDP grads beside it, one fp32 vocab-sized copy in the loss's forward and its
 # gradient written into the saved softmax, its unfused SwiGLU, MHA K/V copy (memory/liveness.py) and two
 # persistent SP all-gather buffers (`MemoryBuffer`), and its cost-balanced pipeline split (`conventions`);
-# sources in docs/comm-overlap.md ("nanotron OOM classification"). The three step-phase constants are the
-# ones validate/memory.py fits on the declared calibration rows of the nanotron H100 sweep (every 4th
-# Success row per family), frozen here so a case with `framework: nanotron` gets the validated numbers;
-# tests/test_usability.py refits and compares.
+# sources in docs/comm-overlap.md ("nanotron OOM classification"). Its rank holds NCCL communicators for the
+# world (barriers), tp, dp, pp (parameter count) and mp (gradient-norm clipping) groups, one per pipeline
+# neighbour and the tied embedding's first/last-stage group (trainer.py, clip_grads.py, tied_parameters.py),
+# each priced at the A100 measurement memory/communicators.py cites (docs/memory.md). The three step-phase
+# constants are the ones validate/memory.py fits on the declared calibration rows of the nanotron H100 sweep
+# (every 4th Success row per family), frozen here so a case with `framework: nanotron` gets the validated
+# numbers; tests/test_usability.py refits and compares.
 NANOTRON = Conventions(master_shard_stage=3, ddp_half_grads=True, loss_fp32_copies=1, loss_grad_in_place=True,
                        unfused_glu=True, kv_copy=True, sp_gather_buffers=2,
-                       zero_step_bytes=5.874999710083455, step_hidden_bytes=4.101976570995268,
-                       runtime_allocated=84540825.3763369)
+                       process_groups=("world", "tp", "dp", "pp", "pp_p2p", "mp", "tied_embedding"),
+                       communicator_bytes=(544 * 2**20, 688 * 2**20),
+                       zero_step_bytes=6.050759395974681, step_hidden_bytes=4.017121051172019,
+                       runtime_allocated=70553281.27234423)
 FRAMEWORKS = {"megatron": ZERO_PAPER, "llm-foundry": Conventions(fused_loss=True), "tensorrt-llm": ZERO_PAPER,
               "nanotron": NANOTRON}
 
 
-def nanotron_stage_layers(m: ModelSpec, pp: int) -> tuple[int, ...]:
-    """nanotron's pipeline split: blocks weighted by compute cost (decoder 4·h²-ish + 3·ffn·h, LM head
-    vocab·h), a block goes to the current rank, which is closed once the cumulative cost reaches its share."""
-    d = m.head_dim
-    layer_cost = 2 * m.heads * d * m.hidden + 2 * m.kv_heads * d * m.hidden + 3 * m.ffn * m.hidden
+def nanotron_stage_layers(m: ModelSpec, pp: int, close_on_tie: bool = False) -> tuple[int, ...]:
+    """nanotron's pipeline split (src/nanotron/models/base.py `build_model`, llama.py
+    `get_block_compute_costs`): a decoder block costs 4·heads·d_qkv·h + 3·ffn·h whatever the KV-head count,
+    the LM head vocab·h, every other block 0; a block goes to the current rank, which is closed once the
+    cumulative cost *exceeds* `total * ((rank + 1) / pp)`. When a rank's share ends exactly on a block
+    boundary (the 1.34B sweep model: its head costs exactly four decoder blocks) the next block still goes to
+    that rank; `close_on_tie` closes it there instead (the split some of the sweep's runs report: rank 0's
+    `Local Params`, validate/memory.py)."""
+    d = m.hidden // m.heads
+    layer_cost = 4 * m.heads * d * m.hidden + 3 * m.ffn * m.hidden
     costs = np.cumsum([layer_cost] * m.layers + [m.vocab * m.hidden])
     counts, rank = [0] * pp, 0
     for i in range(m.layers):
         counts[rank] += 1
-        if rank < pp - 1 and costs[i] >= costs[-1] * (rank + 1) / pp:
+        share = costs[-1] * ((rank + 1) / pp)
+        if rank < pp - 1 and (costs[i] > share or (close_on_tie and costs[i] == share)):
             rank += 1
     return tuple(counts)
 

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from rapidllm.memory.model import memory_for_case
-from rapidllm.memory.state import FRAMEWORKS, NANOTRON, Conventions, nanotron_stage_layers
+from rapidllm.memory.state import FRAMEWORKS, NANOTRON, Conventions, nanotron_stage_layers, stage_params
 from rapidllm.spec.case import Case, Parallelism, TrainingWorkload
 from rapidllm.spec.hardware import HardwareSpec
 from rapidllm.spec.model import ModelSpec
@@ -82,7 +82,24 @@ def nanotron_case(row: pd.Series, shapes: dict, hw: HardwareSpec, net: NetworkSp
     par = Parallelism(dp=dp, tp=tp, pp=pp, sp=True, zero=int(row.zero_stage), fp32_grad_accum=True)
     work = TrainingWorkload(seq_len=int(row.seq_len), global_batch=dp * mbs * int(row.batch_accum), micro_batch=mbs)
     case = Case(model=model, hardware=hw, network=net, workload=work, parallelism=par, name=str(row["name"]))
-    return case, dataclasses.replace(NANOTRON, **(step or {}), stage_layers=nanotron_stage_layers(model, pp))
+    conv = dataclasses.replace(NANOTRON, **(step or {}))
+    return case, dataclasses.replace(conv, stage_layers=row_stage_layers(row, case, conv))
+
+
+def row_stage_layers(row: pd.Series, case: Case, conv: Conventions) -> tuple[int, ...]:
+    """nanotron's split of the row's layout; where a rank's share ends exactly on a block boundary the tie
+    can fall either way (`nanotron_stage_layers`), and a row that publishes rank 0's parameter count
+    (`Local Params`, Success rows only) is given the split whose stage 0 holds that many; OOM rows publish
+    none and take the split nanotron's source makes."""
+    m, pp = case.model, case.parallelism.pp
+    split = nanotron_stage_layers(m, pp)
+    tie = nanotron_stage_layers(m, pp, close_on_tie=True)
+    local = row.get("Local Params")
+    if tie == split or pd.isna(local):
+        return split
+    def gap(layers: tuple[int, ...]) -> float:
+        return abs(stage_params(case, 0, dataclasses.replace(conv, stage_layers=layers)).total - _human(local))
+    return tie if gap(tie) < gap(split) else split
 
 
 def calibration_mask(success: pd.DataFrame) -> np.ndarray:
