@@ -19,6 +19,9 @@ softmax with another's MMAs (§3.1-3.2), but crediting that overlap in full pric
 ~950 TFLOP/s against the measured 595-648 (Fig. 5), so the softmax still adds to the MMAs here: a
 conservative 550 TFLOP/s at 2k-16k, between FA-2 (370 measured) and the measured FA-3. Both skip fully
 masked tiles and compute a tile the causal diagonal crosses in full.
+`impl="flash_triton"` is the 2023 Triton FlashAttention kernel llm-foundry ran (`attn_impl: triton`): its own
+grid, 128 x 128 tiles and unpipelined loads on this model's MMA, softmax and shared-memory terms
+(ops/attention_triton.py).
 Context parallelism (`cp` > 1, causal) splits the sequence into 2·cp chunks and gives rank i chunks i and
 2·cp−1−i (Megatron-Core / Transformer Engine's load-balanced layout), so every rank does 1/cp of the
 causal work instead of the last rank doing almost a full q_len x kv_len rectangle.
@@ -33,7 +36,7 @@ import numpy as np
 from rapidllm.ops.gemm import price_gemms
 from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec
 
-IMPLS = ("flash", "flash3", "naive")
+IMPLS = ("flash", "flash3", "flash_triton", "naive")
 MAX_BLOCK = 128          # register-file limit on the query block (FA2 uses 64-128)
 VEC_OPS_FWD = 8.0        # scale, running max, subtract, sum (4 fp32 ops = 8 FLOP-equivalents of an FMA rate)
 VEC_OPS_BWD = 12.0       # recompute P (scale, subtract) and dS = P * (dP - D) (3 ops), 6 FLOP-equivalents x2
@@ -208,6 +211,10 @@ def attention_forward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int,
     group = _check(q_heads, kv_heads, impl)
     if impl == "naive":
         return _naive(hw, batch, q_heads, kv_heads, q_len, kv_len, head_dim_qk, head_dim_v, dtype, False)
+    if impl == "flash_triton":       # imported here: attention_triton builds on this module's terms
+        from rapidllm.ops.attention_triton import triton_forward
+        return triton_forward(hw, batch, q_heads, q_len, kv_len, head_dim_qk, head_dim_v, causal, dtype,
+                              training, cp)
     b = DTYPE_BYTES[dtype]
     # shared memory holds the Q, K, V and O tiles; with kv_shared V is a slice of the K tile (FlashMLA
     # keeps a 64 x 576 Q tile and two 64 x 576 K/V stages, its output in registers): three tiles
@@ -267,6 +274,9 @@ def attention_backward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int
     _check(q_heads, kv_heads, impl)
     if impl == "naive":
         return _naive(hw, batch, q_heads, kv_heads, q_len, kv_len, head_dim_qk, head_dim_v, dtype, True)
+    if impl == "flash_triton":
+        from rapidllm.ops.attention_triton import triton_backward
+        return triton_backward(hw, batch, q_heads, q_len, kv_len, head_dim_qk, head_dim_v, causal, dtype, cp)
     b = DTYPE_BYTES[dtype]
     dqk, dv = head_dim_qk, head_dim_v
     bc = block_rows(hw, max(dqk, dv), dtype, 8)                            # K, V, dK, dV blocks stay on chip
