@@ -66,7 +66,7 @@ def triton_forward(hw: HardwareSpec, batch: int, q_heads: int, q_len: int, kv_le
     flops = 2.0 * batch * q_heads * visible * (dqk + dv)
     n_qb = math.ceil(q_len / BLOCK)
     programs = batch * q_heads * n_qb
-    vis = visible / (float(q_len) * kv_len)
+    vis = executed / (float(q_len) * kv_len)          # share of K/V (Q/dO) the loops read, diagonal tiles whole
     kv_head = kv_len * (dqk + dv) * b
     reread = float(batch) * q_heads * n_qb * kv_head * vis
     kv_hbm = batch * q_heads * kv_head * vis * fa._hbm_rereads(hw, programs, n_qb, kv_head, (dqk + dv) * b * BLOCK)
@@ -90,7 +90,7 @@ def _backward(hw: HardwareSpec, batch: int, q_heads: int, q_len: int, kv_len: in
     flops = 2.0 * batch * q_heads * visible * (2 * dqk + 3 * dv)
     n_kb = math.ceil(kv_len / BLOCK)
     programs = batch * q_heads * (n_kb if sequence_parallel else 1)
-    vis = visible / (float(q_len) * kv_len)
+    vis = executed / (float(q_len) * kv_len)          # share of K/V (Q/dO) the loops read, diagonal tiles whole
     # per head streamed past every key block: Q, dO (dtype), lse + D (fp32), dQ accumulator (fp32 r+w)
     q_head = q_len * ((dqk + dv) * b + 8 + 2 * dqk * 4)
     reread = float(batch) * q_heads * n_kb * q_head * vis
