@@ -8,6 +8,8 @@ import pytest
 from rapidllm.ops import attention_triton as ft
 from rapidllm.ops.attention import attention_backward, attention_forward
 from rapidllm.ops.gemm import memory_latency_s
+from rapidllm.spec.case import resolve_case
+from rapidllm.spec.errors import SpecError
 from rapidllm.validate.kernels import load_hardware
 from test_gemm_kernel import make_hw
 
@@ -71,3 +73,12 @@ def test_head_dims_the_kernel_refuses():
         attention_forward(make_hw(), 1, 16, 16, 1024, 1024, 192, 128, True, "bf16", "flash_triton")
     with pytest.raises(ValueError, match="flash_triton"):
         attention_backward(make_hw(), 1, 16, 16, 1024, 1024, 256, 256, True, "bf16", "flash_triton")
+
+
+def test_case_with_a_head_dim_the_kernel_refuses_is_bad_input():
+    """An MLA model under flash_triton is refused at the spec, naming the file and key."""
+    case = {"model": "deepseek-v2-lite", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
+            "attention_impl": "flash_triton", "workload": {"mode": "training", "seq_len": 2048, "global_batch": 8,
+                                                           "micro_batch": 1}, "parallelism": {"dp": 8}}
+    with pytest.raises(SpecError, match=r"x\.yaml: attention_impl: flash_triton"):
+        resolve_case(case, "x.yaml")

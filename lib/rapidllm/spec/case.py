@@ -542,6 +542,9 @@ def resolve_case(mapping: Any, source: str) -> Case:
     par = Parallelism(**par_m)
     _check_bounds(hardware, par, workload, mapping.get("precision", "bf16"), source)
     check_layout(model, par, workload, source)
+    if mapping.get("attention_impl") == "flash_triton" and (model.attention == "mla" or model.head_dim > 128):
+        raise SpecError.at(source, "attention_impl", f"flash_triton (the 2023 Triton FlashAttention) runs equal "
+                           f"q/k/v head dims of at most 128, not {model.name}'s; allowed: flash, flash3, naive")
     par = expert_grid(par, workload)
     network = sized_network(network, par.world, source)
     extra = tuple(FaultSpec.from_mapping(f) for f in mapping.get("faults", []))
