@@ -82,3 +82,20 @@ def test_case_with_a_head_dim_the_kernel_refuses_is_bad_input():
                                                            "micro_batch": 1}, "parallelism": {"dp": 8}}
     with pytest.raises(SpecError, match=r"x\.yaml: attention_impl: flash_triton"):
         resolve_case(case, "x.yaml")
+
+
+def test_search_refuses_flash_triton_on_mla_per_row():
+    """A search space offering flash_triton over an MLA model: those layouts are invalid rows under
+    `attention_impl` (`search.space`, `check_attention`), the same layouts under flash stay valid: no
+    traceback from the kernel's price."""
+    from rapidllm.search import load_search
+    from rapidllm.search.space import layouts
+    loaded = load_search({"name": "mla-triton", "model": "deepseek-v2-lite", "hardware": "h100-sxm5-80gb",
+                          "network": "dgx-h100", "gpus": 8,
+                          "workload": {"mode": "training", "seq_len": 2048, "global_batch": 16},
+                          "space": {"attention_impl": ["flash", "flash_triton"], "tp": [1], "pp": [1], "cp": [1],
+                                    "ep": [8], "zero": [0], "recompute": ["none"], "micro_batch": [1]}})
+    rows = {lay.key[-1]: lay for lay in layouts(loaded, loaded.candidates[0], 8)}
+    assert rows["flash"].case is not None and not rows["flash"].reason
+    assert rows["flash_triton"].case is None
+    assert rows["flash_triton"].reason.startswith("attention_impl: flash_triton")

@@ -27,12 +27,14 @@ from rapidllm.spec.case import (
     InferenceWorkload,
     Parallelism,
     TrainingWorkload,
+    check_attention,
     check_layout,
     expert_tp_of,
     layout_case,
     sized_network,
 )
 from rapidllm.spec.errors import SpecError
+from rapidllm.spec.model import ModelSpec
 from rapidllm.spec.network import NetworkSpec
 
 LAYOUT_COLUMNS = LAYOUT_AXES
@@ -236,10 +238,10 @@ def _fabric(cand: Candidate, world: int) -> tuple[NetworkSpec | None, str]:
 
 def _layouts(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, size: int, attns: list[str],
              options: dict[str, Any], par_m: dict, fabric: tuple[NetworkSpec | None, str]) -> Iterator[Layout]:
-    """The layouts of one parallelism and workload, one per attention kernel: the case rules do not look at
-    the kernel, so one check serves them all (the rules first, then the fabric's sizing, as `with_layout`
-    checks). The key is the searched axes; `options` (the spec's fixed `parallelism` settings) are the same
-    in every row and shape the case only."""
+    """The layouts of one parallelism and workload, one per attention kernel: the layout rules do not look at
+    the kernel, so one check serves them all (the rules first, then the fabric's sizing, then the kernel's
+    own rule, `check_attention`, as `resolve_case` checks). The key is the searched axes; `options` (the
+    spec's fixed `parallelism` settings) are the same in every row and shape the case only."""
     par = Parallelism(**options, **par_m)
     values = (*par_m.values(), size)
     sized, reason = fabric
@@ -250,7 +252,18 @@ def _layouts(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, si
     build = (par, workload, sized) if not reason else None
     training, shard, place = _keys(cand, par, workload, values)
     for attn in attns:
-        yield Layout((*values, attn), training, (*shard, attn), place, reason, cand.base, build)
+        why = reason or _kernel_refusal(cand.base.model, attn)
+        yield Layout((*values, attn), training, (*shard, attn), place, why, cand.base, None if why else build)
+
+
+@functools.lru_cache(maxsize=256)
+def _kernel_refusal(model: ModelSpec, attn: str) -> str:
+    """Why `attn` cannot run `model` (`check_attention`'s key and message), or ''."""
+    try:
+        check_attention(model, attn, "layout")
+    except SpecError as err:
+        return str(err).removeprefix("layout: ")
+    return ""
 
 
 def _keys(cand: Candidate, par: Parallelism, workload: TrainingWorkload | InferenceWorkload, values: tuple

@@ -382,6 +382,14 @@ def expert_grid(par: Parallelism, workload: Any) -> Parallelism:
     return par if etp == par.expert_tp else dataclasses.replace(par, etp=etp)
 
 
+def check_attention(model: ModelSpec, attention_impl: str, source: str) -> None:
+    """flash_triton runs equal q/k/v head dims of at most 128 (flash_attn_triton.py L591-593): a case or a
+    searched layout asking it of an MLA model or wider heads is bad input, not a failure of the kernel's price."""
+    if attention_impl == "flash_triton" and (model.attention == "mla" or model.head_dim > 128):
+        raise SpecError.at(source, "attention_impl", f"flash_triton (the 2023 Triton FlashAttention) runs equal "
+                           f"q/k/v head dims of at most 128, not {model.name}'s; allowed: flash, flash3, naive")
+
+
 def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str) -> None:
     def bad(key: str, msg: str) -> SpecError:
         return SpecError.at(source, key, msg)
@@ -542,9 +550,7 @@ def resolve_case(mapping: Any, source: str) -> Case:
     par = Parallelism(**par_m)
     _check_bounds(hardware, par, workload, mapping.get("precision", "bf16"), source)
     check_layout(model, par, workload, source)
-    if mapping.get("attention_impl") == "flash_triton" and (model.attention == "mla" or model.head_dim > 128):
-        raise SpecError.at(source, "attention_impl", f"flash_triton (the 2023 Triton FlashAttention) runs equal "
-                           f"q/k/v head dims of at most 128, not {model.name}'s; allowed: flash, flash3, naive")
+    check_attention(model, mapping.get("attention_impl", "flash"), source)
     par = expert_grid(par, workload)
     network = sized_network(network, par.world, source)
     extra = tuple(FaultSpec.from_mapping(f) for f in mapping.get("faults", []))
@@ -558,20 +564,11 @@ def resolve_case(mapping: Any, source: str) -> Case:
                 name=mapping.get("name", ""))
 
 
-def with_layout(base: Case, network: NetworkSpec, par: Parallelism, workload: TrainingWorkload | InferenceWorkload,
-                attention_impl: str, source: str) -> Case:
-    """`base` with another layout, workload and attention kernel, checked as `resolve_case` checks a case
-    (`network` is the unsized fabric, sized here for the layout's world). A search builds thousands of
-    layouts of one base case this way without re-validating the same model, hardware and network mappings;
-    the result equals `resolve_case` of the equivalent mapping (tests/test_search.py compares case ids)."""
-    check_layout(base.model, par, workload, source)
-    return layout_case(base, sized_network(network, par.world, source), par, workload, attention_impl)
-
-
 def layout_case(base: Case, sized: NetworkSpec, par: Parallelism, workload: TrainingWorkload | InferenceWorkload,
                 attention_impl: str) -> Case:
-    """What `with_layout` builds, for a layout that `check_layout` passed, on its fabric from `sized_network`:
-    a search checks every layout and builds the cases of the few it bounds or simulates."""
+    """`base` with another layout, workload and attention kernel, for a layout that `check_layout` and
+    `check_attention` passed, on its fabric from `sized_network`: a search checks every layout and builds the
+    cases of the few it bounds or simulates."""
     return dataclasses.replace(base, parallelism=expert_grid(par, workload), workload=workload,
                                attention_impl=attention_impl, network=sized)
 
