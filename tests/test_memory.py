@@ -277,9 +277,10 @@ def test_nanotron_split_follows_its_source_rule_and_the_rows_tie():
 
 def test_nanotron_communicators_outside_the_allocator():
     """NCCL buffers per communicator (memory/communicators.py: 544 MiB for 2 ranks, 688 MiB for more, beyond
-    the one framework_memory budgets). nanotron tp 4 dp 2 pp 2 with a tied embedding, stage 0: world (16),
-    tp (4), dp (2), pp (2), one pipeline neighbour (2), mp (8) and the tied embedding's first/last pair (2):
-    3 x 688 + 4 x 544 MiB less the largest (688). A middle stage of pp 4 has two neighbours and no tied
+    the one framework_memory budgets). nanotron tp 4 dp 2 pp 2 with a tied embedding, stage 0: torch's
+    default group (16), nanotron's world group (16), tp (4), dp (2), pp (2), one pipeline neighbour (2) and
+    mp (8); the tied embedding's first/last pair is the pp group's ranks, one group (`world_ranks_to_pg`):
+    4 x 688 + 3 x 544 MiB less the largest (688). A middle stage of pp 4 has two neighbours and no tied
     pair; tp = dp = pp = 1 holds none."""
     from rapidllm.memory.communicators import communicator_sizes
     from rapidllm.memory.state import NANOTRON
@@ -287,12 +288,29 @@ def test_nanotron_communicators_outside_the_allocator():
     model = ModelSpec(**{**GPT, "tied_embeddings": True})
     case = dataclasses.replace(_case(parallelism={"tp": 4, "dp": 2, "pp": 2, "sp": True}, global_batch=16),
                                model=model)
-    assert sorted(communicator_sizes(case, 0, NANOTRON.process_groups)) == [2, 2, 2, 2, 4, 8, 16]
+    assert sorted(communicator_sizes(case, 0, NANOTRON.process_groups)) == [2, 2, 2, 4, 8, 16, 16]
     extra = memory_for_case(case, NANOTRON, stage=0).framework - case.hardware.framework_memory
-    assert extra == pytest.approx((2 * 688 + 4 * 544) * MiB)
+    assert extra == pytest.approx((3 * 688 + 3 * 544) * MiB)
     deep = dataclasses.replace(_case(parallelism={"tp": 4, "dp": 2, "pp": 4, "sp": True}, global_batch=16),
                                model=model)
-    assert sorted(communicator_sizes(deep, 1, NANOTRON.process_groups)) == [2, 2, 2, 4, 4, 16, 32]
+    assert sorted(communicator_sizes(deep, 1, NANOTRON.process_groups)) == [2, 2, 2, 4, 4, 16, 32, 32]
     single = dataclasses.replace(_case(parallelism={"dp": 1}, global_batch=4), model=model)
     assert memory_for_case(single, NANOTRON).framework == single.hardware.framework_memory
     assert memory_for_case(case).framework == case.hardware.framework_memory      # megatron: no such term
+
+
+@pytest.mark.parametrize("par,sizes", [
+    ({"tp": 4, "dp": 2, "pp": 1}, [2, 4, 8, 8]),            # mp = tp x 1 is the tp group
+    ({"tp": 1, "dp": 2, "pp": 4}, [2, 2, 2, 4, 8, 8]),      # mp = 1 x pp is the pp group; stage 0: one
+                                                            # neighbour, and the tied pair of stages 0 and 3
+    ({"tp": 2, "dp": 1, "pp": 4}, [2, 2, 2, 4, 8, 8, 8]),   # dp 1: none; mp (8 ranks) is not world_pg
+])
+def test_nanotron_groups_over_the_same_ranks_are_one_communicator(par, sizes):
+    """nanotron keeps one process group per rank set (parallel/context.py `create_new_group`,
+    tied_parameters.py `create_pg_for_tied_weights`: `world_ranks_to_pg`), so a group spanning the same ranks
+    as another adds no communicator; torch's default group and nanotron's `world_pg` are two of their own."""
+    from rapidllm.memory.communicators import communicator_sizes
+    from rapidllm.memory.state import NANOTRON
+    model = ModelSpec(**{**GPT, "tied_embeddings": True})
+    case = dataclasses.replace(_case(parallelism={**par, "sp": par["tp"] > 1}, global_batch=16), model=model)
+    assert sorted(communicator_sizes(case, 0, NANOTRON.process_groups)) == sizes

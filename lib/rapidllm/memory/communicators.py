@@ -13,27 +13,48 @@ these are lower bounds there (with NVLink SHARP a communicator takes more still:
 
 `Conventions.process_groups` names the groups a framework's rank runs collectives on (nanotron:
 memory/state.py NANOTRON), `Conventions.communicator_bytes` the bytes of a 2-rank and of a larger
-communicator. The device's `framework_memory` already budgets one communicator's buffers (config/hardware),
-so a rank pays for the others: the sum less its largest one.
+communicator. Groups over the same ranks are one process group, hence one communicator, where the framework
+shares them (nanotron's `ParallelContext.create_new_group` and `create_pg_for_tied_weights` keep one group per
+rank set in `world_ranks_to_pg`: mp = tp x pp is the tp group at pp 1 and the pp group at tp 1, the tied
+embedding's first/last-stage pair is the pp group at pp 2); torch's default group and nanotron's `world_pg`
+are groups of their own. The device's `framework_memory` already budgets one communicator's buffers
+(config/hardware), so a rank pays for the others: the sum less its largest one.
 """
 from __future__ import annotations
 
+import math
+
 from rapidllm.spec.case import Case
 
+# the parallel axes each rank-set group spans (a group over the same ranks as another is that group)
+SPANS = {"tp": ("tp",), "dp": ("dp",), "pp": ("pp",), "mp": ("tp", "pp")}
+
+
 def communicator_sizes(case: Case, stage: int, groups: tuple[str, ...]) -> list[int]:
-    """Sizes of the communicators of more than one rank that a rank of `stage` holds: `world`, `tp`, `dp`,
-    `pp` and `mp` (tp x pp) are process groups; `pp_p2p` is one 2-rank communicator per neighbouring stage;
-    `tied_embedding` the 2-rank group of the first and last stage that sums a tied embedding's gradients."""
+    """Sizes of the distinct communicators of more than one rank that a rank of `stage` holds: `default`
+    (torch's) and `world` (a group of its own) span every rank; `tp`, `dp`, `pp` and `mp` (tp x pp) are
+    process groups shared by rank set (`SPANS`, axes of size 1 left out); `pp_p2p` is one 2-rank
+    communicator per neighbouring stage; `tied_embedding` the group of the first and last stage that sums a
+    tied embedding's gradients (the pp group itself at pp 2)."""
     p = case.parallelism
-    size = {"world": p.world, "tp": p.tp, "dp": p.dp, "pp": p.pp, "mp": p.tp * p.pp}
+    size = {"tp": p.tp, "dp": p.dp, "pp": p.pp}
+    seen: set[tuple[str, ...]] = set()
     out: list[int] = []
     for group in groups:
         if group == "pp_p2p":
             out += [2] * (int(stage > 0) + int(stage < p.pp - 1))
-        elif group == "tied_embedding":
-            out += [2] if case.model.tied_embeddings and p.pp > 1 and stage in (0, p.pp - 1) else []
+            continue
+        if group == "tied_embedding":
+            if not (case.model.tied_embeddings and p.pp > 1 and stage in (0, p.pp - 1)):
+                continue
+            key = ("pp",) if p.pp == 2 else ("tied_embedding",)
         else:
-            out.append(size[group])
+            key = (group,) if group in ("default", "world") else tuple(a for a in SPANS[group] if size[a] > 1)
+        if key in seen or not key:
+            continue
+        seen.add(key)
+        out.append(p.world if group in ("default", "world") else 2 if group == "tied_embedding"
+                   else math.prod(size[a] for a in key))
     return [s for s in out if s > 1]
 
 

@@ -51,16 +51,17 @@ ZERO_PAPER = Conventions()
 # would shard them), bf16 DDP grads beside it, one fp32 vocab-sized copy in the loss's forward and its
 # gradient written into the saved softmax, its unfused SwiGLU, MHA K/V copy (memory/liveness.py) and two
 # persistent SP all-gather buffers (`MemoryBuffer`), and its cost-balanced pipeline split (`conventions`);
-# sources in docs/comm-overlap.md ("nanotron OOM classification"). Its rank holds NCCL communicators for the
-# world (barriers), tp, dp, pp (parameter count) and mp (gradient-norm clipping) groups, one per pipeline
-# neighbour and the tied embedding's first/last-stage group (trainer.py, clip_grads.py, tied_parameters.py),
-# each priced at the A100 measurement memory/communicators.py cites (docs/memory.md). The three step-phase
+# sources in docs/comm-overlap.md ("nanotron OOM classification"). Its rank holds NCCL communicators for
+# torch's default group (the barriers of parallel/context.py's group set-up), its own world group (barriers,
+# all_gather_object), tp, dp, pp (parameter count) and mp (gradient-norm clipping) groups, one per pipeline
+# neighbour and the tied embedding's first/last-stage group (trainer.py, clip_grads.py, tied_parameters.py;
+# groups over the same ranks are one, memory/communicators.py), each priced at the A100 measurement memory/communicators.py cites (docs/memory.md). The three step-phase
 # constants are the ones validate/memory.py fits on the declared calibration rows of the nanotron H100 sweep
 # (every 4th Success row per family), frozen here so a case with `framework: nanotron` gets the validated
 # numbers; tests/test_usability.py refits and compares.
 NANOTRON = Conventions(master_shard_stage=3, ddp_half_grads=True, loss_fp32_copies=1, loss_grad_in_place=True,
                        unfused_glu=True, kv_copy=True, sp_gather_buffers=2,
-                       process_groups=("world", "tp", "dp", "pp", "pp_p2p", "mp", "tied_embedding"),
+                       process_groups=("default", "world", "tp", "dp", "pp", "pp_p2p", "mp", "tied_embedding"),
                        communicator_bytes=(544 * 2**20, 688 * 2**20),
                        zero_step_bytes=6.050759395974681, step_hidden_bytes=4.017121051172019,
                        runtime_allocated=70553281.27234423)
