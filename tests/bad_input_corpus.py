@@ -156,9 +156,9 @@ PREDICT = [
              base=with_key(CASE, "parallelism.redundant_experts", 8)),
     case_bad("redundant-experts-ep1", "workload", INFERENCE, "with ep 1 every GPU holds every expert", "message",
              base=with_key({**CASE, "model": "mixtral-8x7b"}, "parallelism.redundant_experts", 8)),
-    # inference MoE grids no serving engine runs (more expert shards than ranks; an expert TP width that is
-    # neither tp nor TensorRT-LLM's moe_tp = tp / ep)
-    case_bad("inference-expert-shards-beyond-ranks", "workload", INFERENCE, "a grid no serving engine runs",
+    # inference MoE grids not modelled (more expert shards than ranks, as vLLM's DP + EP at tp > 1 reads; an
+    # expert TP width that is neither tp nor TensorRT-LLM's moe_tp = tp / ep)
+    case_bad("inference-expert-shards-beyond-ranks", "workload", INFERENCE, "DP + EP at tp > 1 is not modelled",
              "quantity", base=with_key({**CASE, "model": "mixtral-8x7b"}, "parallelism", dict(tp=2, dp=4, ep=8))),
     case_bad("inference-etp-not-an-engine-split", "workload", INFERENCE, "parallelism.etp: etp 2 with tp 8, ep 2",
              "message", base=with_key({**CASE, "model": "mixtral-8x7b"}, "parallelism", dict(tp=8, ep=2, etp=2))),

@@ -271,6 +271,6 @@ def _keys(cand: Candidate, par: Parallelism, workload: TrainingWorkload | Infere
     """(training, shard key less the kernel, placement) of a layout: `values` its key less the kernel."""
     training = isinstance(workload, TrainingWorkload)
     size = values[-1]
-    shard = (cand.label, par.tp, par.cp, par.ep, expert_tp_of(par, training), par.sp, par.recompute, par.recompute_modules,
-             size if training else 0, 0 if training else size)
+    shard = (cand.label, par.tp, par.cp, par.ep, expert_tp_of(par, training), par.sp, par.recompute,
+             par.recompute_modules, size if training else 0, 0 if training else size)
     return training, shard, placement(values)

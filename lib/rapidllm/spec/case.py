@@ -432,7 +432,7 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
                       f"expert over tp / ep ranks or over tp; allowed: {' or '.join(map(str, allowed))}")
         if par.ep > 1 and stage_ranks % (par.ep * etp):
             raise bad("parallelism.ep", f"ep {par.ep} x etp {etp} = {par.ep * etp} expert shards do not tile the "
-                      f"dp x cp x tp = {stage_ranks} ranks of a stage, a grid no serving engine runs; allowed: ep "
+                      f"dp x cp x tp = {stage_ranks} ranks of a stage (vLLM's DP + EP at tp > 1 is not modelled); allowed: ep "
                       f"dividing tp {par.tp} (whole experts inside the TP group, etp = tp / ep: TensorRT-LLM's "
                       f"moe_tp x moe_ep = tp), or ep x tp dividing {stage_ranks} (experts over data-parallel "
                       "ranks, etp = tp)")
