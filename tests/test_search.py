@@ -1,5 +1,5 @@
 """Best-layout search (docs/search.md): the pruned search returns exactly what the exhaustive one does on
-dense training, MoE training and inference spaces; every bound is below the simulated value it bounds; a
+dense training, MoE training, inference and MoE inference spaces; every bound is below the simulated value it bounds; a
 layout built by the search is the case `resolve_case` builds; bad input is one line and exit 2; shards
 merge to the unsharded answer; an interrupted write leaves nothing behind."""
 from __future__ import annotations
@@ -40,8 +40,14 @@ INFERENCE = {"name": "inference", "model": "llama3.1-70b", "hardware": "h100-sxm
              "gpus": {"min": 2, "max": 8}, "top": 2, "objective": "throughput_per_gpu",
              "slo": {"itl": "40 ms"}, "space": {"batch": [1, 8, 32], "attention_impl": ["flash"]}}
 
+# inference MoE on the serving engines' expert grid (ep inside tp, etp = tp / ep; docs/engine.md "Expert grid")
+MOE_INFERENCE = {"name": "moe-inference", "model": "mixtral-8x7b", "hardware": "h100-sxm5-80gb",
+                 "network": "dgx-h100", "workload": {"mode": "inference", "prompt_tokens": 512, "output_tokens": 64},
+                 "gpus": [4, 8], "top": 3, "objective": "throughput_per_gpu",
+                 "space": {"batch": [8, 64], "attention_impl": ["flash"]}}
 
-@pytest.mark.parametrize("spec", [DENSE, MOE, INFERENCE], ids=lambda s: s["name"])
+
+@pytest.mark.parametrize("spec", [DENSE, MOE, INFERENCE, MOE_INFERENCE], ids=lambda s: s["name"])
 def test_pruned_search_equals_exhaustive(spec: dict) -> None:
     pruned = search(spec)
     exhaustive = search(spec, prune=False)
@@ -93,8 +99,14 @@ def test_inference_bound_holds_under_speculative_decoding() -> None:
         assert bound[col] <= rec[col], (col, bound[col], rec[col])
     assert bound["tokens_per_s"] >= rec["tokens_per_s"]
 
+# inference MoE on the serving engines' expert grid (ep inside tp, etp = tp / ep; docs/engine.md "Expert grid")
+MOE_INFERENCE = {"name": "moe-inference", "model": "mixtral-8x7b", "hardware": "h100-sxm5-80gb",
+                 "network": "dgx-h100", "workload": {"mode": "inference", "prompt_tokens": 512, "output_tokens": 64},
+                 "gpus": [4, 8], "top": 3, "objective": "throughput_per_gpu",
+                 "space": {"batch": [8, 64], "attention_impl": ["flash"]}}
 
-@pytest.mark.parametrize("spec", [DENSE, MOE, INFERENCE], ids=lambda s: s["name"])
+
+@pytest.mark.parametrize("spec", [DENSE, MOE, INFERENCE, MOE_INFERENCE], ids=lambda s: s["name"])
 def test_bounds_never_exceed_the_simulation(spec: dict) -> None:
     """The property pruning rests on, checked on every feasible layout of the space."""
     loaded = load_search(spec)
