@@ -428,8 +428,9 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
         inside = {par.tp // par.ep} if par.ep > 1 and par.tp % par.ep == 0 else set()
         allowed = sorted(inside | {par.tp})
         if etp not in allowed:
-            raise bad("parallelism.etp", f"etp {etp} with tp {par.tp}, ep {par.ep}: serving engines split each "
-                      f"expert over tp / ep ranks or over tp; allowed: {' or '.join(map(str, allowed))}")
+            raise bad("parallelism.etp", f"etp {etp} with tp {par.tp}, ep {par.ep}: inference splits each expert "
+                      f"over tp / ep ranks (EP inside the TP group) or over tp (vLLM's DP + EP at tp > 1 is not "
+                      f"modelled); allowed: {' or '.join(map(str, allowed))}")
         if par.ep > 1 and stage_ranks % (par.ep * etp):
             raise bad("parallelism.ep", f"ep {par.ep} x etp {etp} = {par.ep * etp} expert shards do not tile the "
                       f"dp x cp x tp = {stage_ranks} ranks of a stage (vLLM's DP + EP at tp > 1 is not modelled); allowed: ep "
