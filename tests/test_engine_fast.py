@@ -166,7 +166,7 @@ def test_prediction_equals_previous_path(gpt_case, monkeypatch, k) -> None:
     with Caches().active():
         fast = training_record(case, ops)
     with Caches().active(), monkeypatch.context() as mp:
-        mp.setattr(engine_mod, "pipeline_shape", lambda x: None)       # no shape: the builder's graph
+        mp.setattr(engine_mod, "pipeline_shape", lambda x, share_buckets=False: None)   # no shape: the builder's graph
         mp.setattr(engine_mod, "build_pipeline", build_pipeline_reference)
         mp.setattr(engine_mod, "attribute", attribute_reference)
         ref = training_record(case, ops)
