@@ -161,8 +161,7 @@ def relax_split(values: np.ndarray, src: np.ndarray, csrc: np.ndarray, pieces: n
     n_stages = len(mine_ptr) - 1
     start = np.zeros(n)
     dur = np.empty(n)
-    finish = np.empty(n)
-    crit = np.full(n, -1, np.int64)
+    crit = np.full(n, -1, np.int32)
     tie = np.zeros(n, np.bool_)
     ends = np.zeros(n_stages)
     step = finish_max = 0.0
@@ -212,7 +211,6 @@ def relax_split(values: np.ndarray, src: np.ndarray, csrc: np.ndarray, pieces: n
                 finish_max = inner_max
             if not np.isnan(ends[s]) and inner_max > ends[s]:
                 ends[s] = inner_max
-        finish[h] = f
         if np.isnan(f):
             nan = True
         elif h == 0 or f > finish_max:
@@ -250,7 +248,7 @@ def relax_split(values: np.ndarray, src: np.ndarray, csrc: np.ndarray, pieces: n
         dur_m[r] = d
         comp_m[r] = comp
         start_m[r] = start[h]
-        f = start[h] + d if split else finish[h]
+        f = start[h] + d                       # its finish (the first piece's when split)
         finish_m[r] = f
         c = crit[h]
         if c >= 0:

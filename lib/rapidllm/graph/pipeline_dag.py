@@ -543,7 +543,7 @@ def _shape(key: tuple) -> PipelineShape:
                        ranked.link)
         for a in arrays:
             a.flags.writeable = False           # shared by every graph of this shape
-        hit = table.put(key, PipelineShape(nodes, ptr, idx, order, ranked))
+        hit = table.put(key, PipelineShape(nodes, ptr, idx, order, ranked), sum(a.nbytes for a in arrays))
     return hit
 
 
