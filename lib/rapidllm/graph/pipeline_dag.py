@@ -454,9 +454,8 @@ def _ranked(order, count, succ_ptr, succ, src, csrc, pieces, hid, oth, kind, sta
 
 @njit(cache=True, work=lambda order, count, kind, dep_ptr, dep_idx: 2 * count)
 def _bucket_links(order, count, kind, dep_ptr, dep_idx):
-    """Per node in Kahn order (`_ranked`'s positions): -2 for a task whose gradient bucket follows it, the
-    task's position for that bucket node, -1 otherwise; and the number of bucket nodes. A bucket node's
-    first dependency is the task piece it follows (`_build_structure`)."""
+    """Per node in Kahn order: -2 for a task a gradient bucket follows, that task's position for the bucket
+    (its first dependency, `_build_structure`), else -1; and the number of buckets."""
     rank = np.empty(count, np.int64)
     for h in range(count):
         rank[order[h]] = h
@@ -533,7 +532,7 @@ def _shape(key: tuple) -> PipelineShape:
         if count == len(nodes.kind):
             rptr, rsucc, *ranked_recipe, mine_ptr, mine = _ranked(queue, count, succ_ptr, succ, *recipe)
             link, blocks = np.empty(0, np.int64), 0
-            if _stands_for_buckets(key):
+            if key[4] == 1 and key[5] and key[9]:      # one bucket per chunk, overlapped: any count's shape
                 link, blocks = _bucket_links(queue, count, nodes.kind, ptr, idx)
             ranked = RankedShape(rptr, rsucc, NodeRecipes(*ranked_recipe), mine_ptr, mine, link, int(blocks),
                                  key[7] > 0)
@@ -545,12 +544,6 @@ def _shape(key: tuple) -> PipelineShape:
             a.flags.writeable = False           # shared by every graph of this shape
         hit = table.put(key, PipelineShape(nodes, ptr, idx, order, ranked), sum(a.nbytes for a in arrays))
     return hit
-
-
-def _stands_for_buckets(key: tuple) -> bool:
-    """Whether a shape key (`_build_structure`'s arguments) has one gradient bucket per chunk, launched
-    during the last micro-batch's backward: the shape that `share_buckets` uses for every bucket count."""
-    return key[4] == 1 and key[5] and key[9]
 
 
 def _values(x: PipelineInputs, merge: bool) -> np.ndarray:
