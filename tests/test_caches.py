@@ -63,6 +63,21 @@ def test_memo_is_bounded():
     assert list(weighed) == ["c"] and weighed.nbytes == 1
 
 
+def test_lru_memo_drops_only_the_least_recently_used():
+    from rapidllm.caches import LruMemo
+
+    memo = LruMemo(3, budget=10)
+    for k in "abc":
+        memo.put(k, k.upper(), 3)
+    assert memo.get("a") == "A"                 # a is now the most recently used: b goes first
+    memo.put("d", "D", 3)
+    assert list(memo) == ["c", "a", "d"] and memo.nbytes == 9 and memo.get("b") is None
+    memo.put("e", "E", 7)                       # over the byte budget: drops c and a, keeps d
+    assert list(memo) == ["d", "e"] and memo.nbytes == 10
+    memo.put("d", "D2", 1)                      # overwriting re-weighs the entry
+    assert memo.get("d") == "D2" and memo.nbytes == 8 and memo.get("x", 0) == 0
+
+
 def test_identity_memo_hits_only_the_very_objects():
     """`IdentityMemo` answers for the objects it holds, not for equal ones, and empties itself when full."""
     from rapidllm.caches import IdentityMemo

@@ -18,13 +18,14 @@ from rapidllm.engine.engine import (
     pipeline_split,
     training_record,
 )
-from rapidllm.engine.replay import longest_path
+from rapidllm.engine.replay import longest_path, relax_split
 from reference_impls import (attribute_reference, groups_reference, schedule_actions_reference,
                              stage_actions_reference)
 from rapidllm.graph.pipeline_dag import (
     PipelineInputs,
     build_pipeline,
     build_pipeline_reference,
+    pipeline_shape,
 )
 from rapidllm.graph.schedules import schedule_code, stage_actions, stage_actions_array
 from rapidllm.ops.price import price_case
@@ -100,6 +101,48 @@ def _same_split(x) -> None:
         assert nodes == len(g) and {k: repr(v) for k, v in got.items()} == {k: repr(v) for k, v in want.items()}
 
 
+@pytest.mark.parametrize("schedule,p,v,m", [("1f1b", 4, 1, 8), ("1f1b", 1, 1, 5), ("gpipe", 3, 1, 4),
+                                            ("interleaved", 4, 2, 8)])
+@pytest.mark.parametrize("blocking", [False, True])
+def test_shared_bucket_shape_gives_each_counts_own_numbers(schedule, p, v, m, blocking) -> None:
+    """`pipeline_split` replays the gradient-bucket count on one shape built with one bucket per chunk: for
+    several counts, with and without a data-parallel dimension (buckets queued or not), with merged EP
+    steps, whole-number durations (ties) and a NaN, the numbers and node count equal those of the DAG built
+    for that count (`_same_split`); the counts share one shape object; without overlap_grad_reduce the
+    count stays structure."""
+    rng = np.random.default_rng(p * 100 + v * 10 + m)
+    f, b = rng.uniform(0.5, 1.5, (p, v)), rng.uniform(1.0, 3.0, (p, v))
+    with Caches().active():
+        for buckets, dp_dims, hidden in itertools.product((2, 3, 7), ((), (1,)), (False, True)):
+            x = PipelineInputs(schedule, p, v, m, f, 0.8 * f, b, 0.8 * b, rng.uniform(0, 0.3, p),
+                               rng.uniform(0, 0.3, p), buckets, 0.3, rng.uniform(0.1, 0.2, p), 0.0, (1,), dp_dims,
+                               f_hidden=0.2 * f if hidden else None, b_hidden=0.2 * b if hidden else None,
+                               p2p_blocking=blocking)
+            _same_split(x)
+            shape, _, reps = pipeline_shape(x, share_buckets=True)
+            assert reps == buckets and shape.ranked.blocks == p * v
+            assert pipeline_shape(dataclasses.replace(x, buckets=buckets + 5), share_buckets=True)[0] is shape
+            _same_split(dataclasses.replace(x, grad_overlap=False))
+            assert pipeline_shape(dataclasses.replace(x, grad_overlap=False), share_buckets=True)[2] == 1
+
+
+def test_shared_bucket_shape_defers_kahn_order_ties() -> None:
+    """Uniform durations on the interleaved schedule with blocking sends: a task released at once by two
+    dependencies of different kinds, where the Kahn orders of the shared shape and of the DAG with its own
+    bucket count may pick differently. `relax_split` says so, and `pipeline_split` answers from the count's
+    own shape: the same numbers as that DAG's."""
+    p, v, m = 4, 2, 8
+    x = PipelineInputs("interleaved", p, v, m, np.full((p, v), 2.0), np.full((p, v), 2.0), np.full((p, v), 4.0),
+                       np.full((p, v), 4.0), np.ones(p), np.ones(p), 3, 1.0, np.ones(p), 0.0, (0,), (1,),
+                       p2p_blocking=True)
+    with Caches().active():
+        shape, values, reps = pipeline_shape(x, share_buckets=True)
+        r, n = shape.ranked, shape.ranked.nodes
+        assert relax_split(values, n.src, n.csrc, n.pieces, n.hid, n.oth, r.succ_ptr, r.succ, n.stage, n.kind,
+                           r.mine_ptr, r.mine, r.link, reps, r.chain)[2]
+        _same_split(x)
+
+
 @pytest.mark.parametrize("schedule,p,v,m", [("1f1b", 4, 1, 8), ("1f1b", 1, 1, 5), ("interleaved", 4, 2, 8),
                                             ("interleaved", 3, 3, 6)])
 def test_merged_steps_match_reference_and_never_slow_down(schedule, p, v, m) -> None:
@@ -166,7 +209,7 @@ def test_prediction_equals_previous_path(gpt_case, monkeypatch, k) -> None:
     with Caches().active():
         fast = training_record(case, ops)
     with Caches().active(), monkeypatch.context() as mp:
-        mp.setattr(engine_mod, "pipeline_shape", lambda x: None)       # no shape: the builder's graph
+        mp.setattr(engine_mod, "pipeline_shape", lambda x, share_buckets=False: None)   # no shape: the builder's graph
         mp.setattr(engine_mod, "build_pipeline", build_pipeline_reference)
         mp.setattr(engine_mod, "attribute", attribute_reference)
         ref = training_record(case, ops)

@@ -43,6 +43,35 @@ class Memo(dict):
         return value
 
 
+class LruMemo(Memo):
+    """A `Memo` that drops its least recently used entries, not all of them, to stay within `limit` entries
+    and `budget` bytes: for a table of large entries that are costly to build and come back after others
+    (the pipeline shapes of a sweep's layouts: emptying a full table rebuilt half of them)."""
+
+    def __init__(self, limit: int, budget: int | None = None) -> None:
+        super().__init__(limit, budget)
+        self.sizes: dict[Any, int] = {}
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            return default
+        value = self[key] = self.pop(key)           # the most recently used last
+        return value
+
+    def put(self, key: Any, value: Any, nbytes: int = 0) -> Any:
+        if key in self:
+            del self[key]
+            self.nbytes -= self.sizes.pop(key)
+        while self and (len(self) >= self.limit or (self.budget is not None and self.nbytes + nbytes > self.budget)):
+            oldest = next(iter(self))
+            del self[oldest]
+            self.nbytes -= self.sizes.pop(oldest)
+        self[key] = value
+        self.sizes[key] = nbytes
+        self.nbytes += nbytes
+        return value
+
+
 class IdentityMemo(dict):
     """`compute()` for a tuple of frozen objects, kept under their ids with the objects held by the entry
     (so a hit is those very objects: a sweep's cases share a few specs and priced tables, and hashing or
@@ -89,9 +118,9 @@ class Caches:
     templates: Memo = _memo(1024)         # (operator rows, layer-rule inputs) -> the case's layer templates
     replays: Memo = _memo(4096)           # (template id, its durations, channels) -> (template, replay, uses)
     liveness: Memo = _memo(1024)          # (model, layer shard, attention, recompute, sp, fp8, conventions) -> liveness
-    # pipeline DAG structure key -> its PipelineShape (up to ~10 MB each: few, and a sweep visits the cases
-    # of one layout together, graph/pipeline_dag.py)
-    pipeline_shapes: Memo = _memo(8)
+    # pipeline DAG structure key -> its PipelineShape (up to ~10 MB each; a sweep visits the cases of one
+    # layout together, and layouts of one pp and micro-batch count share shapes, graph/pipeline_dag.py)
+    pipeline_shapes: LruMemo = field(default_factory=lambda: LruMemo(64, 128 << 20))
     spec_texts: IdentityMemo = _identity_memo(256)         # (model / hardware / network spec,) -> its case_id JSON
     hardware_reprs: IdentityMemo = _identity_memo(64)      # (HardwareSpec,) -> repr (the layer pricing key)
     # (template, a priced table's shared leading rows) -> the template's compute durations from those rows

@@ -223,10 +223,10 @@ def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: s
     infeasible ones kept with their reason (what `rapidllm sweep` writes). Memo tables: `caches`, else a
     fresh set for this sweep.
 
-    jobs > 1 evaluates in that many worker processes (0: one per available core; `resolve_jobs`). Rows
-    are the same values in the same order as with jobs=1 (every memo key is a value, so which process
-    priced a case never changes its numbers). With jobs > 1 each worker starts from a copy of `caches`
-    (fork) or a fresh set (spawn) and its new entries stay in the worker."""
+    jobs > 1 evaluates in that many processes, this one and jobs - 1 workers (0: one per available core;
+    `resolve_jobs`). Rows are the same values in the same order as with jobs=1 (every memo key is a value,
+    so which process priced a case never changes its numbers). With jobs > 1 each worker starts from a
+    copy of `caches` (fork) or a fresh set (spawn) and its new entries stay in the worker."""
     import pandas as pd
     from tqdm import tqdm
 
@@ -248,9 +248,11 @@ def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: s
 
 def _sweep_parallel(exp: Experiment, raws: list[tuple[str, dict]], units: list[list[int]], starts: list[int],
                     engine: str, caches: Caches, progress: bool) -> list[dict[str, Any]]:
-    """The rows of `sweep` from a pool: each worker expands (resolves) and evaluates its own units, so the
-    parent's serial part is only `raw_cases` and the table. The parent first warns about each device once
-    (one case per device resolved here), so the workers do not warn again."""
+    """The rows of `sweep` from the parent and a pool of one worker fewer than runs: each expands
+    (resolves) and evaluates its own run of units (`_claim`; the parent is run 0), so the parent's serial
+    part is only `raw_cases` and the table, its rows are never pickled, and one process fewer is forked.
+    The parent first warns about each device once (one case per device resolved here), so the workers do
+    not warn again."""
     from tqdm import tqdm
 
     warned: set[str] = set()
@@ -263,8 +265,13 @@ def _sweep_parallel(exp: Experiment, raws: list[tuple[str, dict]], units: list[l
                 device_record(case)
     out: list[dict[str, Any]] = [{} for _ in raws]
     with tqdm(total=len(raws), desc=exp.name, unit="case", disable=not progress) as bar, \
-            _pool(exp, raws, units, starts, engine, caches) as pool:
-        for done in pool.imap_unordered(_run_chunk, range(len(units))):
+            _pool(exp, raws, units, starts, engine, caches) as (pool, shares):
+        results = pool.imap_unordered(_run_chunk, range(len(units)))      # each task claims a unit
+        while (unit := _claim(shares, 0)) is not None:
+            for i, rec in _evaluate_unit(exp, raws, units[unit], engine):
+                out[i] = rec
+                bar.update(1)
+        for done in results:
             for i, rec in done:
                 out[i] = rec
             bar.update(len(done))
@@ -336,7 +343,8 @@ _WORKER: tuple[Experiment, list, list, str, Caches, Any, int] | None = None   # 
 def _init_worker(exp: Experiment, raws: list, units: list, engine: str, caches: Caches,
                  warned: set[tuple[str, str]], shares: Any, slots: Any) -> None:
     """Pool initializer: keep the sweep's combinations (inherited, not pickled, under fork), the devices
-    the parent has warned about, the shared table of unclaimed units and this worker's slot in it; Ctrl-C
+    the parent has warned about, the shared table of unclaimed units and this worker's slot in it (from 1:
+    slot 0 is the parent's); Ctrl-C
     is the parent's to handle (it terminates the pool), so workers ignore SIGINT instead of printing
     tracebacks."""
     global _WORKER
@@ -387,24 +395,24 @@ def _evaluate_unit(exp: Experiment, raws: list[tuple[str, dict]], unit: list[int
 
 @contextlib.contextmanager
 def _pool(exp: Experiment, raws: list, units: list[list[int]], starts: list[int], engine: str,
-          caches: Caches) -> Iterator[Any]:
-    """A process pool, one worker per run of `starts`, whose workers hold the sweep's combinations and
-    units: forked where the platform can (they and a copy of `caches` are inherited, not pickled), else
-    spawned with fresh memo tables. Used as a context manager: leaving the block (done, an error, or
-    Ctrl-C in the parent) terminates the pool and joins its workers (`Pool.__exit__` only terminates, and
-    a worker could still be listed as alive after it), so an interrupted sweep leaves no process behind
-    and returns nothing."""
+          caches: Caches) -> Iterator[tuple[Any, Any]]:
+    """A process pool, one worker per run of `starts` but the first (the parent's), whose workers hold the
+    sweep's combinations and units: forked where the platform can (they and a copy of `caches` are
+    inherited, not pickled), else spawned with fresh memo tables; with the shared table of unclaimed units
+    (`_claim`). Used as a context manager: leaving the block (done, an error, or Ctrl-C in the parent)
+    terminates the pool and joins its workers (`Pool.__exit__` only terminates, and a worker could still
+    be listed as alive after it), so an interrupted sweep leaves no process behind and returns nothing."""
     import multiprocessing
 
     fork = "fork" in multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if fork else "spawn")
     runs = len(starts) - 1
     shares = ctx.Array("l", [b for k in range(runs) for b in (starts[k], starts[k + 1])])
-    pool = ctx.Pool(runs, initializer=_init_worker,
+    pool = ctx.Pool(runs - 1, initializer=_init_worker,
                     initargs=(exp, raws, units, engine, caches if fork else Caches(), set(_WARNED), shares,
-                              ctx.Value("l", 0)))
+                              ctx.Value("l", 1)))
     try:
-        yield pool
+        yield pool, shares
     finally:
         pool.terminate()
         pool.join()

@@ -18,7 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--out", help="output table, .csv or .parquet (default results/NAME/sweep.csv)")
     s.add_argument("--quiet", action="store_true")
     s.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="worker processes (default 1; 0: one per available core); the table is identical")
+                   help="processes evaluating cases, this one and N-1 workers (default 1; 0: one per available "
+                        "core); the table is identical")
     s.set_defaults(func=run)
 
 

@@ -134,17 +134,23 @@ def pipeline_split(x: PipelineInputs) -> tuple[dict[str, float], int]:
     """`attribute` of the inputs' pipeline DAG and its longest path, and the DAG's node count, without the
     DAG in node order where its shape has a Kahn-ordered form (`graph.pipeline_dag.RankedShape`): one pass
     fills and relaxes it front to back (`relax_split`), and only the critical stage's nodes are gathered.
-    The same numbers as `build_pipeline`, `longest_path` and `attribute` (tests/test_engine_fast.py)."""
-    found = pipeline_shape(x)
-    if found is None or found[0].ranked is None:
-        g, start, finish, crit = replay_pipeline(x)
-        return attribute(g, start, finish, crit), len(g)
-    shape, values = found
-    r = shape.ranked
-    n = r.nodes
-    step, s, *nodes = relax_split(values, n.src, n.csrc, n.pieces, n.hid, n.oth, r.succ_ptr, r.succ, n.stage, n.kind,
-                                  r.mine_ptr, r.mine)
-    return _split(float(step), int(s), *nodes), len(n.src)     # Python numbers, as numba boxes them
+    Gradient-bucket counts are a replay parameter here (`pipeline_shape(..., share_buckets=True)`), so cases
+    that differ only in bucket count share one shape. The same numbers as `build_pipeline`, `longest_path`
+    and `attribute` (tests/test_engine_fast.py)."""
+    for share in (True, False):
+        found = pipeline_shape(x, share_buckets=share)
+        if found is None or found[0].ranked is None:
+            g, start, finish, crit = replay_pipeline(x)
+            return attribute(g, start, finish, crit), len(g)
+        shape, values, reps = found
+        r = shape.ranked
+        n = r.nodes
+        step, s, ambiguous, *nodes = relax_split(values, n.src, n.csrc, n.pieces, n.hid, n.oth, r.succ_ptr, r.succ,
+                                                 n.stage, n.kind, r.mine_ptr, r.mine, r.link, reps, r.chain)
+        if not ambiguous:           # else a tie that Kahn order decides: the DAG's own shape (reps 1)
+            break
+    nodes_count = len(n.src) + 2 * r.blocks * (reps - 1)
+    return _split(float(step), int(s), *nodes), nodes_count     # Python numbers, as numba boxes them
 
 
 def replay_pipeline(x: PipelineInputs) -> tuple[PipelineGraph, np.ndarray, np.ndarray, np.ndarray]:

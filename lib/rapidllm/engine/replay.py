@@ -133,23 +133,36 @@ def critical_stage(ends: np.ndarray) -> int:
     return crit
 
 
-@njit(cache=True, work=lambda values, src, csrc, pieces, hid, oth, succ_ptr, succ, *rest: len(src) + len(succ))
+@njit(cache=True, work=lambda values, src, csrc, pieces, hid, oth, succ_ptr, succ, stage, kind, mine_ptr, mine,
+      link, reps, chain: len(src) + len(succ) + 2 * reps * len(mine))
 def relax_split(values: np.ndarray, src: np.ndarray, csrc: np.ndarray, pieces: np.ndarray, hid: np.ndarray,
                 oth: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, stage: np.ndarray, kind: np.ndarray,
-                mine_ptr: np.ndarray, mine: np.ndarray
-                ) -> tuple[float, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                mine_ptr: np.ndarray, mine: np.ndarray, link: np.ndarray, reps: int, chain: bool
+                ) -> tuple[float, int, bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`relax` over a DAG renumbered in Kahn order (`graph.pipeline_dag._ranked`), in one pass front to
     back, its durations made on the way with `graph.pipeline_dag._fill`'s operations; then what the
     attribution reads: the step (the last finish; NaN if any is), the critical stage (`critical_stage` of
     each stage's last finish, NaN-propagating as `engine._critical_nodes` takes it) and, for its tasks and
     optimizer step in node order (`mine`), compute seconds, durations, starts, finishes, and the kind and
-    duration of the node that released each (TASK and 0.0 where none did)."""
+    duration of the node that released each (TASK and 0.0 where none did).
+
+    Shared gradient buckets (`link` not empty: `graph.pipeline_dag._bucket_links`): a bucketed task stands
+    for `reps` pieces in a chain and its bucket node for `reps` buckets, piece k's bucket after piece k and
+    (`chain`) after bucket k - 1; both are replayed in place with the relaxation's own operations (a start
+    is the largest finish of the dependencies that is not NaN, else 0), their successors see the last
+    piece and the last bucket, and the critical stage's rows list every piece. Which dependency released a
+    node is the first in Kahn order among those that finish last, and Kahn order differs between the
+    shared shape and the DAG with `reps` pieces; it decides a number only where two dependencies other than
+    the previous task tie, differ in kind or duration (what `engine._gaps` reads) and the task waits: the
+    third value, True there, asks the caller for the DAG's own shape. False otherwise (and always where
+    link is empty)."""
     n = len(src)
+    blocked = len(link) > 0
     n_stages = len(mine_ptr) - 1
     start = np.zeros(n)
     dur = np.empty(n)
-    finish = np.empty(n)
-    crit = np.full(n, -1, np.int64)
+    crit = np.full(n, -1, np.int32)
+    tie = np.zeros(n, np.bool_)
     ends = np.zeros(n_stages)
     step = finish_max = 0.0
     nan = False
@@ -157,38 +170,103 @@ def relax_split(values: np.ndarray, src: np.ndarray, csrc: np.ndarray, pieces: n
         span = values[src[h]]
         if hid[h] >= 0:
             span -= min(values[hid[h]], values[oth[h]])
-        d = span / pieces[h]
+        lk = link[h] if blocked else -1
+        d = span / (reps if lk == -2 else pieces[h])
         dur[h] = d
-        f = start[h] + d
-        finish[h] = f
+        s = stage[h]
+        if lk == -1:
+            f = start[h] + d
+        else:                                  # the pieces or buckets before the last: finishes of their own
+            inner_max = -np.inf
+            inner_nan = False
+            if lk == -2:                       # pieces: each starts when the one before finishes
+                f = start[h] + d
+                for _ in range(reps - 1):
+                    if np.isnan(f):
+                        inner_nan = True
+                    elif f > inner_max:
+                        inner_max = f
+                    f = (f if f >= 0.0 else 0.0) + d
+            else:                              # buckets: after their piece and the bucket before
+                ts, td = start[lk], dur[lk]
+                fp = ts + td
+                b = start[h]                   # its other dependencies (the task's edge is not relaxed)
+                if fp > b:
+                    b = fp
+                f = b + d
+                for _ in range(reps - 1):
+                    if np.isnan(f):
+                        inner_nan = True
+                    elif f > inner_max:
+                        inner_max = f
+                    fp = (fp if fp >= 0.0 else 0.0) + td
+                    b = fp if fp > 0.0 else 0.0
+                    if chain and f > b:
+                        b = f
+                    f = b + d
+            if inner_nan:
+                nan = True
+                ends[s] = np.nan
+            if inner_max > finish_max:
+                finish_max = inner_max
+            if not np.isnan(ends[s]) and inner_max > ends[s]:
+                ends[s] = inner_max
         if np.isnan(f):
             nan = True
         elif h == 0 or f > finish_max:
             finish_max = f
-        s = stage[h]
         if not np.isnan(ends[s]) and (np.isnan(f) or f > ends[s]):
             ends[s] = f
         for k in range(succ_ptr[h], succ_ptr[h + 1]):
             j = succ[k]
+            if lk == -2 and link[j] == h:
+                continue                       # a bucket node reads its task's start itself
             if f > start[j] or crit[j] < 0:
                 if f >= start[j]:
                     start[j] = f
                     crit[j] = h
+            elif f == start[j] and crit[j] != h and (kind[h] != kind[crit[j]] or d != dur[crit[j]]):
+                tie[j] = True                  # tied with a dependency the attribution tells apart
     if n:
         step = np.nan if nan else finish_max
     s = critical_stage(ends)
     rows = mine[mine_ptr[s]:mine_ptr[s + 1]]
     k = len(rows)
+    if blocked:
+        for q in range(len(rows)):
+            if link[rows[q]] == -2:
+                k += reps - 1
     comp_m, dur_m, start_m, finish_m, cdur = np.empty(k), np.empty(k), np.empty(k), np.empty(k), np.zeros(k)
     ckind = np.full(k, TASK, np.int8)
-    for q in range(k):
+    ambiguous = False
+    r = 0
+    for q in range(len(rows)):
         h = rows[q]
-        dur_m[q] = dur[h]
-        comp_m[q] = values[csrc[h]] / pieces[h]
-        start_m[q] = start[h]
-        finish_m[q] = finish[h]
+        split = blocked and link[h] == -2      # a bucketed task: its pieces, the first one here
+        d = dur[h]
+        comp = values[csrc[h]] / (reps if split else pieces[h])
+        dur_m[r] = d
+        comp_m[r] = comp
+        start_m[r] = start[h]
+        f = start[h] + d                       # its finish (the first piece's when split)
+        finish_m[r] = f
         c = crit[h]
         if c >= 0:
-            ckind[q] = kind[c]
-            cdur[q] = dur[c]
-    return step, s, comp_m, dur_m, start_m, finish_m, ckind, cdur
+            ckind[r] = kind[c]
+            cdur[r] = dur[c]
+        if tie[h] and not (start[h] - (finish_m[r - 1] if r > 0 else 0.0) <= 0):     # `_gaps` reads it
+            ambiguous = True
+        r += 1
+        if split:
+            for _ in range(reps - 1):
+                released = f >= 0.0
+                sp = f if released else 0.0
+                f = sp + d
+                dur_m[r] = d
+                comp_m[r] = comp
+                start_m[r] = sp
+                finish_m[r] = f
+                if released:
+                    cdur[r] = d
+                r += 1
+    return step, s, ambiguous and reps > 1, comp_m, dur_m, start_m, finish_m, ckind, cdur

@@ -452,6 +452,24 @@ def _ranked(order, count, succ_ptr, succ, src, csrc, pieces, hid, oth, kind, sta
             mine_ptr, mine)
 
 
+@njit(cache=True, work=lambda order, count, kind, dep_ptr, dep_idx: 2 * count)
+def _bucket_links(order, count, kind, dep_ptr, dep_idx):
+    """Per node in Kahn order: -2 for a task a gradient bucket follows, that task's position for the bucket
+    (its first dependency, `_build_structure`), else -1; and the number of buckets."""
+    rank = np.empty(count, np.int64)
+    for h in range(count):
+        rank[order[h]] = h
+    link = np.full(count, -1, np.int64)
+    blocks = 0
+    for i in range(count):
+        if kind[i] == GRAD:
+            t = rank[dep_idx[dep_ptr[i]]]
+            link[rank[i]] = t
+            link[t] = -2
+            blocks += 1
+    return link, blocks
+
+
 @dataclass(frozen=True)
 class NodeRecipes:
     """Per node, in one order: where its duration comes from (`src`, `csrc`, `pieces`, `hid`, `oth`: the
@@ -479,6 +497,12 @@ class RankedShape:
     nodes: NodeRecipes
     mine_ptr: np.ndarray
     mine: np.ndarray
+    # a shape built with one gradient bucket per chunk that stands for any count (`pipeline_shape`'s
+    # share_buckets): `_bucket_links` of it (empty where nothing is bucketed), the bucket nodes' count, and
+    # whether consecutive buckets queue behind each other (a data-parallel network dimension)
+    link: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    blocks: int = 0
+    chain: bool = False
 
 
 @dataclass(frozen=True)
@@ -507,13 +531,18 @@ def _shape(key: tuple) -> PipelineShape:
         ranked = None
         if count == len(nodes.kind):
             rptr, rsucc, *ranked_recipe, mine_ptr, mine = _ranked(queue, count, succ_ptr, succ, *recipe)
-            ranked = RankedShape(rptr, rsucc, NodeRecipes(*ranked_recipe), mine_ptr, mine)
+            link, blocks = np.empty(0, np.int64), 0
+            if key[4] == 1 and key[5] and key[9]:      # one bucket per chunk, overlapped: any count's shape
+                link, blocks = _bucket_links(queue, count, nodes.kind, ptr, idx)
+            ranked = RankedShape(rptr, rsucc, NodeRecipes(*ranked_recipe), mine_ptr, mine, link, int(blocks),
+                                 key[7] > 0)
         arrays = (*nodes.arrays(), ptr, idx, *order[:3])
         if ranked is not None:
-            arrays += (ranked.succ_ptr, ranked.succ, *ranked.nodes.arrays(), ranked.mine_ptr, ranked.mine)
+            arrays += (ranked.succ_ptr, ranked.succ, *ranked.nodes.arrays(), ranked.mine_ptr, ranked.mine,
+                       ranked.link)
         for a in arrays:
             a.flags.writeable = False           # shared by every graph of this shape
-        hit = table.put(key, PipelineShape(nodes, ptr, idx, order, ranked))
+        hit = table.put(key, PipelineShape(nodes, ptr, idx, order, ranked), sum(a.nbytes for a in arrays))
     return hit
 
 
@@ -529,10 +558,16 @@ def _values(x: PipelineInputs, merge: bool) -> np.ndarray:
                            np.array([float(x.bucket_s), float(x.param_gather_s), 0.0]), *hidden])
 
 
-def pipeline_shape(x: PipelineInputs) -> tuple[PipelineShape, np.ndarray] | None:
-    """The shape of the inputs' DAG (`_shape`) and the value vector its nodes take their durations from
-    (`_values`); None for inputs outside the schedules' contract (interleaving with m not divisible by pp),
-    where micro-batch indices would leave the arrays: `build_pipeline_reference` builds those."""
+def pipeline_shape(x: PipelineInputs, share_buckets: bool = False) -> tuple[PipelineShape, np.ndarray, int] | None:
+    """The shape of the inputs' DAG (`_shape`), the value vector its nodes take their durations from
+    (`_values`) and the bucket count the shape's bucketed actions stand for (1: the shape is the DAG
+    itself); None for inputs outside the schedules' contract (interleaving with m not divisible by pp),
+    where micro-batch indices would leave the arrays: `build_pipeline_reference` builds those.
+
+    share_buckets: gradient buckets launched during the last micro-batch's backward (overlap_grad_reduce)
+    are a replay parameter, not structure: the shape is built with one bucket per chunk, and
+    `engine.replay.relax_split` replays each such action and its bucket node as the given count of pieces
+    and buckets. The models of a sweep differ in bucket count, so their cases share shapes."""
     code = schedule_code(x.schedule, x.pp, x.v)
     f = lambda a: np.asarray(a, dtype=np.float64)
     shapes_ok = all(f(a).shape == (x.pp, x.v) for a in (x.f_span, x.f_compute, x.b_span, x.b_compute)) and \
@@ -541,10 +576,12 @@ def pipeline_shape(x: PipelineInputs) -> tuple[PipelineShape, np.ndarray] | None
             (code == ONE_STAGE and x.v != 1):
         return None
     merge = x.f_hidden is not None and x.b_hidden is not None
-    shape = _shape((code, int(x.pp), int(x.v), int(x.m), int(x.buckets), bool(float(x.bucket_s) > 0),
+    buckets, bucketed = int(x.buckets), bool(float(x.bucket_s) > 0)
+    reps = buckets if share_buckets and buckets > 1 and bucketed and x.grad_overlap else 1
+    shape = _shape((code, int(x.pp), int(x.v), int(x.m), buckets if reps == 1 else 1, bucketed,
                     len(x.pp_dims), len(x.dp_dims), merge, bool(x.grad_overlap), bool(x.p2p_blocking),
                     bool(float(x.param_gather_s) > 0)))
-    return shape, _values(x, merge)
+    return shape, _values(x, merge), reps
 
 
 def build_pipeline(x: PipelineInputs) -> PipelineGraph:
@@ -554,7 +591,7 @@ def build_pipeline(x: PipelineInputs) -> PipelineGraph:
     found = pipeline_shape(x)
     if found is None:
         return build_pipeline_reference(x)
-    shape, values = found
+    shape, values, _ = found
     n = shape.nodes
     dur, comp = _fill(values, n.src, n.csrc, n.pieces, n.hid, n.oth)
     return PipelineGraph(dur, comp, n.kind, n.stage, shape.dep_ptr, shape.dep_idx, shape.order)

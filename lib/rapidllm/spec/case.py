@@ -260,11 +260,17 @@ class Case:
             if name == "name" or (omit and v == default):
                 continue
             parts.append((name, _spec_json(v) if name in _SHARED_SPECS else _json_text(_plain(v))))
-        blob = "{" + ",".join(f"{_json_text(k)}:{text}" for k, text in sorted(parts)) + "}"
+        blob = "{" + ",".join(_key_text(k) + text for k, text in sorted(parts)) + "}"
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 _SHARED_SPECS = ("model", "hardware", "network")
+
+
+@functools.lru_cache(maxsize=None)
+def _key_text(name: str) -> str:
+    """A field name as `case_id`'s JSON writes it before its value: `"name":` (one per field, kept)."""
+    return _json_text(name) + ":"
 
 
 def _json_text(value: Any) -> str:
