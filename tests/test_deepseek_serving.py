@@ -12,7 +12,8 @@ from rapidllm.ops import workload as wl
 from rapidllm.ops.moe_routing import eplb_rank_loads
 from rapidllm.ops.price import local_expert_parameters
 from rapidllm.prediction import evaluate
-from rapidllm.spec.case import Case, _plain, resolve_case
+from rapidllm.spec.case import Case, resolve_case
+from rapidllm.spec.case_id import plain as _plain
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.validate import deepseek, deepseek_profile

@@ -15,7 +15,8 @@ from rapidllm.engine.replay import replay_template
 from rapidllm.graph.templates import COMM, COMPUTE, Node, Template, layer_templates, layer_tokens
 from rapidllm.ops.price import price_case
 from rapidllm.prediction import evaluate
-from rapidllm.spec.case import Case, _plain, resolve_case
+from rapidllm.spec.case import Case, resolve_case
+from rapidllm.spec.case_id import plain as _plain
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 

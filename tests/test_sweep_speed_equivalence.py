@@ -130,7 +130,7 @@ def test_text_memos_equal_fresh_text() -> None:
     import dataclasses
 
     from rapidllm.ops.price import _hardware_repr, _layer_pricing_key
-    from rapidllm.spec.case import _json_text, _plain, _spec_json
+    from rapidllm.spec.case_id import json_text as _json_text, plain as _plain, spec_json as _spec_json
 
     cases = _sweep_cases(40)
     for c in cases + [dataclasses.replace(cases[0], hardware=cases[0].hardware.at_clock(1.2e9))]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rapidllm.caches import current
+from rapidllm.spec.case_id import hash_fields, json_text, key_text, plain, spec_json
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.hardware import HardwareSpec
 from rapidllm.spec.model import ModelSpec
@@ -252,36 +252,19 @@ class Case:
         fields at their defaults), built without asdict's deep copies; computed once per Case (the case is
         frozen). The text is written field by field in sorted order, as `json.dumps(sort_keys=True)` writes
         the whole; the model, hardware and network, shared by thousands of cases of a sweep, reuse their
-        text (`_spec_json`).
+        text (`case_id.spec_json`).
         """
         parts = []
-        for name, default, omit in _hash_fields(Case):
+        for name, default, omit in hash_fields(Case):
             v = getattr(self, name)
             if name == "name" or (omit and v == default):
                 continue
-            parts.append((name, _spec_json(v) if name in _SHARED_SPECS else _json_text(_plain(v))))
-        blob = "{" + ",".join(_key_text(k) + text for k, text in sorted(parts)) + "}"
+            parts.append((name, spec_json(v) if name in _SHARED_SPECS else json_text(plain(v))))
+        blob = "{" + ",".join(key_text(k) + text for k, text in sorted(parts)) + "}"
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 _SHARED_SPECS = ("model", "hardware", "network")
-
-
-@functools.lru_cache(maxsize=None)
-def _key_text(name: str) -> str:
-    """A field name as `case_id`'s JSON writes it before its value: `"name":` (one per field, kept)."""
-    return _json_text(name) + ":"
-
-
-def _json_text(value: Any) -> str:
-    """The JSON text `case_id` hashes, of one value."""
-    return json.dumps(value, sort_keys=True, default=list, separators=(",", ":"))
-
-
-def _spec_json(spec: Any) -> str:
-    """`_json_text(_plain(spec))` of a frozen spec, kept by identity (`Caches.spec_texts`): named specs are
-    shared by every case of a sweep, and hashing them by value would cost what writing them does."""
-    return current().spec_texts.of((spec,), lambda: _json_text(_plain(spec)))
 
 
 def _spec(cls: Any, value: Any, mapping: dict, source: str) -> Any:
@@ -296,44 +279,8 @@ def _spec(cls: Any, value: Any, mapping: dict, source: str) -> Any:
     if hit is None or not (hit[0] is mapping or hit[0] == mapping):
         spec = cls.from_mapping(mapping, source)
         hit = caches.named_specs.put(key, (mapping, spec))
-        caches.plain_specs.put((cls, getattr(spec, "name", None)), (spec, _plain(spec)))
+        caches.plain_specs.put((cls, getattr(spec, "name", None)), (spec, plain(spec)))
     return hit[1]
-
-
-def _plain(obj: Any) -> Any:
-    """What `dataclasses.asdict` gives as far as `json.dumps` can tell: dataclasses become dicts of their
-    fields, lists and tuples lists (JSON writes both as arrays), dicts are converted key and value; other
-    values are returned as they are (asdict deep-copies them, which JSON cannot see). Fields a spec names
-    in HASH_OMITTED_DEFAULTS are left out while they hold their default, so adding such a field keeps the
-    ids of every case that does not use it. Shared named specs reuse the plain form computed when they were
-    built (callers never mutate it)."""
-    if type(obj) in _SCALARS:
-        return obj
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        shared = current().plain_specs.get((type(obj), getattr(obj, "name", None)))
-        if shared is not None and shared[0] is obj:
-            return shared[1]
-        out = {}
-        for name, default, omit in _hash_fields(type(obj)):
-            v = getattr(obj, name)
-            if not (omit and v == default):
-                out[name] = v if type(v) in _SCALARS else _plain(v)
-        return out
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, dict):
-        return {_plain(k): _plain(v) for k, v in obj.items()}
-    return obj
-
-
-_SCALARS = frozenset({str, int, float, bool, type(None)})     # returned as they are, without a call
-
-
-@functools.lru_cache(maxsize=None)
-def _hash_fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
-    """(name, default, omitted at its default) of each field of a spec class, in declaration order."""
-    omit = getattr(cls, "HASH_OMITTED_DEFAULTS", ())
-    return tuple((f.name, f.default, f.name in omit) for f in dataclasses.fields(cls))
 
 
 # Bounds on products of keys, which a schema cannot state (docs/limits.md gives the reasons).
@@ -591,7 +538,7 @@ def sized_network(network: NetworkSpec, world: int, source: str) -> NetworkSpec:
         sized = caches.sized_networks.put(key, network.sized_for(world, source))
     shared = caches.plain_specs.get((NetworkSpec, sized.name))
     if shared is None or shared[0] is not sized:
-        caches.plain_specs.put((NetworkSpec, sized.name), (sized, _plain(sized)))
+        caches.plain_specs.put((NetworkSpec, sized.name), (sized, plain(sized)))
     return sized
 
 
