@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rapidllm.caches import current
-from rapidllm.network.api import (build_schedule, chunk_count, link_bandwidths, resolve_algorithm, run_schedule,
-                                  setup_latency)
+from rapidllm.network.api import (build_schedule, check_work, chunk_count, link_bandwidths, resolve_algorithm,
+                                  run_schedule, setup_latency)
 from rapidllm.network.collectives import concat
 from rapidllm.network.mapping import RankMapping, dims_spanned
 from rapidllm.network.plan import Plan, Traced
@@ -179,6 +179,8 @@ class CommCost:
         pkey = (net, self.util, op, algorithm, chunks, tuple(groups))
         plans = current().collective_plans
         plan = plans.get(pkey)
+        if plan is None and len(chunks) == 1:
+            plan = self._other_chunks(plans, pkey, topo, op, algorithm, len(groups[0]))
         replayed = plan.time(nbytes, setup) if plan is not None else None
         if replayed is not None:
             return replayed
@@ -190,7 +192,25 @@ class CommCost:
             bw = router.remembered(("link_bw", self.util), 0, lambda: link_bandwidths(topo, self.util))
             made = Plan.of(rec, len(sched), bw, topo.latency)             # one bandwidth array per router
             plans.put(pkey, made, made.nbytes)
+            if made.root is not None and len(chunks) == 1:
+                plans.put(pkey[:4] + (None,) + pkey[5:], made)           # for other chunk counts
         return (float(finish.max()) if len(finish) else 0.0), int(events)
+
+    @staticmethod
+    def _other_chunks(plans: dict, pkey: tuple, topo: Topology, op: str, algorithm: str, n: int) -> Plan | None:
+        """The plan of `pkey` (one group size, so one chunk count) derived from the same collective's plan in
+        another chunk count (network/plan.py, `Plan.for_chunks`), kept under `pkey`; None when there is
+        none. A schedule too large for the simulator is refused as build_schedule would refuse it."""
+        other = plans.get(pkey[:4] + (None,) + pkey[5:])
+        if other is None:
+            return None
+        (chunks,) = pkey[4]
+        if algorithm != "hierarchical":
+            check_work(op, n, chunks)
+        plan = other.for_chunks(chunks)
+        if plan is not None:
+            plans.put(pkey, plan, plan.nbytes)
+        return plan
 
     def _algorithm(self, topo: Topology, op: str, group: tuple[int, ...]) -> str:
         """'direct' for TensorRT-LLM all-reduces within one switch dimension, else NCCL's choice ('auto')."""

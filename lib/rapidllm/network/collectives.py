@@ -104,7 +104,8 @@ def sequence(first: Schedule, second: Schedule) -> Schedule:
     arrival of `first` into r for chunk c, and every transfer of `second` from r for chunk c waits for it."""
     if not len(first) or not len(second):
         return concat([first, second])
-    k, uniq, inv, bar_ptr, bar_idx = _ring_joint(first, second) or _joint(first, second)
+    ringed = _ring_joint(first, second)
+    k, uniq, inv, bar_ptr, bar_idx = ringed or _joint(first, second)
     built: list[Schedule] = []
 
     def make(name: str) -> np.ndarray:
@@ -116,6 +117,10 @@ def sequence(first: Schedule, second: Schedule) -> Schedule:
     # the stages and their joints, for `decompose.simulate`: barrier b (rank uniq // k, chunk uniq % k) waits
     # for first's transfers bar_src[bar_ptr[b]:bar_ptr[b+1]]; transfer i of `second` waits for barrier inv[i]
     out._sequence = (first, second, bar_ptr, bar_idx.astype(np.int64), inv, uniq % k)
+    # the rings' (groups, steps) of both stages when the join came from them (network/plan.py: plans for
+    # other chunk counts recompute it with ring_joint)
+    a, b = ring_shape(first), ring_shape(second)
+    out._joint_shapes = ((a[0], a[1]), (b[0], b[1])) if ringed else None
     return out
 
 
@@ -139,17 +144,23 @@ def _joint(first: Schedule, second: Schedule) -> tuple[int, np.ndarray, np.ndarr
 
 def _ring_joint(first: Schedule, second: Schedule
                 ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """`_joint` from the ring shapes (ring_shape) of both stages, without their per-transfer arrays, when
-    every rank is the destination of at most one ring position of `first` (then a barrier's arrivals are
-    that position's transfers of its chunk, one per step, ascending); else None.
-
-    Ring k, chunk c, step t, position p is transfer ((k * chunks + c) * steps + t) * n + p, sending from
-    groups[k, p] to groups[k, p + 1] (collectives.RingSchedule)."""
+    """`_joint` from the ring shapes (ring_shape) of both stages, without their per-transfer arrays
+    (`ring_joint`); None unless both stages are lazy rings and ring_joint applies."""
     a, b = ring_shape(first), ring_shape(second)
     if a is None or b is None:
         return None
-    g1, s1, c1, _ = a
-    g2, s2, c2, _ = b
+    return ring_joint(a[0], a[1], a[2], b[0], b[1], b[2])
+
+
+def ring_joint(g1: np.ndarray, s1: int, c1: int, g2: np.ndarray, s2: int, c2: int
+               ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """`_joint` of a first stage of rings `g1` ((m1, n1) groups, s1 steps, c1 chunks) and a second of rings
+    `g2`, from these shapes alone, when every rank is the destination of at most one ring position of the
+    first (then a barrier's arrivals are that position's transfers of its chunk, one per step, ascending);
+    else None. network/plan.py recomputes it for other chunk counts.
+
+    Ring k, chunk c, step t, position p is transfer ((k * chunks + c) * steps + t) * n + p, sending from
+    groups[k, p] to groups[k, p + 1] (collectives.RingSchedule)."""
     dst = np.roll(g1, -1, axis=1).astype(np.int64).ravel()          # destination of each ring position
     if len(np.unique(dst)) != dst.size:
         return None
@@ -196,6 +207,7 @@ def _chain_ids(n: int, steps: int, chunks: int) -> tuple[np.ndarray, np.ndarray,
 
 
 _FIELDS = ("src", "dst", "nbytes", "chunk", "dep_ptr", "dep_idx")
+PER_CHUNK = "per_chunk"      # a traced ring size's last division: by its ranks times the chunk count
 
 
 class Deferred(Schedule):
@@ -360,14 +372,24 @@ def ring(group: list[int], nbytes_per_transfer: float, steps: int, chunks: int) 
     return RingSchedule(np.asarray(group, dtype=np.int32), steps, chunks, nbytes_per_transfer)
 
 
+def per_chunk(nbytes: float, n: int, chunks: int) -> float:
+    """nbytes / (n * chunks), a ring's bytes per transfer. A traced byte count (network/plan.py) records the
+    division as `(PER_CHUNK, n)`, so that a plan can size the ring for another chunk count."""
+    size = nbytes / (n * chunks)
+    recipe = getattr(size, "recipe", None)
+    if recipe is not None:
+        size.recipe = recipe[:-1] + ((PER_CHUNK, n),)
+    return size
+
+
 def ring_collective(op: str, group: list[int], nbytes: float, chunks: int) -> Schedule:
     n = len(group)
     if n < 2:
         return empty()
     if op == "all_reduce":
-        return ring(group, nbytes / (n * chunks), 2 * (n - 1), chunks)
+        return ring(group, per_chunk(nbytes, n, chunks), 2 * (n - 1), chunks)
     if op in ("reduce_scatter", "all_gather"):
-        return ring(group, nbytes / (n * chunks), n - 1, chunks)
+        return ring(group, per_chunk(nbytes, n, chunks), n - 1, chunks)
     if op == "broadcast":
         src, dst, nb, ch, deps = [], [], [], [], []
         for c in range(chunks):

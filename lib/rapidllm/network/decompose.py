@@ -96,7 +96,8 @@ def run_staged(router: Router, sched: Schedule, release: np.ndarray, link_bw: np
     rel2 = np.maximum(release[n1 + nb:], bars[bar_of])
     f2, busy2, ev2 = simulate(router, second, rel2, link_bw, link_lat, r2)
     if rec is not None:
-        rec.append(plan.Staged(n1, nb, bar_src, bar_ptr[:-1][has], has, bar_of, r1[0], r2[0])
+        rec.append(plan.Staged(n1, nb, bar_src, bar_ptr[:-1][has], has, bar_of, r1[0], r2[0],
+                               getattr(sched, "_joint_shapes", None))
                    if r1[0] is not None and r2[0] is not None else None)
     return np.concatenate([f1, bars, f2]), busy1 + busy2, int(ev1) + int(ev2)
 

@@ -24,6 +24,18 @@ caller simulates it the ordinary way.
 The one decision that depends on the bytes, whether identical parts are released at equal times
 (decompose.run_replicated), is checked again on every replay; when it would go the other way the replay
 returns None and the caller simulates from scratch.
+
+**Other chunk counts.** The chunk count follows from the bytes (api.chunk_count), so a sweep meets one
+collective at several counts; `Plan.for_chunks` derives the plan for another count instead of building and
+decomposing the schedule again. Nothing the recording decided depends on the count: every unit of a ring
+(whose routes and link checks decide stages and replicas) is a ring position, the same for every chunk,
+and a ring's division of the bytes by its ranks times chunks is recorded as the marker `(PER_CHUNK, n)`
+(collectives.ring_collective), replayed as a division by n times the new count. What does depend on it is
+recomputed: transfer counts, and the barrier arrays of a stage join, from the rings' shapes by the
+function `collectives.sequence` uses (`ring_joint`), which is why only joins built from ring shapes carry
+over (`Staged.shapes`; equal arrays between parts for one count are equal for every count: they are the
+rank pattern of the rings repeated per chunk). tests/test_network_plan.py compares derived plans with
+fresh simulations.
 """
 from __future__ import annotations
 
@@ -32,7 +44,7 @@ from typing import Union
 
 import numpy as np
 
-from rapidllm.network.collectives import RingSchedule, Schedule, ring_shape
+from rapidllm.network.collectives import PER_CHUNK, RingSchedule, Schedule, ring_joint, ring_shape
 from rapidllm.network.routing import Router, route_table
 from rapidllm.network.simulator import ring_kernel
 
@@ -55,10 +67,11 @@ class Traced(float):
         return Traced(value, self.recipe + (other,))
 
 
-def replay(nbytes: float, recipe: tuple) -> float:
-    """The builder's arithmetic on `nbytes`: the recipe's divisions in order."""
+def replay(nbytes: float, recipe: tuple, chunks: int) -> float:
+    """The builder's arithmetic on `nbytes`: the recipe's divisions in order, `(PER_CHUNK, n)` dividing by
+    n times `chunks` (the product first, as the builder computes it)."""
     for d in recipe:
-        nbytes = nbytes / d
+        nbytes = nbytes / (d[1] * chunks if type(d) is tuple else d)
     return nbytes
 
 
@@ -100,7 +113,9 @@ class Replicated:
 
 @dataclass(frozen=True)
 class Staged:
-    """Two stages sharing no link: `first` (n1 transfers), nb barriers, `second` (decompose.run_staged)."""
+    """Two stages sharing no link: `first` (n1 transfers), nb barriers, `second` (decompose.run_staged).
+    `shapes`: (groups, steps) of both stages' rings when the join was computed from them (`ring_joint`),
+    so it can be recomputed for another chunk count; None otherwise."""
     n1: int
     nb: int
     bar_src: np.ndarray
@@ -109,6 +124,14 @@ class Staged:
     bar_of: np.ndarray
     first: Node
     second: Node
+    shapes: tuple | None = None
+
+    @classmethod
+    def join(cls, n1: int, bar_ptr: np.ndarray, bar_src: np.ndarray, bar_of: np.ndarray, first: Node,
+             second: Node, shapes: tuple | None) -> Staged:
+        """The node of a join whose barrier b waits for bar_src[bar_ptr[b]:bar_ptr[b+1]] of `first`."""
+        has = np.diff(bar_ptr) > 0
+        return cls(n1, len(bar_ptr) - 1, bar_src, bar_ptr[:-1][has], has, bar_of, first, second, shapes)
 
 
 Node = Union[Leaf, Replicated, Staged]
@@ -126,6 +149,41 @@ def leaf(router: Router, sched: Schedule, unequal: int) -> Leaf | None:
     groups, steps, chunks, _ = rings
     pos_route, ptr, links = route_table(router, groups.ravel(), np.roll(groups, -1, axis=1).ravel())
     return Leaf(pos_route.reshape(groups.shape), steps, chunks, recipe, ptr, links, unequal)
+
+
+def transfers(node: Node) -> int:
+    """Transfers of the schedule a node simulates (barriers included)."""
+    if isinstance(node, Leaf):
+        m, n = node.pos_route.shape
+        return m * node.chunks * node.steps * n
+    if isinstance(node, Replicated):
+        return node.m * node.size
+    return node.n1 + node.nb + transfers(node.second)
+
+
+def for_chunks(node: Node, chunks: int) -> Node | None:
+    """The node of the same collective in `chunks` chunks (module docstring), or None when it has a part
+    that cannot be carried over: a ring sized otherwise than per chunk, a join not made from ring shapes."""
+    if isinstance(node, Leaf):
+        last = node.recipe[-1] if node.recipe else None
+        if type(last) is not tuple or last != (PER_CHUNK, node.pos_route.shape[1]):
+            return None
+        return Leaf(node.pos_route, node.steps, chunks, node.recipe, node.route_ptr, node.route_links,
+                    node.unequal)
+    if isinstance(node, Replicated):
+        first = for_chunks(node.first, chunks)
+        return None if first is None else Replicated(node.m, transfers(first), first)
+    if node.shapes is None:
+        return None
+    first, second = for_chunks(node.first, chunks), for_chunks(node.second, chunks)
+    if first is None or second is None:
+        return None
+    (g1, s1), (g2, s2) = node.shapes
+    joint = ring_joint(g1, s1, chunks, g2, s2, chunks)
+    if joint is None:
+        return None
+    _, _, inv, bar_ptr, bar_idx = joint
+    return Staged.join(transfers(first), bar_ptr, bar_idx.astype(np.int64), inv, first, second, node.shapes)
 
 
 def barriers(f1: np.ndarray, release: np.ndarray, bar_src: np.ndarray, starts: np.ndarray,
@@ -150,8 +208,8 @@ def run(node: Node, nbytes: float, release: np.ndarray, link_bw: np.ndarray,
     if isinstance(node, Leaf):
         if node.unequal and _equal_rows(release, node.unequal):
             return None
-        finish, _, events = ring_kernel(node.pos_route, node.steps, node.chunks, replay(nbytes, node.recipe),
-                                        release, node.route_ptr, node.route_links, link_bw, link_lat)
+        finish, _, events = ring_kernel(node.pos_route, node.steps, node.chunks,
+                                        replay(nbytes, node.recipe, node.chunks), release, node.route_ptr, node.route_links, link_bw, link_lat)
         return finish, int(events)
     if isinstance(node, Replicated):
         if not _equal_rows(release, node.m):
@@ -187,6 +245,12 @@ class Plan:
     def nbytes(self) -> int:
         """Bytes of the arrays the plan holds (route tables included: it keeps them alive)."""
         return _nbytes(self.root)
+
+    def for_chunks(self, chunks: int) -> Plan | None:
+        """This collective's plan in `chunks` chunks per transfer, or None when it cannot be derived (then
+        the caller simulates from scratch)."""
+        root = None if self.root is None else for_chunks(self.root, chunks)
+        return None if root is None else Plan(root, transfers(root), self.link_bw, self.link_lat)
 
     def time(self, nbytes: float, setup: float) -> tuple[float, int] | None:
         """(completion time, link events) of the collective of `nbytes` whose transfers are all released
