@@ -382,6 +382,13 @@ def per_chunk(nbytes: float, n: int, chunks: int) -> float:
     return size
 
 
+def _sized(sched: Schedule, size: float) -> Schedule:
+    """`sched`, every transfer of which carries `size` bytes, remembering a traced size's recipe (its
+    chunks in order, no dependencies: network/plan.py replays it as `plan.Direct`)."""
+    sched.recipe = getattr(size, "recipe", None)
+    return sched
+
+
 def ring_collective(op: str, group: list[int], nbytes: float, chunks: int) -> Schedule:
     n = len(group)
     if n < 2:
@@ -404,15 +411,17 @@ def direct(op: str, group: list[int], nbytes: float, chunks: int) -> Schedule:
     """Every rank sends straight to every peer (offset k = 1..n-1 in order)."""
     n = len(group)
     if op == "send_recv":
-        return from_lists([group[0]] * chunks, [group[1]] * chunks, [nbytes / chunks] * chunks,
-                          list(range(chunks)), [[] for _ in range(chunks)])
+        size = per_chunk(nbytes, 1, chunks)
+        return _sized(from_lists([group[0]] * chunks, [group[1]] * chunks, [size] * chunks,
+                                 list(range(chunks)), [[] for _ in range(chunks)]), size)
     if n < 2:
         return empty()
     g = np.asarray(group, dtype=np.int32)
     c, k, p = _chain_ids(n, n - 1, chunks)
     k = k + 1
-    one = Schedule(g[p], g[(p + k) % n], np.full(len(p), nbytes / (n * chunks)), c.astype(np.int32),
-                   np.zeros(len(p) + 1, dtype=np.int64), np.zeros(0, dtype=np.int32))
+    size = per_chunk(nbytes, n, chunks)
+    one = _sized(Schedule(g[p], g[(p + k) % n], np.full(len(p), size), c.astype(np.int32),
+                          np.zeros(len(p) + 1, dtype=np.int64), np.zeros(0, dtype=np.int32)), size)
     if op in ("reduce_scatter", "all_gather", "all_to_all"):
         return one
     if op == "all_reduce":

@@ -46,7 +46,7 @@ import numpy as np
 
 from rapidllm.network.collectives import PER_CHUNK, RingSchedule, Schedule, ring_joint, ring_shape
 from rapidllm.network.routing import Router, route_table
-from rapidllm.network.simulator import ring_kernel
+from rapidllm.network.simulator import ring_kernel, simulate_kernel
 
 UNEQUAL = object()      # decompose.run_replicated: the parts were identical but released at different times
 
@@ -80,8 +80,10 @@ def _recipes(sched: Schedule) -> tuple:
     if isinstance(sched, RingSchedule):
         return (sched.recipe,)
     staged = getattr(sched, "_sequence", None)
-    pieces = staged[:2] if staged is not None else getattr(sched, "_parts", None) or ()
-    return tuple(r for p in pieces for r in _recipes(p))
+    pieces = staged[:2] if staged is not None else getattr(sched, "_parts", None)
+    if pieces is None and type(sched) is Schedule:
+        return (getattr(sched, "recipe", None),)
+    return tuple(r for p in pieces or () for r in _recipes(p))
 
 
 def same_recipes(parts: tuple[Schedule, ...]) -> bool:
@@ -101,6 +103,18 @@ class Leaf:
     route_ptr: np.ndarray
     route_links: np.ndarray
     unequal: int                # parts to check for equal release times (0: none)
+
+
+@dataclass(frozen=True)
+class Direct:
+    """Transfers without dependencies, chunk by chunk, each chunk's transfers taking the routes `route_row`
+    (collectives.direct: send/recv and the direct collectives), all of one traced size, on
+    `simulator.simulate_kernel`."""
+    route_row: np.ndarray
+    chunks: int
+    recipe: tuple
+    route_ptr: np.ndarray
+    route_links: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -134,14 +148,14 @@ class Staged:
         return cls(n1, len(bar_ptr) - 1, bar_src, bar_ptr[:-1][has], has, bar_of, first, second, shapes)
 
 
-Node = Union[Leaf, Replicated, Staged]
+Node = Union[Leaf, Direct, Replicated, Staged]
 
 
 def leaf(router: Router, sched: Schedule, unequal: int) -> Leaf | None:
     """The plan of `simulator.simulate_schedule(router, sched, ...)` when it runs rings of one traced shape."""
     rings = ring_shape(sched)
     if rings is None:
-        return None
+        return _direct(router, sched) if type(sched) is Schedule else None
     parts = getattr(sched, "_parts", None) or (sched,)
     recipe = getattr(parts[0], "recipe", None)
     if recipe is None or any(getattr(p, "recipe", None) != recipe for p in parts):
@@ -151,11 +165,29 @@ def leaf(router: Router, sched: Schedule, unequal: int) -> Leaf | None:
     return Leaf(pos_route.reshape(groups.shape), steps, chunks, recipe, ptr, links, unequal)
 
 
+def _direct(router: Router, sched: Schedule) -> Direct | None:
+    """The plan of a schedule of one traced size without dependencies whose chunks repeat one another
+    (`Direct`), or None."""
+    recipe = getattr(sched, "recipe", None)
+    n = len(sched)
+    if recipe is None or not n or len(sched.dep_idx) or np.any(sched.dep_ptr):
+        return None
+    chunks = int(sched.chunk[-1]) + 1
+    route_of, ptr, links = route_table(router, sched.src, sched.dst)
+    row = route_of[:n // chunks]
+    if n % chunks or not (np.array_equal(sched.chunk, np.repeat(np.arange(chunks), n // chunks))
+                          and np.array_equal(route_of, np.tile(row, chunks))):
+        return None
+    return Direct(row, chunks, recipe, ptr, links)
+
+
 def transfers(node: Node) -> int:
     """Transfers of the schedule a node simulates (barriers included)."""
     if isinstance(node, Leaf):
         m, n = node.pos_route.shape
         return m * node.chunks * node.steps * n
+    if isinstance(node, Direct):
+        return len(node.route_row) * node.chunks
     if isinstance(node, Replicated):
         return node.m * node.size
     return node.n1 + node.nb + transfers(node.second)
@@ -170,6 +202,11 @@ def for_chunks(node: Node, chunks: int) -> Node | None:
             return None
         return Leaf(node.pos_route, node.steps, chunks, node.recipe, node.route_ptr, node.route_links,
                     node.unequal)
+    if isinstance(node, Direct):
+        last = node.recipe[-1] if node.recipe else None
+        if type(last) is not tuple or last[0] != PER_CHUNK:
+            return None
+        return Direct(node.route_row, chunks, node.recipe, node.route_ptr, node.route_links)
     if isinstance(node, Replicated):
         first = for_chunks(node.first, chunks)
         return None if first is None else Replicated(node.m, transfers(first), first)
@@ -210,6 +247,13 @@ def run(node: Node, nbytes: float, release: np.ndarray, link_bw: np.ndarray,
             return None
         finish, _, events = ring_kernel(node.pos_route, node.steps, node.chunks,
                                         replay(nbytes, node.recipe, node.chunks), release, node.route_ptr, node.route_links, link_bw, link_lat)
+        return finish, int(events)
+    if isinstance(node, Direct):
+        n = len(node.route_row) * node.chunks
+        finish, _, events = simulate_kernel(np.tile(node.route_row, node.chunks),
+                                            np.full(n, replay(nbytes, node.recipe, node.chunks)), release,
+                                            np.zeros(n + 1, np.int64), np.zeros(0, np.int32), node.route_ptr,
+                                            node.route_links, link_bw, link_lat)
         return finish, int(events)
     if isinstance(node, Replicated):
         if not _equal_rows(release, node.m):
@@ -266,6 +310,8 @@ class Plan:
 def _nbytes(node: Node | None) -> int:
     if isinstance(node, Leaf):
         return node.pos_route.nbytes + node.route_ptr.nbytes + node.route_links.nbytes
+    if isinstance(node, Direct):
+        return node.route_row.nbytes + node.route_ptr.nbytes + node.route_links.nbytes
     if isinstance(node, Replicated):
         return _nbytes(node.first)
     if isinstance(node, Staged):
