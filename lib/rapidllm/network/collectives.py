@@ -161,7 +161,7 @@ def ring_joint(g1: np.ndarray, s1: int, c1: int, g2: np.ndarray, s2: int, c2: in
 
     Ring k, chunk c, step t, position p is transfer ((k * chunks + c) * steps + t) * n + p, sending from
     groups[k, p] to groups[k, p + 1] (collectives.RingSchedule)."""
-    dst = np.roll(g1, -1, axis=1).astype(np.int64).ravel()          # destination of each ring position
+    dst = successors(g1).astype(np.int64).ravel()          # destination of each ring position
     if len(np.unique(dst)) != dst.size:
         return None
     k = max(c1, c2)
@@ -283,7 +283,7 @@ class RingSchedule(Deferred):
         if name == "src":
             out = np.tile(g, reps)
         elif name == "dst":
-            out = np.tile(np.roll(g, -1), reps)
+            out = np.tile(successors(g), reps)
         elif name == "nbytes":
             out = np.full(reps * n, self.size)
         elif name == "chunk":
@@ -324,6 +324,12 @@ def _ring_dep_idx(n, steps, chunks):
     return dep_idx
 
 
+def successors(groups: np.ndarray) -> np.ndarray:
+    """Destination of every ring position: `np.roll(groups, -1, axis=-1)` (rings along the last axis), without
+    roll's argument handling (the simulator asks it for every ring it routes)."""
+    return np.concatenate((groups[..., 1:], groups[..., :1]), axis=-1)
+
+
 def ring_shape(sched: Schedule) -> tuple[np.ndarray, int, int, float] | None:
     """(groups as an (m, n) matrix, steps, chunks, bytes per transfer) of a lazy ring or of a `concat` of
     lazy rings of one shape, when no field of it was assigned (the simulator's ring fast path); else None."""
@@ -348,7 +354,7 @@ def _ring_groups_field(groups: np.ndarray, steps: int, chunks: int, size: float,
     if name == "src":
         return np.broadcast_to(groups[:, None, :], (m, reps, n)).ravel()
     if name == "dst":
-        return np.broadcast_to(np.roll(groups, -1, axis=1)[:, None, :], (m, reps, n)).ravel()
+        return np.broadcast_to(successors(groups)[:, None, :], (m, reps, n)).ravel()
     if name == "nbytes":
         return np.full(m * length, float(size))
     if name == "chunk":

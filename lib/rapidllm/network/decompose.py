@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from rapidllm.network import plan
-from rapidllm.network.collectives import RingSchedule, Schedule
+from rapidllm.network.collectives import RingSchedule, Schedule, successors
 from rapidllm.network.routing import Router, route_table
 from rapidllm.network.simulator import simulate_schedule
 
@@ -130,16 +130,22 @@ def _units(sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
     transfer of position p takes position p's route), its stages' and parts' units in order, else every
     transfer. Barriers (zero hops) are no units."""
     if _lazy_ring(sched):
-        return sched.group, np.roll(sched.group, -1)
+        return sched.group, successors(sched.group)
     staged = getattr(sched, "_sequence", None)
     pieces = staged[:2] if staged is not None else getattr(sched, "_parts", None)
-    if pieces:
-        if all(_lazy_ring(p) and len(p.group) == len(pieces[0].group) for p in pieces):
-            g = np.stack([p.group for p in pieces])
-            return g.ravel(), np.roll(g, -1, axis=1).ravel()
+    if not pieces:
+        return np.asarray(sched.src), np.asarray(sched.dst)
+    known = sched.__dict__.get("_unit_ranks")     # a function of the pieces: kept on the schedule, which
+    if known is not None:                         # every level of `simulate` asks again
+        return known
+    if all(_lazy_ring(p) and len(p.group) == len(pieces[0].group) for p in pieces):
+        g = np.stack([p.group for p in pieces])
+        out = g.ravel(), successors(g).ravel()
+    else:
         units = [_units(p) for p in pieces]
-        return np.concatenate([u[0] for u in units]), np.concatenate([u[1] for u in units])
-    return np.asarray(sched.src), np.asarray(sched.dst)
+        out = np.concatenate([u[0] for u in units]), np.concatenate([u[1] for u in units])
+    sched.__dict__["_unit_ranks"] = out
+    return out
 
 
 def _expand(route_ids: np.ndarray, ptr: np.ndarray, links: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -93,6 +93,8 @@ def hierarchical(op: str, topo: Topology, ranks: list[int], nbytes: float, chunk
         return concat([ring_collective(kind, g, nbytes, chunks) for g in ins])
 
     def outer(kind: str) -> Schedule:
+        if len(dims) == 2:      # an outer group varies along dims[1] alone: hierarchical() would give its ring
+            return concat([ring_collective(kind, g, shard, chunks) for g in outs])
         return concat([hierarchical(kind, topo, g, shard, chunks) for g in outs])
 
     if op == "all_reduce":

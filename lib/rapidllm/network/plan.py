@@ -44,7 +44,8 @@ from typing import Union
 
 import numpy as np
 
-from rapidllm.network.collectives import PER_CHUNK, RingSchedule, Schedule, ring_joint, ring_shape
+from rapidllm.network.collectives import (PER_CHUNK, RingSchedule, Schedule, ring_joint, ring_shape,
+                                          successors)
 from rapidllm.network.routing import Router, route_table
 from rapidllm.network.simulator import ring_kernel, simulate_kernel
 
@@ -161,7 +162,7 @@ def leaf(router: Router, sched: Schedule, unequal: int) -> Leaf | None:
     if recipe is None or any(getattr(p, "recipe", None) != recipe for p in parts):
         return None
     groups, steps, chunks, _ = rings
-    pos_route, ptr, links = route_table(router, groups.ravel(), np.roll(groups, -1, axis=1).ravel())
+    pos_route, ptr, links = route_table(router, groups.ravel(), successors(groups).ravel())
     return Leaf(pos_route.reshape(groups.shape), steps, chunks, recipe, ptr, links, unequal)
 
 
