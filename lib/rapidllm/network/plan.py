@@ -39,7 +39,7 @@ fresh simulations.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Union
 
 import numpy as np
@@ -222,6 +222,21 @@ def for_chunks(node: Node, chunks: int) -> Node | None:
         return None
     _, _, inv, bar_ptr, bar_idx = joint
     return Staged.join(transfers(first), bar_ptr, bar_idx.astype(np.int64), inv, first, second, node.shapes)
+
+
+def relinked(node: Node, mapping: np.ndarray) -> Node | None:
+    """The node with every route's links renamed by `mapping` (link id -> link id on another fabric,
+    network/relocate.py), or None when a link has no image (-1)."""
+    if isinstance(node, (Leaf, Direct)):
+        links = mapping[node.route_links]
+        if len(links) and links.min() < 0:
+            return None
+        return replace(node, route_links=links.astype(np.int32))
+    if isinstance(node, Replicated):
+        first = relinked(node.first, mapping)
+        return None if first is None else replace(node, first=first)
+    first, second = relinked(node.first, mapping), relinked(node.second, mapping)
+    return None if first is None or second is None else replace(node, first=first, second=second)
 
 
 def barriers(f1: np.ndarray, release: np.ndarray, bar_src: np.ndarray, starts: np.ndarray,
