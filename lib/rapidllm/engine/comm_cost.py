@@ -176,7 +176,8 @@ class CommCost:
         nccl = algorithm == "auto"          # TensorRT-LLM's own all-reduce kernel pays no NCCL per-call base
         algorithm = resolve_algorithm(topo, op, nbytes, list(groups[0]), algorithm, None, self.util, router)
         # equivalent groups span the same dimensions, so the first one's set-up is everyone's
-        setup = setup_latency(topo, algorithm, list(groups[0])) if nccl else 0.0
+        setup = router.remembered(("setup", algorithm, groups[0]), len(groups[0]),
+                                  lambda: setup_latency(topo, algorithm, list(groups[0]))) if nccl else 0.0
         chunks = tuple(chunk_count(topo, op, nbytes, n, algorithm) for n in sorted({len(g) for g in groups}))
         pkey = (net, self.util, op, algorithm, chunks, tuple(groups))
         plans = current().collective_plans

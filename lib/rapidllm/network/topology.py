@@ -174,7 +174,7 @@ def build_topology(net: NetworkSpec) -> Topology:
         bandwidth=np.array(b.bw, dtype=np.float64), latency=np.array(b.lat, dtype=np.float64),
         dim=np.array(b.dim, dtype=np.int32), alive=np.ones(len(b.src), dtype=bool),
         switches=switches, switch_labels=labels, fat_tree=fat, chunk_bytes=net.chunk_bytes)
-    topo.link_of = {(int(s), int(t)): i for i, (s, t) in enumerate(zip(topo.src, topo.dst))}
+    topo.link_of = dict(zip(zip(topo.src.tolist(), topo.dst.tolist()), range(len(topo.src))))
     apply_faults(topo, net.faults)
     return topo
 
