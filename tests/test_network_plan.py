@@ -103,14 +103,15 @@ def test_plans_for_other_chunk_counts_equal_fresh_simulations(kind, faulty, op):
         assert derived[0] == (0 if kind == 1 else len(sizes))     # plain fat tree: contending, no plan
 
 
-@pytest.mark.parametrize("op,groups", [("send_recv", [[0, 8], [1, 9], [2, 10], [3, 11]]),     # a stage boundary
-                                       ("send_recv", [[5, 40]]),
-                                       ("all_to_all", [[0, 1, 2, 3], [4, 5, 6, 7]]),
-                                       ("reduce_scatter", [[0, 8, 16, 24]])])
-def test_direct_plans_equal_fresh_simulations_in_every_chunk_count(op, groups):
-    """Schedules of dependency-free chunks (collectives.direct) replay as `plan.Direct`, also in other chunk
-    counts, with the fresh simulation's time and events."""
-    topo = build_topology(fabric(0))
+@pytest.mark.parametrize("kind,op,groups", [(0, "send_recv", [[0, 8], [1, 9], [2, 10], [3, 11]]),  # stage boundary
+                                            (1, "send_recv", [[0, 32], [1, 33], [2, 34], [3, 35]]),   # contending
+                                            (0, "send_recv", [[5, 40]]),
+                                            (0, "all_to_all", [[0, 1, 2, 3], [4, 5, 6, 7]]),
+                                            (0, "reduce_scatter", [[0, 8, 16, 24]])])
+def test_direct_plans_equal_fresh_simulations_in_every_chunk_count(kind, op, groups):
+    """Schedules of dependency-free chunks (collectives.direct), alone, replicated or contending, replay as
+    `plan.Direct`, also in other chunk counts, with the fresh simulation's time and events."""
+    topo = build_topology(fabric(kind))
     sizes = [1000.0, 3e6 + 7, 5e7, 9e8 + 1]
     chunks = [chunk_count(topo, op, b, len(groups[0]), "direct") for b in sizes]
     assert len(set(chunks)) >= 3

@@ -108,14 +108,20 @@ class Leaf:
 
 @dataclass(frozen=True)
 class Direct:
-    """Transfers without dependencies, chunk by chunk, each chunk's transfers taking the routes `route_row`
-    (collectives.direct: send/recv and the direct collectives), all of one traced size, on
-    `simulator.simulate_kernel`."""
-    route_row: np.ndarray
+    """Parts side by side (one, or a `concat` of several), each a schedule of transfers without dependencies
+    chunk by chunk, each chunk's transfers taking the part's routes `route_rows[k]` (collectives.direct:
+    send/recv and the direct collectives), all of one traced size, on `simulator.simulate_kernel`."""
+    route_rows: np.ndarray      # (parts, transfers per chunk)
     chunks: int
     recipe: tuple
     route_ptr: np.ndarray
     route_links: np.ndarray
+    unequal: int                # parts to check for equal release times (0: none), as `Leaf.unequal`
+
+    def route_of(self) -> np.ndarray:
+        """Route id of every transfer: part by part, chunk by chunk."""
+        m, per = self.route_rows.shape
+        return np.broadcast_to(self.route_rows[:, None, :], (m, self.chunks, per)).ravel()
 
 
 @dataclass(frozen=True)
@@ -152,11 +158,12 @@ class Staged:
 Node = Union[Leaf, Direct, Replicated, Staged]
 
 
-def leaf(router: Router, sched: Schedule, unequal: int) -> Leaf | None:
-    """The plan of `simulator.simulate_schedule(router, sched, ...)` when it runs rings of one traced shape."""
+def leaf(router: Router, sched: Schedule, unequal: int) -> Leaf | Direct | None:
+    """The plan of `simulator.simulate_schedule(router, sched, ...)` when it runs rings of one traced shape
+    or dependency-free chunks of one traced size."""
     rings = ring_shape(sched)
     if rings is None:
-        return _direct(router, sched) if type(sched) is Schedule else None
+        return _direct(router, sched, unequal)
     parts = getattr(sched, "_parts", None) or (sched,)
     recipe = getattr(parts[0], "recipe", None)
     if recipe is None or any(getattr(p, "recipe", None) != recipe for p in parts):
@@ -166,20 +173,23 @@ def leaf(router: Router, sched: Schedule, unequal: int) -> Leaf | None:
     return Leaf(pos_route.reshape(groups.shape), steps, chunks, recipe, ptr, links, unequal)
 
 
-def _direct(router: Router, sched: Schedule) -> Direct | None:
-    """The plan of a schedule of one traced size without dependencies whose chunks repeat one another
-    (`Direct`), or None."""
-    recipe = getattr(sched, "recipe", None)
-    n = len(sched)
-    if recipe is None or not n or len(sched.dep_idx) or np.any(sched.dep_ptr):
+def _direct(router: Router, sched: Schedule, unequal: int) -> Direct | None:
+    """The `Direct` plan of a schedule (or a concatenation of equally long ones, `_parts`) of one traced size
+    without dependencies whose chunks repeat one another, or None."""
+    parts = (sched,) if type(sched) is Schedule else getattr(sched, "_parts", None)
+    if not parts or getattr(sched, "overridden", False) or getattr(sched, "_sequence", None) is not None or any(type(p) is not Schedule for p in parts):
         return None
-    chunks = int(sched.chunk[-1]) + 1
+    recipe = getattr(parts[0], "recipe", None)
+    n = len(parts[0])
+    if recipe is None or not n or any(getattr(p, "recipe", None) != recipe for p in parts):
+        return None
+    chunks = int(parts[0].chunk[-1]) + 1
+    if n % chunks or any(len(p.dep_idx) or np.any(p.dep_ptr) or not np.array_equal(
+            p.chunk, np.repeat(np.arange(chunks), n // chunks)) for p in parts):
+        return None
     route_of, ptr, links = route_table(router, sched.src, sched.dst)
-    row = route_of[:n // chunks]
-    if n % chunks or not (np.array_equal(sched.chunk, np.repeat(np.arange(chunks), n // chunks))
-                          and np.array_equal(route_of, np.tile(row, chunks))):
-        return None
-    return Direct(row, chunks, recipe, ptr, links)
+    node = Direct(route_of.reshape(len(parts), chunks, -1)[:, 0, :], chunks, recipe, ptr, links, unequal)
+    return node if np.array_equal(node.route_of(), route_of) else None
 
 
 def transfers(node: Node) -> int:
@@ -188,7 +198,7 @@ def transfers(node: Node) -> int:
         m, n = node.pos_route.shape
         return m * node.chunks * node.steps * n
     if isinstance(node, Direct):
-        return len(node.route_row) * node.chunks
+        return node.route_rows.size * node.chunks
     if isinstance(node, Replicated):
         return node.m * node.size
     return node.n1 + node.nb + transfers(node.second)
@@ -207,7 +217,7 @@ def for_chunks(node: Node, chunks: int) -> Node | None:
         last = node.recipe[-1] if node.recipe else None
         if type(last) is not tuple or last[0] != PER_CHUNK:
             return None
-        return Direct(node.route_row, chunks, node.recipe, node.route_ptr, node.route_links)
+        return replace(node, chunks=chunks)
     if isinstance(node, Replicated):
         first = for_chunks(node.first, chunks)
         return None if first is None else Replicated(node.m, transfers(first), first)
@@ -265,11 +275,12 @@ def run(node: Node, nbytes: float, release: np.ndarray, link_bw: np.ndarray,
                                         replay(nbytes, node.recipe, node.chunks), release, node.route_ptr, node.route_links, link_bw, link_lat)
         return finish, int(events)
     if isinstance(node, Direct):
-        n = len(node.route_row) * node.chunks
-        finish, _, events = simulate_kernel(np.tile(node.route_row, node.chunks),
-                                            np.full(n, replay(nbytes, node.recipe, node.chunks)), release,
-                                            np.zeros(n + 1, np.int64), np.zeros(0, np.int32), node.route_ptr,
-                                            node.route_links, link_bw, link_lat)
+        if node.unequal and _equal_rows(release, node.unequal):
+            return None
+        n = node.route_rows.size * node.chunks
+        finish, _, events = simulate_kernel(node.route_of(), np.full(n, replay(nbytes, node.recipe, node.chunks)),
+                                            release, np.zeros(n + 1, np.int64), np.zeros(0, np.int32),
+                                            node.route_ptr, node.route_links, link_bw, link_lat)
         return finish, int(events)
     if isinstance(node, Replicated):
         if not _equal_rows(release, node.m):
@@ -327,7 +338,7 @@ def _nbytes(node: Node | None) -> int:
     if isinstance(node, Leaf):
         return node.pos_route.nbytes + node.route_ptr.nbytes + node.route_links.nbytes
     if isinstance(node, Direct):
-        return node.route_row.nbytes + node.route_ptr.nbytes + node.route_links.nbytes
+        return node.route_rows.nbytes + node.route_ptr.nbytes + node.route_links.nbytes
     if isinstance(node, Replicated):
         return _nbytes(node.first)
     if isinstance(node, Staged):
