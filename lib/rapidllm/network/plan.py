@@ -177,7 +177,8 @@ def _direct(router: Router, sched: Schedule, unequal: int) -> Direct | None:
     """The `Direct` plan of a schedule (or a concatenation of equally long ones, `_parts`) of one traced size
     without dependencies whose chunks repeat one another, or None."""
     parts = (sched,) if type(sched) is Schedule else getattr(sched, "_parts", None)
-    if not parts or getattr(sched, "overridden", False) or getattr(sched, "_sequence", None) is not None or any(type(p) is not Schedule for p in parts):
+    if (not parts or getattr(sched, "overridden", False) or getattr(sched, "_sequence", None) is not None
+            or any(type(p) is not Schedule for p in parts)):
         return None
     recipe = getattr(parts[0], "recipe", None)
     n = len(parts[0])
@@ -272,7 +273,8 @@ def run(node: Node, nbytes: float, release: np.ndarray, link_bw: np.ndarray,
         if node.unequal and _equal_rows(release, node.unequal):
             return None
         finish, _, events = ring_kernel(node.pos_route, node.steps, node.chunks,
-                                        replay(nbytes, node.recipe, node.chunks), release, node.route_ptr, node.route_links, link_bw, link_lat)
+                                        replay(nbytes, node.recipe, node.chunks), release, node.route_ptr,
+                                        node.route_links, link_bw, link_lat)
         return finish, int(events)
     if isinstance(node, Direct):
         if node.unequal and _equal_rows(release, node.unequal):
