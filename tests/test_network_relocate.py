@@ -58,6 +58,10 @@ def test_moved_plans_equal_fresh_simulations_on_the_larger_fabric(op, groups, al
         here = there if chunks == recorded else there.for_chunks(chunks)
         _, setup, fresh = _run(large, Router(large), op, nbytes, groups, algorithm)
         assert here.time(nbytes, setup) == fresh
+    # the answers are shared (Plan.results) and are the small fabric's too
+    assert there.results is plan.results and len(plan.results) == 3
+    for (_, nbytes, setup), answer in plan.results.items():
+        assert _run(small, Router(small), op, nbytes, groups, algorithm)[1:] == (setup, answer)
 
 
 @pytest.mark.parametrize("other", ["degraded", "slower"])

@@ -197,6 +197,7 @@ class CommCost:
         finish, _, events = run_schedule(topo, sched, np.full(len(sched), setup), self.util, router, rec)
         if rec is not None:
             made = Plan.of(rec, len(sched), bw, topo.latency)             # one bandwidth array per router
+            made.remember(nbytes, setup, ((float(finish.max()) if len(finish) else 0.0), int(events)))
             plans.put(pkey, made, made.nbytes)
             if made.root is not None:
                 if len(chunks) == 1:

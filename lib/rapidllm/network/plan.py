@@ -39,7 +39,7 @@ fresh simulations.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Union
 
 import numpy as np
@@ -308,6 +308,10 @@ class Plan:
     transfers: int
     link_bw: np.ndarray
     link_lat: np.ndarray
+    # (chunks, bytes, set-up) -> (time, events) answered: shared with the plans derived from this one for
+    # other chunk counts and moved to fabrics where the collective runs alike (network/relocate.py), which
+    # answer alike, so a sweep's other world sizes look them up
+    results: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, rec: list, transfers: int, link_bw: np.ndarray, link_lat: np.ndarray) -> Plan:
@@ -323,17 +327,33 @@ class Plan:
         """This collective's plan in `chunks` chunks per transfer, or None when it cannot be derived (then
         the caller simulates from scratch)."""
         root = None if self.root is None else for_chunks(self.root, chunks)
-        return None if root is None else Plan(root, transfers(root), self.link_bw, self.link_lat)
+        return None if root is None else Plan(root, transfers(root), self.link_bw, self.link_lat, self.results)
+
+    @property
+    def chunks(self) -> int:
+        """Chunks per transfer of the recorded collective (0: no plan)."""
+        node = self.root
+        while isinstance(node, (Replicated, Staged)):
+            node = node.first
+        return 0 if node is None else node.chunks
+
+    def remember(self, nbytes: float, setup: float, answer: tuple[float, int]) -> None:
+        """Keep the answer of the simulation this plan was recorded from."""
+        self.results[(self.chunks, nbytes, setup)] = answer
 
     def time(self, nbytes: float, setup: float) -> tuple[float, int] | None:
         """(completion time, link events) of the collective of `nbytes` whose transfers are all released
         at `setup`, or None when it must be simulated from scratch."""
         if self.root is None:
             return None
+        key = (self.chunks, nbytes, setup)
+        known = self.results.get(key)
+        if known is not None:
+            return known
         out = run(self.root, nbytes, np.full(self.transfers, setup), self.link_bw, self.link_lat)
         if out is None:
             return None
-        return (float(out[0].max()) if len(out[0]) else 0.0), out[1]
+        return self.results.setdefault(key, ((float(out[0].max()) if len(out[0]) else 0.0), out[1]))
 
 
 def _nbytes(node: Node | None) -> int:

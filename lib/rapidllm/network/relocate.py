@@ -19,7 +19,8 @@ When two fabrics give equal footprints, numbering the links by first use is a bi
 the collective uses on each that maps routes to routes and keeps every bandwidth and latency, so the
 build, every decision and every kernel run are the same, float for float (the kernels order events by
 time and transfer id, never by link id). `moved` checks this and rewrites the plan's route tables through
-the bijection; anything else returns None and the caller simulates as usual.
+the bijection (and shares its answers, `Plan.results`: they are the same); anything else returns None and
+the caller simulates as usual.
 """
 from __future__ import annotations
 
@@ -84,4 +85,4 @@ def moved(plan: Plan, mine: Footprint, to: Origin, link_bw: np.ndarray, link_lat
     mapping = np.full(len(plan.link_bw), -1, np.int64)
     mapping[mine.used] = theirs.used
     root = relinked(plan.root, mapping)
-    return None if root is None else Plan(root, plan.transfers, link_bw, link_lat)
+    return None if root is None else Plan(root, plan.transfers, link_bw, link_lat, plan.results)
