@@ -28,8 +28,8 @@ from rapidllm.caches import current
 from rapidllm.network.api import (build_schedule, check_work, chunk_count, link_bandwidths, resolve_algorithm,
                                   run_schedule, setup_latency)
 from rapidllm.network.collectives import concat
-from rapidllm.network.mapping import RankMapping, dims_spanned
 from rapidllm.network.decompose import units
+from rapidllm.network.mapping import RankMapping, dims_spanned
 from rapidllm.network.plan import Plan, Traced
 from rapidllm.network.relocate import Origin, footprint, moved
 from rapidllm.network.routing import Router

@@ -10,15 +10,17 @@ records what it did as a plan:
 - `Staged`: simulate the first stage, take the barriers' maxima, simulate the second stage;
 - `Replicated`: simulate the first of m identical parts and repeat its finish times m times;
 - `Leaf`: one lazy ring or a concatenation of rings of one shape on `simulator.ring_kernel`, with its route
-  table.
+  table;
+- `Direct`: dependency-free transfers chunk by chunk (send/recv, the direct collectives; one part or
+  several side by side) on `simulator.simulate_kernel`, with its route table.
 
 A ring's bytes per transfer is the collective's bytes divided by a chain of numbers (a hierarchical level
 divides by the size of the level below, the ring by its ranks times chunks). The recording build passes
 the bytes as a `Traced` float, which remembers that chain (its `recipe`) through divisions and nothing else;
-`collectives.RingSchedule` keeps it. A plan replays the same divisions in the same order, so every ring gets
+`collectives.RingSchedule` keeps it (a direct schedule as `recipe`). A plan replays the same divisions in the same order, so every ring gets
 the float the builder would compute, and the kernels then see the same inputs as a fresh simulation: the
 same finish times and event counts bit for bit (tests/test_network_plan.py). Anything whose sizes are not
-such a chain (a schedule built from lists, any other arithmetic on the bytes) makes no plan, and the
+such a chain (trees and halving-doubling, any other arithmetic on the bytes) makes no plan, and the
 caller simulates it the ordinary way.
 
 The one decision that depends on the bytes, whether identical parts are released at equal times
@@ -35,7 +37,7 @@ recomputed: transfer counts, and the barrier arrays of a stage join, from the ri
 function `collectives.sequence` uses (`ring_joint`), which is why only joins built from ring shapes carry
 over (`Staged.shapes`; equal arrays between parts for one count are equal for every count: they are the
 rank pattern of the rings repeated per chunk). tests/test_network_plan.py compares derived plans with
-fresh simulations.
+fresh simulations. Fabrics of other sizes: network/relocate.py.
 """
 from __future__ import annotations
 
