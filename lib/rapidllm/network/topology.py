@@ -42,6 +42,8 @@ class Topology:
     fat_tree: dict[int, dict] = field(default_factory=dict)   # dim -> {leaf_of: {rank: leaf}, spines: [...]}
     link_of: dict[tuple[int, int], int] = field(default_factory=dict)
     chunk_bytes: float = DEFAULT_CHUNK_BYTES   # the network's collective chunk size (NetworkSpec.chunk_bytes)
+    # rank -> coordinates asked so far (routing asks them several times per route)
+    _coords: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_links(self) -> int:
@@ -49,11 +51,14 @@ class Topology:
 
     def coords(self, rank: int) -> tuple[int, ...]:
         """Per-dimension coordinates of `rank`, innermost dimension first."""
-        out = []
-        for s in self.sizes:
-            out.append(rank % s)
-            rank //= s
-        return tuple(out)
+        hit = self._coords.get(rank)
+        if hit is None:
+            out, r = [], int(rank)
+            for s in self.sizes:
+                out.append(r % s)
+                r //= s
+            hit = self._coords[rank] = tuple(out)
+        return hit
 
     def rank_of(self, coords: tuple[int, ...] | list[int]) -> int:
         rank, stride = 0, 1
