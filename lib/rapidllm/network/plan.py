@@ -17,11 +17,11 @@ records what it did as a plan:
 A ring's bytes per transfer is the collective's bytes divided by a chain of numbers (a hierarchical level
 divides by the size of the level below, the ring by its ranks times chunks). The recording build passes
 the bytes as a `Traced` float, which remembers that chain (its `recipe`) through divisions and nothing else;
-`collectives.RingSchedule` keeps it (a direct schedule as `recipe`). A plan replays the same divisions in the same order, so every ring gets
-the float the builder would compute, and the kernels then see the same inputs as a fresh simulation: the
-same finish times and event counts bit for bit (tests/test_network_plan.py). Anything whose sizes are not
-such a chain (trees and halving-doubling, any other arithmetic on the bytes) makes no plan, and the
-caller simulates it the ordinary way.
+`collectives.RingSchedule` keeps it (a direct schedule as `recipe`). A plan replays the same divisions in
+the same order, so every ring gets the float the builder would compute, and the kernels then see the same
+inputs as a fresh simulation: the same finish times and event counts bit for bit
+(tests/test_network_plan.py). Anything whose sizes are not such a chain (trees and halving-doubling, any
+other arithmetic on the bytes) makes no plan, and the caller simulates it the ordinary way.
 
 The one decision that depends on the bytes, whether identical parts are released at equal times
 (decompose.run_replicated), is checked again on every replay; when it would go the other way the replay
@@ -267,40 +267,55 @@ def _equal_rows(release: np.ndarray, m: int) -> bool:
     return bool((rel == rel[0]).all())
 
 
-def run(node: Node, nbytes: float, release: np.ndarray, link_bw: np.ndarray,
-        link_lat: np.ndarray) -> tuple[np.ndarray, int] | None:
+def run(node: Node, nbytes: float, release: np.ndarray | float, link_bw: np.ndarray, link_lat: np.ndarray,
+        whole: bool = True) -> tuple[np.ndarray | float, int] | None:
     """(finish per transfer, link events) of the recorded simulation for `nbytes`, or None when the
-    release times would make decompose choose differently (the caller then simulates from scratch)."""
-    if isinstance(node, Leaf):
-        if node.unequal and _equal_rows(release, node.unequal):
+    release times would make decompose choose differently (the caller then simulates from scratch).
+
+    `release`: per transfer, or one float for every transfer (a collective's set-up: then parts are
+    released alike without checking, and arrays are made only where a kernel reads them). `whole` False:
+    the latest finish time (-inf: no transfer) instead of every transfer's, so replicas are not repeated
+    and stages not joined."""
+    uniform = not isinstance(release, np.ndarray)
+    if isinstance(node, (Leaf, Direct)):
+        if node.unequal and (uniform or _equal_rows(release, node.unequal)):
             return None
-        finish, _, events = ring_kernel(node.pos_route, node.steps, node.chunks,
-                                        replay(nbytes, node.recipe, node.chunks), release, node.route_ptr,
-                                        node.route_links, link_bw, link_lat)
-        return finish, int(events)
-    if isinstance(node, Direct):
-        if node.unequal and _equal_rows(release, node.unequal):
-            return None
-        n = node.route_rows.size * node.chunks
-        finish, _, events = simulate_kernel(node.route_of(), np.full(n, replay(nbytes, node.recipe, node.chunks)),
-                                            release, np.zeros(n + 1, np.int64), np.zeros(0, np.int32),
-                                            node.route_ptr, node.route_links, link_bw, link_lat)
-        return finish, int(events)
+        rel = np.full(transfers(node), release) if uniform else release
+        size = replay(nbytes, node.recipe, node.chunks)
+        if isinstance(node, Leaf):
+            finish, _, events = ring_kernel(node.pos_route, node.steps, node.chunks, size, rel, node.route_ptr,
+                                            node.route_links, link_bw, link_lat)
+        else:
+            n = len(rel)
+            finish, _, events = simulate_kernel(node.route_of(), np.full(n, size), rel, np.zeros(n + 1, np.int64),
+                                                np.zeros(0, np.int32), node.route_ptr, node.route_links, link_bw,
+                                                link_lat)
+        return (finish if whole else _latest(finish)), int(events)
     if isinstance(node, Replicated):
-        if not _equal_rows(release, node.m):
+        if not uniform and not _equal_rows(release, node.m):
             return None
-        out = run(node.first, nbytes, np.ascontiguousarray(release[:node.size]), link_bw, link_lat)
-        return None if out is None else (np.tile(out[0], node.m), out[1] * node.m)
+        out = run(node.first, nbytes, release if uniform else np.ascontiguousarray(release[:node.size]), link_bw,
+                  link_lat, whole)
+        if out is None:
+            return None
+        return (np.tile(out[0], node.m) if whole else out[0]), out[1] * node.m
     n1, nb = node.n1, node.nb
-    first = run(node.first, nbytes, np.ascontiguousarray(release[:n1]), link_bw, link_lat)
+    first = run(node.first, nbytes, release if uniform else np.ascontiguousarray(release[:n1]), link_bw, link_lat)
     if first is None:
         return None
-    bars = barriers(first[0], release[n1:n1 + nb], node.bar_src, node.bar_starts, node.has)
-    rel2 = np.maximum(release[n1 + nb:], bars[node.bar_of])
-    second = run(node.second, nbytes, rel2, link_bw, link_lat)
+    bars = barriers(first[0], np.full(nb, release) if uniform else release[n1:n1 + nb], node.bar_src,
+                    node.bar_starts, node.has)
+    rel2 = np.maximum(release if uniform else release[n1 + nb:], bars[node.bar_of])
+    second = run(node.second, nbytes, rel2, link_bw, link_lat, whole)
     if second is None:
         return None
-    return np.concatenate([first[0], bars, second[0]]), first[1] + second[1]
+    if whole:
+        return np.concatenate([first[0], bars, second[0]]), first[1] + second[1]
+    return max(_latest(first[0]), _latest(bars), second[0]), first[1] + second[1]
+
+
+def _latest(finish: np.ndarray) -> float:
+    return float(finish.max()) if len(finish) else -np.inf
 
 
 @dataclass(frozen=True)
@@ -352,10 +367,10 @@ class Plan:
         known = self.results.get(key)
         if known is not None:
             return known
-        out = run(self.root, nbytes, np.full(self.transfers, setup), self.link_bw, self.link_lat)
+        out = run(self.root, nbytes, float(setup), self.link_bw, self.link_lat, whole=False)
         if out is None:
             return None
-        return self.results.setdefault(key, ((float(out[0].max()) if len(out[0]) else 0.0), out[1]))
+        return self.results.setdefault(key, (out[0] if out[0] != -np.inf else 0.0, out[1]))
 
 
 def _nbytes(node: Node | None) -> int:
