@@ -25,11 +25,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rapidllm.caches import current
-from rapidllm.network.api import (build_schedule, chunk_count, link_bandwidths, resolve_algorithm, run_schedule,
-                                  setup_latency)
+from rapidllm.network.api import (build_schedule, check_work, chunk_count, link_bandwidths, resolve_algorithm,
+                                  run_schedule, setup_latency)
 from rapidllm.network.collectives import concat
+from rapidllm.network.decompose import units
 from rapidllm.network.mapping import RankMapping, dims_spanned
 from rapidllm.network.plan import Plan, Traced
+from rapidllm.network.relocate import Origin, footprint, moved
 from rapidllm.network.routing import Router
 from rapidllm.network.topology import Topology, build_topology
 from rapidllm.spec.case import Case
@@ -174,11 +176,18 @@ class CommCost:
         nccl = algorithm == "auto"          # TensorRT-LLM's own all-reduce kernel pays no NCCL per-call base
         algorithm = resolve_algorithm(topo, op, nbytes, list(groups[0]), algorithm, None, self.util, router)
         # equivalent groups span the same dimensions, so the first one's set-up is everyone's
-        setup = setup_latency(topo, algorithm, list(groups[0])) if nccl else 0.0
+        setup = router.remembered(("setup", algorithm, groups[0]), len(groups[0]),
+                                  lambda: setup_latency(topo, algorithm, list(groups[0]))) if nccl else 0.0
         chunks = tuple(chunk_count(topo, op, nbytes, n, algorithm) for n in sorted({len(g) for g in groups}))
         pkey = (net, self.util, op, algorithm, chunks, tuple(groups))
         plans = current().collective_plans
         plan = plans.get(pkey)
+        if plan is None and len(chunks) == 1:
+            plan = self._other_chunks(plans, pkey, topo, op, algorithm, len(groups[0]))
+        bw = router.remembered(("link_bw", self.util), 0, lambda: link_bandwidths(topo, self.util))
+        xkey = ("fabric", net.name, self.util, op, algorithm, tuple(groups))     # any size of this design
+        if plan is None:
+            plan = self._other_fabric(plans, pkey, xkey, topo, router, bw, algorithm)
         replayed = plan.time(nbytes, setup) if plan is not None else None
         if replayed is not None:
             return replayed
@@ -187,10 +196,55 @@ class CommCost:
         sched = concat([build_schedule(topo, op, size, list(g), algorithm, None)[0] for g in groups])
         finish, _, events = run_schedule(topo, sched, np.full(len(sched), setup), self.util, router, rec)
         if rec is not None:
-            bw = router.remembered(("link_bw", self.util), 0, lambda: link_bandwidths(topo, self.util))
             made = Plan.of(rec, len(sched), bw, topo.latency)             # one bandwidth array per router
+            made.remember(nbytes, setup, ((float(finish.max()) if len(finish) else 0.0), int(events)))
             plans.put(pkey, made, made.nbytes)
+            if made.root is not None:
+                if len(chunks) == 1:
+                    plans.put(pkey[:4] + (None,) + pkey[5:], made)       # for other chunk counts
+                ranks = np.array([r for g in groups for r in g], dtype=np.int64)
+                plans.put(xkey, [chunks, made, Origin(topo, router, ranks, *units(sched)), None])
         return (float(finish.max()) if len(finish) else 0.0), int(events)
+
+    def _other_fabric(self, plans: dict, pkey: tuple, xkey: tuple, topo: Topology, router: Router,
+                      bw: np.ndarray, algorithm: str) -> Plan | None:
+        """The plan of `pkey` moved from a fabric of another size on which the same groups ran the same
+        collective (network/relocate.py: only when the collective's footprints are equal), in this chunk
+        count, kept under `pkey`; None when there is none."""
+        entry = plans.get(xkey)
+        if entry is None or entry[2].topo is topo:
+            return None
+        chunks, plan, origin, mine = entry
+        if chunks != pkey[4] and (len(chunks) != 1 or len(pkey[4]) != 1):
+            return None
+        if mine is None:
+            mine = entry[3] = footprint(origin, plan.link_bw, plan.link_lat)
+        plan = moved(plan, mine, Origin(topo, router, origin.ranks, origin.src, origin.dst), bw, topo.latency)
+        if plan is not None and chunks != pkey[4]:
+            if algorithm != "hierarchical":
+                check_work(pkey[2], len(pkey[5][0]), pkey[4][0])
+            plan = plan.for_chunks(pkey[4][0])
+        if plan is not None:
+            plans.put(pkey, plan, plan.nbytes)
+            if len(pkey[4]) == 1:
+                plans.put(pkey[:4] + (None,) + pkey[5:], plan)
+        return plan
+
+    @staticmethod
+    def _other_chunks(plans: dict, pkey: tuple, topo: Topology, op: str, algorithm: str, n: int) -> Plan | None:
+        """The plan of `pkey` (one group size, so one chunk count) derived from the same collective's plan in
+        another chunk count (network/plan.py, `Plan.for_chunks`), kept under `pkey`; None when there is
+        none. A schedule too large for the simulator is refused as build_schedule would refuse it."""
+        other = plans.get(pkey[:4] + (None,) + pkey[5:])
+        if other is None:
+            return None
+        (chunks,) = pkey[4]
+        if algorithm != "hierarchical":
+            check_work(op, n, chunks)
+        plan = other.for_chunks(chunks)
+        if plan is not None:
+            plans.put(pkey, plan, plan.nbytes)
+        return plan
 
     def _algorithm(self, topo: Topology, op: str, group: tuple[int, ...]) -> str:
         """'direct' for TensorRT-LLM all-reduces within one switch dimension, else NCCL's choice ('auto')."""

@@ -91,8 +91,11 @@ def resolve_algorithm(topo: Topology, op: str, nbytes: float, ranks: list[int], 
     and many ranks, the ring small messages on few ranks). An explicit algorithm is returned as is."""
     if algorithm != "auto":
         return algorithm
-    algo = choose_algorithm(topo, op, ranks)
-    if algo != "ring" or reducing_dimension(topo, op, ranks) is None:
+    if router is None:
+        algo, reducing = _auto(topo, op, ranks)
+    else:               # a sweep asks again for every size: remembered per ranks
+        algo, reducing = router.remembered(("auto", op, tuple(ranks)), len(ranks), lambda: _auto(topo, op, ranks))
+    if not reducing:
         return algo
     best, best_t = algo, float("inf")
     for candidate in ("ring", IN_SWITCH):
@@ -102,6 +105,12 @@ def resolve_algorithm(topo: Topology, op: str, nbytes: float, ranks: list[int], 
         if t < best_t:
             best, best_t = candidate, t
     return best
+
+
+def _auto(topo: Topology, op: str, ranks: list[int]) -> tuple[str, bool]:
+    """choose_algorithm's answer, and whether it is a ring inside a switch that reduces in the network."""
+    algo = choose_algorithm(topo, op, ranks)
+    return algo, algo == "ring" and reducing_dimension(topo, op, ranks) is not None
 
 
 def chunk_count(topo: Topology, op: str, nbytes: float, n: int, algorithm: str = "ring") -> int:

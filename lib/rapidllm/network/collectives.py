@@ -104,7 +104,8 @@ def sequence(first: Schedule, second: Schedule) -> Schedule:
     arrival of `first` into r for chunk c, and every transfer of `second` from r for chunk c waits for it."""
     if not len(first) or not len(second):
         return concat([first, second])
-    k, uniq, inv, bar_ptr, bar_idx = _ring_joint(first, second) or _joint(first, second)
+    ringed = _ring_joint(first, second)
+    k, uniq, inv, bar_ptr, bar_idx = ringed or _joint(first, second)
     built: list[Schedule] = []
 
     def make(name: str) -> np.ndarray:
@@ -116,6 +117,10 @@ def sequence(first: Schedule, second: Schedule) -> Schedule:
     # the stages and their joints, for `decompose.simulate`: barrier b (rank uniq // k, chunk uniq % k) waits
     # for first's transfers bar_src[bar_ptr[b]:bar_ptr[b+1]]; transfer i of `second` waits for barrier inv[i]
     out._sequence = (first, second, bar_ptr, bar_idx.astype(np.int64), inv, uniq % k)
+    # the rings' (groups, steps) of both stages when the join came from them (network/plan.py: plans for
+    # other chunk counts recompute it with ring_joint)
+    a, b = ring_shape(first), ring_shape(second)
+    out._joint_shapes = ((a[0], a[1]), (b[0], b[1])) if ringed else None
     return out
 
 
@@ -139,18 +144,24 @@ def _joint(first: Schedule, second: Schedule) -> tuple[int, np.ndarray, np.ndarr
 
 def _ring_joint(first: Schedule, second: Schedule
                 ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """`_joint` from the ring shapes (ring_shape) of both stages, without their per-transfer arrays, when
-    every rank is the destination of at most one ring position of `first` (then a barrier's arrivals are
-    that position's transfers of its chunk, one per step, ascending); else None.
-
-    Ring k, chunk c, step t, position p is transfer ((k * chunks + c) * steps + t) * n + p, sending from
-    groups[k, p] to groups[k, p + 1] (collectives.RingSchedule)."""
+    """`_joint` from the ring shapes (ring_shape) of both stages, without their per-transfer arrays
+    (`ring_joint`); None unless both stages are lazy rings and ring_joint applies."""
     a, b = ring_shape(first), ring_shape(second)
     if a is None or b is None:
         return None
-    g1, s1, c1, _ = a
-    g2, s2, c2, _ = b
-    dst = np.roll(g1, -1, axis=1).astype(np.int64).ravel()          # destination of each ring position
+    return ring_joint(a[0], a[1], a[2], b[0], b[1], b[2])
+
+
+def ring_joint(g1: np.ndarray, s1: int, c1: int, g2: np.ndarray, s2: int, c2: int
+               ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """`_joint` of a first stage of rings `g1` ((m1, n1) groups, s1 steps, c1 chunks) and a second of rings
+    `g2`, from these shapes alone, when every rank is the destination of at most one ring position of the
+    first (then a barrier's arrivals are that position's transfers of its chunk, one per step, ascending);
+    else None. network/plan.py recomputes it for other chunk counts.
+
+    Ring k, chunk c, step t, position p is transfer ((k * chunks + c) * steps + t) * n + p, sending from
+    groups[k, p] to groups[k, p + 1] (collectives.RingSchedule)."""
+    dst = successors(g1).astype(np.int64).ravel()          # destination of each ring position
     if len(np.unique(dst)) != dst.size:
         return None
     k = max(c1, c2)
@@ -196,6 +207,7 @@ def _chain_ids(n: int, steps: int, chunks: int) -> tuple[np.ndarray, np.ndarray,
 
 
 _FIELDS = ("src", "dst", "nbytes", "chunk", "dep_ptr", "dep_idx")
+PER_CHUNK = "per_chunk"      # a traced ring size's last division: by its ranks times the chunk count
 
 
 class Deferred(Schedule):
@@ -271,7 +283,7 @@ class RingSchedule(Deferred):
         if name == "src":
             out = np.tile(g, reps)
         elif name == "dst":
-            out = np.tile(np.roll(g, -1), reps)
+            out = np.tile(successors(g), reps)
         elif name == "nbytes":
             out = np.full(reps * n, self.size)
         elif name == "chunk":
@@ -312,6 +324,12 @@ def _ring_dep_idx(n, steps, chunks):
     return dep_idx
 
 
+def successors(groups: np.ndarray) -> np.ndarray:
+    """Destination of every ring position: `np.roll(groups, -1, axis=-1)` (rings along the last axis), without
+    roll's argument handling (the simulator asks it for every ring it routes)."""
+    return np.concatenate((groups[..., 1:], groups[..., :1]), axis=-1)
+
+
 def ring_shape(sched: Schedule) -> tuple[np.ndarray, int, int, float] | None:
     """(groups as an (m, n) matrix, steps, chunks, bytes per transfer) of a lazy ring or of a `concat` of
     lazy rings of one shape, when no field of it was assigned (the simulator's ring fast path); else None."""
@@ -336,7 +354,7 @@ def _ring_groups_field(groups: np.ndarray, steps: int, chunks: int, size: float,
     if name == "src":
         return np.broadcast_to(groups[:, None, :], (m, reps, n)).ravel()
     if name == "dst":
-        return np.broadcast_to(np.roll(groups, -1, axis=1)[:, None, :], (m, reps, n)).ravel()
+        return np.broadcast_to(successors(groups)[:, None, :], (m, reps, n)).ravel()
     if name == "nbytes":
         return np.full(m * length, float(size))
     if name == "chunk":
@@ -360,14 +378,31 @@ def ring(group: list[int], nbytes_per_transfer: float, steps: int, chunks: int) 
     return RingSchedule(np.asarray(group, dtype=np.int32), steps, chunks, nbytes_per_transfer)
 
 
+def per_chunk(nbytes: float, n: int, chunks: int) -> float:
+    """nbytes / (n * chunks), a ring's bytes per transfer. A traced byte count (network/plan.py) records the
+    division as `(PER_CHUNK, n)`, so that a plan can size the ring for another chunk count."""
+    size = nbytes / (n * chunks)
+    recipe = getattr(size, "recipe", None)
+    if recipe is not None:
+        size.recipe = recipe[:-1] + ((PER_CHUNK, n),)
+    return size
+
+
+def _sized(sched: Schedule, size: float) -> Schedule:
+    """`sched`, every transfer of which carries `size` bytes, remembering a traced size's recipe (its
+    chunks in order, no dependencies: network/plan.py replays it as `plan.Direct`)."""
+    sched.recipe = getattr(size, "recipe", None)
+    return sched
+
+
 def ring_collective(op: str, group: list[int], nbytes: float, chunks: int) -> Schedule:
     n = len(group)
     if n < 2:
         return empty()
     if op == "all_reduce":
-        return ring(group, nbytes / (n * chunks), 2 * (n - 1), chunks)
+        return ring(group, per_chunk(nbytes, n, chunks), 2 * (n - 1), chunks)
     if op in ("reduce_scatter", "all_gather"):
-        return ring(group, nbytes / (n * chunks), n - 1, chunks)
+        return ring(group, per_chunk(nbytes, n, chunks), n - 1, chunks)
     if op == "broadcast":
         src, dst, nb, ch, deps = [], [], [], [], []
         for c in range(chunks):
@@ -382,15 +417,17 @@ def direct(op: str, group: list[int], nbytes: float, chunks: int) -> Schedule:
     """Every rank sends straight to every peer (offset k = 1..n-1 in order)."""
     n = len(group)
     if op == "send_recv":
-        return from_lists([group[0]] * chunks, [group[1]] * chunks, [nbytes / chunks] * chunks,
-                          list(range(chunks)), [[] for _ in range(chunks)])
+        size = per_chunk(nbytes, 1, chunks)
+        return _sized(from_lists([group[0]] * chunks, [group[1]] * chunks, [size] * chunks,
+                                 list(range(chunks)), [[] for _ in range(chunks)]), size)
     if n < 2:
         return empty()
     g = np.asarray(group, dtype=np.int32)
     c, k, p = _chain_ids(n, n - 1, chunks)
     k = k + 1
-    one = Schedule(g[p], g[(p + k) % n], np.full(len(p), nbytes / (n * chunks)), c.astype(np.int32),
-                   np.zeros(len(p) + 1, dtype=np.int64), np.zeros(0, dtype=np.int32))
+    size = per_chunk(nbytes, n, chunks)
+    one = _sized(Schedule(g[p], g[(p + k) % n], np.full(len(p), size), c.astype(np.int32),
+                          np.zeros(len(p) + 1, dtype=np.int64), np.zeros(0, dtype=np.int32)), size)
     if op in ("reduce_scatter", "all_gather", "all_to_all"):
         return one
     if op == "all_reduce":

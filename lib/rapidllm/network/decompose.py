@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from rapidllm.network import plan
-from rapidllm.network.collectives import RingSchedule, Schedule
+from rapidllm.network.collectives import RingSchedule, Schedule, successors
 from rapidllm.network.routing import Router, route_table
 from rapidllm.network.simulator import simulate_schedule
 
@@ -70,8 +70,8 @@ def simulate(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.n
 
 
 def _link_set(router: Router, sched: Schedule) -> np.ndarray:
-    """Distinct links any transfer of `sched` crosses (routing its units, see _units)."""
-    src, dst = _units(sched)
+    """Distinct links any transfer of `sched` crosses (routing its units, see units)."""
+    src, dst = units(sched)
     key = ("link_set", src.astype(np.int64).tobytes(), dst.astype(np.int64).tobytes())
     return router.remembered(key, len(src), lambda: np.unique(route_table(router, src, dst)[2]))
 
@@ -96,7 +96,8 @@ def run_staged(router: Router, sched: Schedule, release: np.ndarray, link_bw: np
     rel2 = np.maximum(release[n1 + nb:], bars[bar_of])
     f2, busy2, ev2 = simulate(router, second, rel2, link_bw, link_lat, r2)
     if rec is not None:
-        rec.append(plan.Staged(n1, nb, bar_src, bar_ptr[:-1][has], has, bar_of, r1[0], r2[0])
+        rec.append(plan.Staged(n1, nb, bar_src, bar_ptr[:-1][has], has, bar_of, r1[0], r2[0],
+                               getattr(sched, "_joint_shapes", None))
                    if r1[0] is not None and r2[0] is not None else None)
     return np.concatenate([f1, bars, f2]), busy1 + busy2, int(ev1) + int(ev2)
 
@@ -107,7 +108,7 @@ def _lazy_ring(part: Schedule) -> bool:
 
 def _same(a: Schedule, b: Schedule) -> bool:
     """Equal transfers in the same order apart from their end points, and every transfer's end points
-    taken from the same unit (see _units): rings of equal shape, sequences of equal stages and joints,
+    taken from the same unit (see units): rings of equal shape, sequences of equal stages and joints,
     concatenations of equal parts, else equal arrays with dependencies inside the schedule."""
     if _lazy_ring(a) or _lazy_ring(b):
         return (_lazy_ring(a) and _lazy_ring(b) and len(a.group) == len(b.group)
@@ -124,21 +125,27 @@ def _same(a: Schedule, b: Schedule) -> bool:
             and (len(a.dep_idx) == 0 or a.dep_idx.min() >= 0))
 
 
-def _units(sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
+def units(sched: Schedule) -> tuple[np.ndarray, np.ndarray]:
     """Source and destination ranks of the schedule's units: the positions of its lazy rings (every
     transfer of position p takes position p's route), its stages' and parts' units in order, else every
     transfer. Barriers (zero hops) are no units."""
     if _lazy_ring(sched):
-        return sched.group, np.roll(sched.group, -1)
+        return sched.group, successors(sched.group)
     staged = getattr(sched, "_sequence", None)
     pieces = staged[:2] if staged is not None else getattr(sched, "_parts", None)
-    if pieces:
-        if all(_lazy_ring(p) and len(p.group) == len(pieces[0].group) for p in pieces):
-            g = np.stack([p.group for p in pieces])
-            return g.ravel(), np.roll(g, -1, axis=1).ravel()
-        units = [_units(p) for p in pieces]
-        return np.concatenate([u[0] for u in units]), np.concatenate([u[1] for u in units])
-    return np.asarray(sched.src), np.asarray(sched.dst)
+    if not pieces:
+        return np.asarray(sched.src), np.asarray(sched.dst)
+    known = sched.__dict__.get("_unit_ranks")     # a function of the pieces: kept on the schedule, which
+    if known is not None:                         # every level of `simulate` asks again
+        return known
+    if all(_lazy_ring(p) and len(p.group) == len(pieces[0].group) for p in pieces):
+        g = np.stack([p.group for p in pieces])
+        out = g.ravel(), successors(g).ravel()
+    else:
+        each = [units(p) for p in pieces]
+        out = np.concatenate([u[0] for u in each]), np.concatenate([u[1] for u in each])
+    sched.__dict__["_unit_ranks"] = out
+    return out
 
 
 def _expand(route_ids: np.ndarray, ptr: np.ndarray, links: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -155,11 +162,11 @@ def _link_rows(router: Router, parts: tuple[Schedule, ...], link_bw: np.ndarray,
     """(m, hops) links of every part hop by hop (one unit per distinct route of part 0, in the order of
     their first use), or None unless every part is a link-disjoint, one-to-one relabelling of part 0 with
     equal bandwidths and latencies."""
-    units = [_units(p) for p in parts]
+    each = [units(p) for p in parts]
     m = len(parts)
-    if any(len(u[0]) != len(units[0][0]) for u in units):
+    if any(len(u[0]) != len(each[0][0]) for u in each):
         return None
-    src, dst = np.concatenate([u[0] for u in units]), np.concatenate([u[1] for u in units])
+    src, dst = np.concatenate([u[0] for u in each]), np.concatenate([u[1] for u in each])
     key = ("link_rows", m, src.astype(np.int64).tobytes(), dst.astype(np.int64).tobytes(),
            router.intern(link_bw), router.intern(link_lat))
     return router.remembered(key, len(src), lambda: _rows(router, m, src, dst, link_bw, link_lat))

@@ -16,7 +16,7 @@ from rapidllm.network.collectives import Schedule, concat, ring_collective, sequ
 from rapidllm.network.topology import Topology
 
 
-def _coords(topo: Topology, ranks) -> np.ndarray:
+def rank_coords(topo: Topology, ranks) -> np.ndarray:
     """(len(ranks), dims) coordinates, innermost dimension first: `topo.coords` for every rank at once."""
     r = np.asarray(ranks, dtype=np.int64).reshape(-1)
     sizes = np.asarray(topo.sizes, dtype=np.int64)
@@ -31,7 +31,7 @@ def _split(topo: Topology, ranks, d: int, coords: np.ndarray | None = None
     innermost first) with members by coordinate d; outer groups by coordinate d with members in `ranks`
     order (stable sorts throughout, as the rank-by-rank definition `_split_reference`)."""
     r = np.asarray(ranks, dtype=np.int64).reshape(-1)
-    c = _coords(topo, r) if coords is None else coords
+    c = rank_coords(topo, r) if coords is None else coords
     others = [i for i in range(c.shape[1]) if i != d]
     order = np.lexsort([c[:, d]] + [c[:, i] for i in reversed(others)])
     key = c[order][:, others]
@@ -71,14 +71,14 @@ def _spanned(coords: np.ndarray) -> list[int]:
 
 def spanned(topo: Topology, ranks) -> list[int]:
     """Dimensions along which the ranks' coordinates differ."""
-    return _spanned(_coords(topo, ranks))
+    return _spanned(rank_coords(topo, ranks))
 
 
 def hierarchical(op: str, topo: Topology, ranks: list[int], nbytes: float, chunks: int) -> Schedule:
     """Schedule for `op` in {all_reduce, reduce_scatter, all_gather} over a multi-dimensional group."""
     if op not in ("all_reduce", "reduce_scatter", "all_gather"):
         raise ValueError(f"hierarchical does not implement {op}")
-    coords = _coords(topo, ranks)
+    coords = rank_coords(topo, ranks)
     dims = _spanned(coords)
     if len(dims) <= 1:
         return ring_collective(op, ranks, nbytes, chunks)
@@ -93,6 +93,8 @@ def hierarchical(op: str, topo: Topology, ranks: list[int], nbytes: float, chunk
         return concat([ring_collective(kind, g, nbytes, chunks) for g in ins])
 
     def outer(kind: str) -> Schedule:
+        if len(dims) == 2:      # an outer group varies along dims[1] alone: hierarchical() would give its ring
+            return concat([ring_collective(kind, g, shard, chunks) for g in outs])
         return concat([hierarchical(kind, topo, g, shard, chunks) for g in outs])
 
     if op == "all_reduce":

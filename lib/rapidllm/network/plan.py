@@ -10,31 +10,46 @@ records what it did as a plan:
 - `Staged`: simulate the first stage, take the barriers' maxima, simulate the second stage;
 - `Replicated`: simulate the first of m identical parts and repeat its finish times m times;
 - `Leaf`: one lazy ring or a concatenation of rings of one shape on `simulator.ring_kernel`, with its route
-  table.
+  table;
+- `Direct`: dependency-free transfers chunk by chunk (send/recv, the direct collectives; one part or
+  several side by side) on `simulator.simulate_kernel`, with its route table.
 
 A ring's bytes per transfer is the collective's bytes divided by a chain of numbers (a hierarchical level
 divides by the size of the level below, the ring by its ranks times chunks). The recording build passes
 the bytes as a `Traced` float, which remembers that chain (its `recipe`) through divisions and nothing else;
-`collectives.RingSchedule` keeps it. A plan replays the same divisions in the same order, so every ring gets
-the float the builder would compute, and the kernels then see the same inputs as a fresh simulation: the
-same finish times and event counts bit for bit (tests/test_network_plan.py). Anything whose sizes are not
-such a chain (a schedule built from lists, any other arithmetic on the bytes) makes no plan, and the
-caller simulates it the ordinary way.
+`collectives.RingSchedule` keeps it (a direct schedule as `recipe`). A plan replays the same divisions in
+the same order, so every ring gets the float the builder would compute, and the kernels then see the same
+inputs as a fresh simulation: the same finish times and event counts bit for bit
+(tests/test_network_plan.py). Anything whose sizes are not such a chain (trees and halving-doubling, any
+other arithmetic on the bytes) makes no plan, and the caller simulates it the ordinary way.
 
 The one decision that depends on the bytes, whether identical parts are released at equal times
 (decompose.run_replicated), is checked again on every replay; when it would go the other way the replay
 returns None and the caller simulates from scratch.
+
+**Other chunk counts.** The chunk count follows from the bytes (api.chunk_count), so a sweep meets one
+collective at several counts; `Plan.for_chunks` derives the plan for another count instead of building and
+decomposing the schedule again. Nothing the recording decided depends on the count: every unit of a ring
+(whose routes and link checks decide stages and replicas) is a ring position, the same for every chunk,
+and a ring's division of the bytes by its ranks times chunks is recorded as the marker `(PER_CHUNK, n)`
+(collectives.ring_collective), replayed as a division by n times the new count. What does depend on it is
+recomputed: transfer counts, and the barrier arrays of a stage join, from the rings' shapes by the
+function `collectives.sequence` uses (`ring_joint`), which is why only joins built from ring shapes carry
+over (`Staged.shapes`; equal arrays between parts for one count are equal for every count: they are the
+rank pattern of the rings repeated per chunk). tests/test_network_plan.py compares derived plans with
+fresh simulations. Fabrics of other sizes: network/relocate.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Union
 
 import numpy as np
 
-from rapidllm.network.collectives import RingSchedule, Schedule, ring_shape
+from rapidllm.network.collectives import (PER_CHUNK, RingSchedule, Schedule, ring_joint, ring_shape,
+                                          successors)
 from rapidllm.network.routing import Router, route_table
-from rapidllm.network.simulator import ring_kernel
+from rapidllm.network.simulator import ring_kernel, simulate_kernel
 
 UNEQUAL = object()      # decompose.run_replicated: the parts were identical but released at different times
 
@@ -55,10 +70,11 @@ class Traced(float):
         return Traced(value, self.recipe + (other,))
 
 
-def replay(nbytes: float, recipe: tuple) -> float:
-    """The builder's arithmetic on `nbytes`: the recipe's divisions in order."""
+def replay(nbytes: float, recipe: tuple, chunks: int) -> float:
+    """The builder's arithmetic on `nbytes`: the recipe's divisions in order, `(PER_CHUNK, n)` dividing by
+    n times `chunks` (the product first, as the builder computes it)."""
     for d in recipe:
-        nbytes = nbytes / d
+        nbytes = nbytes / (d[1] * chunks if type(d) is tuple else d)
     return nbytes
 
 
@@ -67,8 +83,10 @@ def _recipes(sched: Schedule) -> tuple:
     if isinstance(sched, RingSchedule):
         return (sched.recipe,)
     staged = getattr(sched, "_sequence", None)
-    pieces = staged[:2] if staged is not None else getattr(sched, "_parts", None) or ()
-    return tuple(r for p in pieces for r in _recipes(p))
+    pieces = staged[:2] if staged is not None else getattr(sched, "_parts", None)
+    if pieces is None and type(sched) is Schedule:
+        return (getattr(sched, "recipe", None),)
+    return tuple(r for p in pieces or () for r in _recipes(p))
 
 
 def same_recipes(parts: tuple[Schedule, ...]) -> bool:
@@ -91,6 +109,24 @@ class Leaf:
 
 
 @dataclass(frozen=True)
+class Direct:
+    """Parts side by side (one, or a `concat` of several), each a schedule of transfers without dependencies
+    chunk by chunk, each chunk's transfers taking the part's routes `route_rows[k]` (collectives.direct:
+    send/recv and the direct collectives), all of one traced size, on `simulator.simulate_kernel`."""
+    route_rows: np.ndarray      # (parts, transfers per chunk)
+    chunks: int
+    recipe: tuple
+    route_ptr: np.ndarray
+    route_links: np.ndarray
+    unequal: int                # parts to check for equal release times (0: none), as `Leaf.unequal`
+
+    def route_of(self) -> np.ndarray:
+        """Route id of every transfer: part by part, chunk by chunk."""
+        m, per = self.route_rows.shape
+        return np.broadcast_to(self.route_rows[:, None, :], (m, self.chunks, per)).ravel()
+
+
+@dataclass(frozen=True)
 class Replicated:
     """The first of m identical, link-disjoint parts of `size` transfers each, its times repeated."""
     m: int
@@ -100,7 +136,9 @@ class Replicated:
 
 @dataclass(frozen=True)
 class Staged:
-    """Two stages sharing no link: `first` (n1 transfers), nb barriers, `second` (decompose.run_staged)."""
+    """Two stages sharing no link: `first` (n1 transfers), nb barriers, `second` (decompose.run_staged).
+    `shapes`: (groups, steps) of both stages' rings when the join was computed from them (`ring_joint`),
+    so it can be recomputed for another chunk count; None otherwise."""
     n1: int
     nb: int
     bar_src: np.ndarray
@@ -109,23 +147,109 @@ class Staged:
     bar_of: np.ndarray
     first: Node
     second: Node
+    shapes: tuple | None = None
+
+    @classmethod
+    def join(cls, n1: int, bar_ptr: np.ndarray, bar_src: np.ndarray, bar_of: np.ndarray, first: Node,
+             second: Node, shapes: tuple | None) -> Staged:
+        """The node of a join whose barrier b waits for bar_src[bar_ptr[b]:bar_ptr[b+1]] of `first`."""
+        has = np.diff(bar_ptr) > 0
+        return cls(n1, len(bar_ptr) - 1, bar_src, bar_ptr[:-1][has], has, bar_of, first, second, shapes)
 
 
-Node = Union[Leaf, Replicated, Staged]
+Node = Union[Leaf, Direct, Replicated, Staged]
 
 
-def leaf(router: Router, sched: Schedule, unequal: int) -> Leaf | None:
-    """The plan of `simulator.simulate_schedule(router, sched, ...)` when it runs rings of one traced shape."""
+def leaf(router: Router, sched: Schedule, unequal: int) -> Leaf | Direct | None:
+    """The plan of `simulator.simulate_schedule(router, sched, ...)` when it runs rings of one traced shape
+    or dependency-free chunks of one traced size."""
     rings = ring_shape(sched)
     if rings is None:
-        return None
+        return _direct(router, sched, unequal)
     parts = getattr(sched, "_parts", None) or (sched,)
     recipe = getattr(parts[0], "recipe", None)
     if recipe is None or any(getattr(p, "recipe", None) != recipe for p in parts):
         return None
     groups, steps, chunks, _ = rings
-    pos_route, ptr, links = route_table(router, groups.ravel(), np.roll(groups, -1, axis=1).ravel())
+    pos_route, ptr, links = route_table(router, groups.ravel(), successors(groups).ravel())
     return Leaf(pos_route.reshape(groups.shape), steps, chunks, recipe, ptr, links, unequal)
+
+
+def _direct(router: Router, sched: Schedule, unequal: int) -> Direct | None:
+    """The `Direct` plan of a schedule (or a concatenation of equally long ones, `_parts`) of one traced size
+    without dependencies whose chunks repeat one another, or None."""
+    parts = (sched,) if type(sched) is Schedule else getattr(sched, "_parts", None)
+    if (not parts or getattr(sched, "overridden", False) or getattr(sched, "_sequence", None) is not None
+            or any(type(p) is not Schedule for p in parts)):
+        return None
+    recipe = getattr(parts[0], "recipe", None)
+    n = len(parts[0])
+    if recipe is None or not n or any(getattr(p, "recipe", None) != recipe for p in parts):
+        return None
+    chunks = int(parts[0].chunk[-1]) + 1
+    if n % chunks or any(len(p.dep_idx) or np.any(p.dep_ptr) or not np.array_equal(
+            p.chunk, np.repeat(np.arange(chunks), n // chunks)) for p in parts):
+        return None
+    route_of, ptr, links = route_table(router, sched.src, sched.dst)
+    node = Direct(route_of.reshape(len(parts), chunks, -1)[:, 0, :], chunks, recipe, ptr, links, unequal)
+    return node if np.array_equal(node.route_of(), route_of) else None
+
+
+def transfers(node: Node) -> int:
+    """Transfers of the schedule a node simulates (barriers included)."""
+    if isinstance(node, Leaf):
+        m, n = node.pos_route.shape
+        return m * node.chunks * node.steps * n
+    if isinstance(node, Direct):
+        return node.route_rows.size * node.chunks
+    if isinstance(node, Replicated):
+        return node.m * node.size
+    return node.n1 + node.nb + transfers(node.second)
+
+
+def for_chunks(node: Node, chunks: int) -> Node | None:
+    """The node of the same collective in `chunks` chunks (module docstring), or None when it has a part
+    that cannot be carried over: a ring sized otherwise than per chunk, a join not made from ring shapes."""
+    if isinstance(node, Leaf):
+        last = node.recipe[-1] if node.recipe else None
+        if type(last) is not tuple or last != (PER_CHUNK, node.pos_route.shape[1]):
+            return None
+        return Leaf(node.pos_route, node.steps, chunks, node.recipe, node.route_ptr, node.route_links,
+                    node.unequal)
+    if isinstance(node, Direct):
+        last = node.recipe[-1] if node.recipe else None
+        if type(last) is not tuple or last[0] != PER_CHUNK:
+            return None
+        return replace(node, chunks=chunks)
+    if isinstance(node, Replicated):
+        first = for_chunks(node.first, chunks)
+        return None if first is None else Replicated(node.m, transfers(first), first)
+    if node.shapes is None:
+        return None
+    first, second = for_chunks(node.first, chunks), for_chunks(node.second, chunks)
+    if first is None or second is None:
+        return None
+    (g1, s1), (g2, s2) = node.shapes
+    joint = ring_joint(g1, s1, chunks, g2, s2, chunks)
+    if joint is None:
+        return None
+    _, _, inv, bar_ptr, bar_idx = joint
+    return Staged.join(transfers(first), bar_ptr, bar_idx.astype(np.int64), inv, first, second, node.shapes)
+
+
+def relinked(node: Node, mapping: np.ndarray) -> Node | None:
+    """The node with every route's links renamed by `mapping` (link id -> link id on another fabric,
+    network/relocate.py), or None when a link has no image (-1)."""
+    if isinstance(node, (Leaf, Direct)):
+        links = mapping[node.route_links]
+        if len(links) and links.min() < 0:
+            return None
+        return replace(node, route_links=links.astype(np.int32))
+    if isinstance(node, Replicated):
+        first = relinked(node.first, mapping)
+        return None if first is None else replace(node, first=first)
+    first, second = relinked(node.first, mapping), relinked(node.second, mapping)
+    return None if first is None or second is None else replace(node, first=first, second=second)
 
 
 def barriers(f1: np.ndarray, release: np.ndarray, bar_src: np.ndarray, starts: np.ndarray,
@@ -143,31 +267,55 @@ def _equal_rows(release: np.ndarray, m: int) -> bool:
     return bool((rel == rel[0]).all())
 
 
-def run(node: Node, nbytes: float, release: np.ndarray, link_bw: np.ndarray,
-        link_lat: np.ndarray) -> tuple[np.ndarray, int] | None:
+def run(node: Node, nbytes: float, release: np.ndarray | float, link_bw: np.ndarray, link_lat: np.ndarray,
+        whole: bool = True) -> tuple[np.ndarray | float, int] | None:
     """(finish per transfer, link events) of the recorded simulation for `nbytes`, or None when the
-    release times would make decompose choose differently (the caller then simulates from scratch)."""
-    if isinstance(node, Leaf):
-        if node.unequal and _equal_rows(release, node.unequal):
+    release times would make decompose choose differently (the caller then simulates from scratch).
+
+    `release`: per transfer, or one float for every transfer (a collective's set-up: then parts are
+    released alike without checking, and arrays are made only where a kernel reads them). `whole` False:
+    the latest finish time (-inf: no transfer) instead of every transfer's, so replicas are not repeated
+    and stages not joined."""
+    uniform = not isinstance(release, np.ndarray)
+    if isinstance(node, (Leaf, Direct)):
+        if node.unequal and (uniform or _equal_rows(release, node.unequal)):
             return None
-        finish, _, events = ring_kernel(node.pos_route, node.steps, node.chunks, replay(nbytes, node.recipe),
-                                        release, node.route_ptr, node.route_links, link_bw, link_lat)
-        return finish, int(events)
+        rel = np.full(transfers(node), release) if uniform else release
+        size = replay(nbytes, node.recipe, node.chunks)
+        if isinstance(node, Leaf):
+            finish, _, events = ring_kernel(node.pos_route, node.steps, node.chunks, size, rel, node.route_ptr,
+                                            node.route_links, link_bw, link_lat)
+        else:
+            n = len(rel)
+            finish, _, events = simulate_kernel(node.route_of(), np.full(n, size), rel, np.zeros(n + 1, np.int64),
+                                                np.zeros(0, np.int32), node.route_ptr, node.route_links, link_bw,
+                                                link_lat)
+        return (finish if whole else _latest(finish)), int(events)
     if isinstance(node, Replicated):
-        if not _equal_rows(release, node.m):
+        if not uniform and not _equal_rows(release, node.m):
             return None
-        out = run(node.first, nbytes, np.ascontiguousarray(release[:node.size]), link_bw, link_lat)
-        return None if out is None else (np.tile(out[0], node.m), out[1] * node.m)
+        out = run(node.first, nbytes, release if uniform else np.ascontiguousarray(release[:node.size]), link_bw,
+                  link_lat, whole)
+        if out is None:
+            return None
+        return (np.tile(out[0], node.m) if whole else out[0]), out[1] * node.m
     n1, nb = node.n1, node.nb
-    first = run(node.first, nbytes, np.ascontiguousarray(release[:n1]), link_bw, link_lat)
+    first = run(node.first, nbytes, release if uniform else np.ascontiguousarray(release[:n1]), link_bw, link_lat)
     if first is None:
         return None
-    bars = barriers(first[0], release[n1:n1 + nb], node.bar_src, node.bar_starts, node.has)
-    rel2 = np.maximum(release[n1 + nb:], bars[node.bar_of])
-    second = run(node.second, nbytes, rel2, link_bw, link_lat)
+    bars = barriers(first[0], np.full(nb, release) if uniform else release[n1:n1 + nb], node.bar_src,
+                    node.bar_starts, node.has)
+    rel2 = np.maximum(release if uniform else release[n1 + nb:], bars[node.bar_of])
+    second = run(node.second, nbytes, rel2, link_bw, link_lat, whole)
     if second is None:
         return None
-    return np.concatenate([first[0], bars, second[0]]), first[1] + second[1]
+    if whole:
+        return np.concatenate([first[0], bars, second[0]]), first[1] + second[1]
+    return max(_latest(first[0]), _latest(bars), second[0]), first[1] + second[1]
+
+
+def _latest(finish: np.ndarray) -> float:
+    return float(finish.max()) if len(finish) else -np.inf
 
 
 @dataclass(frozen=True)
@@ -177,6 +325,10 @@ class Plan:
     transfers: int
     link_bw: np.ndarray
     link_lat: np.ndarray
+    # (chunks, bytes, set-up) -> (time, events) answered: shared with the plans derived from this one for
+    # other chunk counts and moved to fabrics where the collective runs alike (network/relocate.py), which
+    # answer alike, so a sweep's other world sizes look them up
+    results: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, rec: list, transfers: int, link_bw: np.ndarray, link_lat: np.ndarray) -> Plan:
@@ -188,20 +340,44 @@ class Plan:
         """Bytes of the arrays the plan holds (route tables included: it keeps them alive)."""
         return _nbytes(self.root)
 
+    def for_chunks(self, chunks: int) -> Plan | None:
+        """This collective's plan in `chunks` chunks per transfer, or None when it cannot be derived (then
+        the caller simulates from scratch)."""
+        root = None if self.root is None else for_chunks(self.root, chunks)
+        return None if root is None else Plan(root, transfers(root), self.link_bw, self.link_lat, self.results)
+
+    @property
+    def chunks(self) -> int:
+        """Chunks per transfer of the recorded collective (0: no plan)."""
+        node = self.root
+        while isinstance(node, (Replicated, Staged)):
+            node = node.first
+        return 0 if node is None else node.chunks
+
+    def remember(self, nbytes: float, setup: float, answer: tuple[float, int]) -> None:
+        """Keep the answer of the simulation this plan was recorded from."""
+        self.results[(self.chunks, nbytes, setup)] = answer
+
     def time(self, nbytes: float, setup: float) -> tuple[float, int] | None:
         """(completion time, link events) of the collective of `nbytes` whose transfers are all released
         at `setup`, or None when it must be simulated from scratch."""
         if self.root is None:
             return None
-        out = run(self.root, nbytes, np.full(self.transfers, setup), self.link_bw, self.link_lat)
+        key = (self.chunks, nbytes, setup)
+        known = self.results.get(key)
+        if known is not None:
+            return known
+        out = run(self.root, nbytes, float(setup), self.link_bw, self.link_lat, whole=False)
         if out is None:
             return None
-        return (float(out[0].max()) if len(out[0]) else 0.0), out[1]
+        return self.results.setdefault(key, (out[0] if out[0] != -np.inf else 0.0, out[1]))
 
 
 def _nbytes(node: Node | None) -> int:
     if isinstance(node, Leaf):
         return node.pos_route.nbytes + node.route_ptr.nbytes + node.route_links.nbytes
+    if isinstance(node, Direct):
+        return node.route_rows.nbytes + node.route_ptr.nbytes + node.route_links.nbytes
     if isinstance(node, Replicated):
         return _nbytes(node.first)
     if isinstance(node, Staged):

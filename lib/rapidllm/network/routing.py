@@ -10,7 +10,8 @@ is unreachable a SpecError names the failed links that cut it off.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -114,8 +115,9 @@ class Router:
             raise SpecError(self._cut_message(a, b))
         return links
 
-    def _candidates(self, a: int, b: int, d: int) -> list[list[int]]:
-        """Healthy dimension-order paths (as node lists), preferred first."""
+    def _candidates(self, a: int, b: int, d: int) -> Iterable[list[int]]:
+        """Dimension-order paths (as node lists), preferred first (built as they are asked for: the first
+        is healthy unless a fault cuts it)."""
         t = self.topo
         dim = t.dims[d]
         n, ia, ib = dim.size, t.coords(a)[d], t.coords(b)[d]
@@ -136,7 +138,7 @@ class Router:
                 return [[a, la, b]]
             sp = ft["spines"]
             first = (a + b) % len(sp) if sp else 0
-            return [[a, la, sp[(first + k) % len(sp)], lb, b] for k in range(len(sp))]
+            return ([a, la, sp[(first + k) % len(sp)], lb, b] for k in range(len(sp)))
         shape = grid_shape(dim)
         cur = _unflat(ia, shape)
         goal = _unflat(ib, shape)
@@ -250,8 +252,12 @@ def _route_table(router: Router, src: np.ndarray, dst: np.ndarray) -> tuple[np.n
         key = np.asarray(src).astype(np.int64) * n + np.asarray(dst)
         uniq, inv = np.unique(key, return_inverse=True)
         route_of = inv.astype(np.int32).ravel()
-    routes = [router.route(int(k // n), int(k % n)) for k in uniq]
+    known, route = router.cache, router.route
+    routes = []
+    for a, b in zip(*(x.tolist() for x in np.divmod(uniq, n))):     # cached routes without the call
+        r = known.get((a, b))
+        routes.append(route(a, b) if r is None else r)
     ptr = np.zeros(len(routes) + 1, dtype=np.int64)
     ptr[1:] = np.cumsum([len(r) for r in routes])
-    links = np.array([i for r in routes for i in r], dtype=np.int32)
+    links = np.fromiter(chain.from_iterable(routes), dtype=np.int32, count=int(ptr[-1]))
     return route_of, ptr, links

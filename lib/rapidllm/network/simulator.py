@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from rapidllm.jit import njit
-from rapidllm.network.collectives import ring_shape
+from rapidllm.network.collectives import ring_shape, successors
 from rapidllm.network.routing import route_table
 
 
@@ -388,7 +388,7 @@ def simulate_schedule(router, sched, release: np.ndarray, link_bw: np.ndarray,
     rings = ring_shape(sched)
     if rings is not None:
         groups, steps, chunks, size = rings
-        pos_route, ptr, links = route_table(router, groups.ravel(), np.roll(groups, -1, axis=1).ravel())
+        pos_route, ptr, links = route_table(router, groups.ravel(), successors(groups).ravel())
         return ring_kernel(pos_route.reshape(groups.shape), steps, chunks, size, release, ptr, links, link_bw,
                            link_lat)
     route_of, ptr, links = route_table(router, sched.src, sched.dst)

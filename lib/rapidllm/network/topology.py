@@ -42,6 +42,8 @@ class Topology:
     fat_tree: dict[int, dict] = field(default_factory=dict)   # dim -> {leaf_of: {rank: leaf}, spines: [...]}
     link_of: dict[tuple[int, int], int] = field(default_factory=dict)
     chunk_bytes: float = DEFAULT_CHUNK_BYTES   # the network's collective chunk size (NetworkSpec.chunk_bytes)
+    # rank -> coordinates asked so far (routing asks them several times per route)
+    _coords: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_links(self) -> int:
@@ -49,11 +51,14 @@ class Topology:
 
     def coords(self, rank: int) -> tuple[int, ...]:
         """Per-dimension coordinates of `rank`, innermost dimension first."""
-        out = []
-        for s in self.sizes:
-            out.append(rank % s)
-            rank //= s
-        return tuple(out)
+        hit = self._coords.get(rank)
+        if hit is None:
+            out, r = [], int(rank)
+            for s in self.sizes:
+                out.append(r % s)
+                r //= s
+            hit = self._coords[rank] = tuple(out)
+        return hit
 
     def rank_of(self, coords: tuple[int, ...] | list[int]) -> int:
         rank, stride = 0, 1
@@ -174,7 +179,7 @@ def build_topology(net: NetworkSpec) -> Topology:
         bandwidth=np.array(b.bw, dtype=np.float64), latency=np.array(b.lat, dtype=np.float64),
         dim=np.array(b.dim, dtype=np.int32), alive=np.ones(len(b.src), dtype=bool),
         switches=switches, switch_labels=labels, fat_tree=fat, chunk_bytes=net.chunk_bytes)
-    topo.link_of = {(int(s), int(t)): i for i, (s, t) in enumerate(zip(topo.src, topo.dst))}
+    topo.link_of = dict(zip(zip(topo.src.tolist(), topo.dst.tolist()), range(len(topo.src))))
     apply_faults(topo, net.faults)
     return topo
 
