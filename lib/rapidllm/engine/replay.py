@@ -133,6 +133,15 @@ def critical_stage(ends: np.ndarray) -> int:
     return crit
 
 
+@njit(cache=True)
+def _note_finish(f: float, latest: float, seen_nan: bool) -> tuple[float, bool]:
+    """One finish of a piece or bucket before the last (`relax_split`): (the latest finish so far, whether
+    any was NaN); a NaN finish is remembered, not compared."""
+    if np.isnan(f):
+        return latest, True
+    return (f if f > latest else latest), seen_nan
+
+
 @njit(cache=True, work=lambda values, src, csrc, pieces, hid, oth, succ_ptr, succ, stage, kind, mine_ptr, mine,
       link, reps, chain: len(src) + len(succ) + 2 * reps * len(mine))
 def relax_split(values: np.ndarray, src: np.ndarray, csrc: np.ndarray, pieces: np.ndarray, hid: np.ndarray,
@@ -182,10 +191,7 @@ def relax_split(values: np.ndarray, src: np.ndarray, csrc: np.ndarray, pieces: n
             if lk == -2:                       # pieces: each starts when the one before finishes
                 f = start[h] + d
                 for _ in range(reps - 1):
-                    if np.isnan(f):
-                        inner_nan = True
-                    elif f > inner_max:
-                        inner_max = f
+                    inner_max, inner_nan = _note_finish(f, inner_max, inner_nan)
                     f = (f if f >= 0.0 else 0.0) + d
             else:                              # buckets: after their piece and the bucket before
                 ts, td = start[lk], dur[lk]
@@ -195,10 +201,7 @@ def relax_split(values: np.ndarray, src: np.ndarray, csrc: np.ndarray, pieces: n
                     b = fp
                 f = b + d
                 for _ in range(reps - 1):
-                    if np.isnan(f):
-                        inner_nan = True
-                    elif f > inner_max:
-                        inner_max = f
+                    inner_max, inner_nan = _note_finish(f, inner_max, inner_nan)
                     fp = (fp if fp >= 0.0 else 0.0) + td
                     b = fp if fp > 0.0 else 0.0
                     if chain and f > b:
