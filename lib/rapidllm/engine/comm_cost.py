@@ -48,6 +48,14 @@ def topology_of(network: NetworkSpec) -> tuple[Topology, Router]:
     return hit
 
 
+def _in_chunks(plan: Plan, op: str, algorithm: str, n: int, chunks: int) -> Plan | None:
+    """`plan` carried to `chunks` chunks (`Plan.for_chunks`), or None; a schedule of `n` ranks too large for
+    the simulator is refused as build_schedule would refuse it (hierarchical ones are checked per stage)."""
+    if algorithm != "hierarchical":
+        check_work(op, n, chunks)
+    return plan.for_chunks(chunks)
+
+
 @dataclass
 class CommCost:
     """Seconds per collective of a case, keyed by (axis, op, bytes, stage); stage -1 = every stage alike."""
@@ -221,9 +229,7 @@ class CommCost:
             mine = entry[3] = footprint(origin, plan.link_bw, plan.link_lat)
         plan = moved(plan, mine, Origin(topo, router, origin.ranks, origin.src, origin.dst), bw, topo.latency)
         if plan is not None and chunks != pkey[4]:
-            if algorithm != "hierarchical":
-                check_work(pkey[2], len(pkey[5][0]), pkey[4][0])
-            plan = plan.for_chunks(pkey[4][0])
+            plan = _in_chunks(plan, pkey[2], algorithm, len(pkey[5][0]), pkey[4][0])
         if plan is not None:
             plans.put(pkey, plan, plan.nbytes)
             if len(pkey[4]) == 1:
@@ -238,10 +244,7 @@ class CommCost:
         other = plans.get(pkey[:4] + (None,) + pkey[5:])
         if other is None:
             return None
-        (chunks,) = pkey[4]
-        if algorithm != "hierarchical":
-            check_work(op, n, chunks)
-        plan = other.for_chunks(chunks)
+        plan = _in_chunks(other, op, algorithm, n, pkey[4][0])
         if plan is not None:
             plans.put(pkey, plan, plan.nbytes)
         return plan
