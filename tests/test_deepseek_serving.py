@@ -203,23 +203,29 @@ def test_inference_system_per_node_throughput() -> None:
 
 
 def test_profile_trace_summary_on_a_synthetic_trace(tmp_path) -> None:
-    events = [{"cat": "kernel", "name": "flash::compute_attn_ws<...>", "dur": 40.0},
-              {"cat": "kernel", "name": "cutlass::device_kernel<flash::FlashAttnBwd<...>>", "dur": 100.0},
-              {"cat": "kernel", "name": "dpsk::grouped_gemm::GemmKernel", "dur": 20.0},
-              {"cat": "kernel", "name": "sm90_xmma_gemm_bf16", "dur": 4.0},
-              {"cat": "kernel", "name": "dpsk::ep::internode::dispatch", "dur": 8.0},
-              {"cat": "cpu_op", "name": "aten::mm", "dur": 1000.0}]
+    """Per category: summed durations and busy time; two GEMMs overlapping on two streams (ts 100-120 and
+    110-130) are busy 30 us, summed 40 us."""
+    events = [{"cat": "kernel", "name": "flash::compute_attn_ws<...>", "ts": 0.0, "dur": 40.0},
+              {"cat": "kernel", "name": "cutlass::device_kernel<flash::FlashAttnBwd<...>>", "ts": 40.0, "dur": 100.0},
+              {"cat": "kernel", "name": "dpsk::grouped_gemm::GemmKernel", "ts": 100.0, "dur": 20.0},
+              {"cat": "kernel", "name": "dpsk::grouped_gemm::GemmKernel", "ts": 110.0, "dur": 20.0},
+              {"cat": "kernel", "name": "sm90_xmma_gemm_bf16", "ts": 200.0, "dur": 4.0},
+              {"cat": "kernel", "name": "dpsk::ep::internode::dispatch", "ts": 0.0, "dur": 8.0},
+              {"cat": "cpu_op", "name": "aten::mm", "ts": 0.0, "dur": 1000.0}]
     path = tmp_path / "trace.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    got = deepseek_profile.summarize_trace(path, layers=4).set_index("category").measured_us_per_layer.to_dict()
-    assert got == {"attn_bwd": 25.0, "attn_fwd": 10.0, "ep_comm": 2.0, "gemm": 6.0}
+    got = deepseek_profile.summarize_trace(path, layers=4).set_index("category")
+    assert got.measured_us_per_layer.to_dict() == {"attn_bwd": 25.0, "attn_fwd": 10.0, "ep_comm": 2.0, "gemm": 8.5}
+    assert got.summed_us_per_layer.to_dict() == {"attn_bwd": 25.0, "attn_fwd": 10.0, "ep_comm": 2.0, "gemm": 11.0}
 
 
 def test_training_profile_per_layer_kernels() -> None:
     """DeepSeek's train.json, one layer's forward + backward: attention backward within 15%, GEMMs within
-    30% (they ran on 112 of 132 SMs), the compared sum within 20%; the FA3 forward is slower in the model.
-    The GEMM and sum bands were 25% / 15% until the tenth session's H100 refit (MPT's Triton attention,
-    docs/validation.md "Seventh pass"), which the H800 inherits: GEMMs -18.5% -> -24.9%, sum -11.7% -> -17.0%."""
+    20% (they ran on 112 of 132 SMs; measured as busy time, the routed experts' weight-gradient GEMMs ran
+    two at a time on two streams), the compared sum within 12%; the FA3 forward is slower in the model.
+    The GEMMs were -24.9% (against the summed durations, with BF16-output wgrads; the tenth session had
+    widened the bands to 30% / 20%): the busy time gives -19.2%, pricing the blockwise-FP8 wgrads' FP32
+    accumulation into the main gradient (`fp8_recipe: blockwise`, docs/fp8.md) -13.8% (sum -8.2%)."""
     out = deepseek_profile.profile_check().set_index("category").error_pct
-    assert abs(out["attn_bwd"]) < 15 and abs(out["gemm"]) < 30 and abs(out["sum"]) < 20
+    assert abs(out["attn_bwd"]) < 15 and abs(out["gemm"]) < 20 and abs(out["sum"]) < 12
     assert out["attn_fwd"] > 0

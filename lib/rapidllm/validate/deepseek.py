@@ -95,7 +95,7 @@ def v3_training_case(row: pd.Series, precision: str) -> Case:
     model, _ = resolve_named("model", row.model, TRAINING_CSV, "model")
     mapping = {
         "model": dict(model, mtp_depth=int(row.mtp_depth)), "hardware": "h800", "network": "h800-ib", "precision": precision,
-        "attention_impl": "flash3",
+        "attention_impl": "flash3", **({"fp8_recipe": "blockwise"} if precision == "fp8" else {}),
         "workload": {"mode": "training", "seq_len": int(row.seq_len), "global_batch": int(row.global_batch),
                      "micro_batch": 1},
         "parallelism": {"tp": int(row.tp), "pp": int(row.pp), "dp": int(row.dp), "ep": int(row.ep),
