@@ -3,10 +3,11 @@ operator model, kernel category by category (a component check, held apart from 
 
 The trace is one DualPipe pair of chunks on one H800 of DeepSeek-V3's pre-training layout (EP 64, TP 1,
 sequence 4096, FP8 GEMMs, balanced routing simulated): the forward of one 4096-token micro-batch and the
-backward of another, each over 4 MoE layers, overlapped with DeepEP's all-to-alls. Summing each kernel
-category over the trace and dividing by the 4 layers gives one layer's forward + backward on the compute
-stream(s); the model's `layer_moe` section of the same case (`deepseek.v3_training_case`, precision fp8)
-gives the same sums. `summarize_trace` rebuilds validation/references/profile_deepseek_v3_train_h800.csv
+backward of another, each over 4 MoE layers, overlapped with DeepEP's all-to-alls. The busy time of each
+kernel category over the trace (the union of its kernels' intervals; two streams run GEMMs at once) divided
+by the 4 layers gives one layer's forward + backward on the compute stream(s); the model's `layer_moe`
+section of the same case (`deepseek.v3_training_case`, precision fp8, fp8_recipe blockwise) gives the same
+sums. `summarize_trace` rebuilds validation/references/profile_deepseek_v3_train_h800.csv
 from the trace (`python -m rapidllm.validate.deepseek_profile --trace train.json`); the trace itself (3 MB)
 is not kept in the repository. DeepSeek's prefill.json and decode.json are not compared: the snapshot of
 the repository available here lists them but does not hold their contents.
