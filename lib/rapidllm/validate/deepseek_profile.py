@@ -22,6 +22,7 @@ import pandas as pd
 
 from rapidllm.engine.composer import dispatcher_sms
 from rapidllm.ops.price import price_case
+from rapidllm.spec.case import Case
 from rapidllm.spec.paths import project_root
 from rapidllm.validate import deepseek
 
@@ -69,23 +70,26 @@ def summarize_trace(path: str | Path, layers: int = CHUNK_LAYERS) -> pd.DataFram
                          for c, v in sorted(spans.items())])
 
 
+def gemm_slowdown(case: Case) -> float:
+    """The trace's GEMMs are persistent kernels launched with 112 CTAs ("varsm"): they ran on the SMs that
+    DeepEP's kernels left free (`composer.dispatcher_sms`, 20 of the H800's 132), so the operator model's
+    whole-GPU GEMM time is scaled by sm_count / (sm_count - those SMs)."""
+    sms = case.hardware.sm_count
+    return sms / (sms - dispatcher_sms(case))
+
+
 def model_categories() -> dict[str, float]:
     """Model microseconds per layer (one forward, its recompute and one backward of a 4096-token
-    micro-batch, FP8 GEMMs) of each compared category, on the report's training case.
-
-    The trace's GEMMs are persistent kernels launched with 112 CTAs ("varsm"): they ran on the SMs that
-    DeepEP's kernels left free (`composer.dispatcher_sms`, 20 of the H800's 132), so the operator model's
-    whole-GPU GEMM time is scaled by sm_count / (sm_count - those SMs). The attention kernels carry no such
-    evidence in the trace and are compared as priced."""
+    micro-batch, FP8 GEMMs) of each compared category, on the report's training case: the GEMMs on the
+    SMs DeepEP leaves (`gemm_slowdown`); the attention kernels carry no such evidence in the trace and are
+    compared as priced."""
     row = pd.read_csv(project_root() / deepseek.TRAINING_CSV).iloc[0]
     case = deepseek.v3_training_case(row, "fp8")
     ops = price_case(case)
     layer = ops[ops.section == "layer_moe"]
     t = layer.time_s * layer["count"] * 1e6
-    sms = case.hardware.sm_count
-    gemm_slowdown = sms / (sms - dispatcher_sms(case))
     return {"attn_fwd": float(t[layer.name == "attn"].sum()), "attn_bwd": float(t[layer.name == "attn_bwd"].sum()),
-            "gemm": float(t[layer.kind == "gemm"].sum()) * gemm_slowdown}
+            "gemm": float(t[layer.kind == "gemm"].sum()) * gemm_slowdown(case)}
 
 
 def profile_check() -> pd.DataFrame:
