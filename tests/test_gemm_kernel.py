@@ -71,7 +71,8 @@ def reference(hw: HardwareSpec, B: int, M: int, N: int, K: int, dtype: str,
             wc = min(tn, math.ceil(wt / wr))
             reads = math.ceil(base / wt) * (wr * cm + wc * cn) * K * ib
             comp = B * foot
-            hbm = comp + max(0.0, reads - comp) * spill + B * M * N * (ob + src) + (partial if partial > hw.l2_size else 0)
+            hbm = (comp + max(0.0, reads - comp) * spill + B * M * N * (ob + src)
+                   + (partial if partial > hw.l2_size else 0))
             t = hw.launch_overhead_s + max(sm_time, l2 / hw.l2_bandwidth, hbm / hbm_bw) + (lat if sk > 1 else 0)
             if t < best[0]:
                 best = (t, c, sk)
