@@ -183,6 +183,8 @@ PREDICT = [
         {"case.yaml": with_key(with_key(CASE, "workload", {**INFERENCE, "batch": 2}), "parallelism.microbatch_overlap", 2)}),
     case_bad("hot-expert-nan", "moe_routing", {"hot_expert_factor": NAN}, "hot_expert_factor"),
     case_bad("fp8-without-fp8-units", "precision", "fp8", "precision: toy-gpu has no fp8 tensor units", "message"),
+    case_bad("fp8-recipe-unknown", "fp8_recipe", "mxfp8", "fp8_recipe"),
+    case_bad("fp8-recipe-without-fp8", "fp8_recipe", "blockwise", "fp8_recipe: blockwise scales FP8 GEMMs", "message"),
     case_bad("inference-concurrency-huge", "workload", {**INFERENCE, "concurrency": 100000}, "concurrency", "work"),
     case_bad("serving-simulated-unbounded", "workload",
              {**INFERENCE, "concurrency": 4096, "output_tokens": 8192, "serving": "simulated"},

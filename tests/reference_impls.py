@@ -156,6 +156,9 @@ def case_id_reference(case: Case) -> str:
         for f in dataclasses.fields(spec):
             if f.name in getattr(spec, "HASH_OMITTED_DEFAULTS", ()) and getattr(spec, f.name) == f.default:
                 d[part].pop(f.name)
+    for f in dataclasses.fields(case):                 # and the case's own (fp8_recipe)
+        if f.name in getattr(case, "HASH_OMITTED_DEFAULTS", ()) and getattr(case, f.name) == f.default:
+            d.pop(f.name)
     blob = json.dumps(d, sort_keys=True, default=list, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

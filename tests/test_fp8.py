@@ -12,6 +12,7 @@ from rapidllm.ops import workload as wl
 from rapidllm.ops.price import price_case
 from rapidllm.prediction import evaluate
 from rapidllm.spec.case import resolve_case
+from rapidllm.spec.errors import SpecError
 
 TINY = {"name": "tiny", "hidden": 1024, "layers": 4, "heads": 8, "kv_heads": 8, "ffn": 4096, "vocab": 8000,
         "mlp": "gated", "position": "rope", "norm": "rmsnorm", "tied_embeddings": True, "max_seq_len": 2048}
@@ -84,3 +85,22 @@ def test_serving_fp8_weights_bf16_kv_cache():
                                                               & (o16.kind == "attention"))
     assert _time(o8, dec & (o8.kind == "gemm")) < _time(o16, o16.section.str.startswith("decode_last_layer")
                                                         & (o16.kind == "gemm"))
+
+
+def test_blockwise_recipe_prices_only_the_fp8_wgrads_as_accumulating():
+    """`fp8_recipe: blockwise` (DeepSeek-V3's fine-grained FP8): the FP8 weight-gradient GEMMs accumulate
+    into the FP32 main gradient (D = C + A @ B), so each is slower by its FP32 epilogue and nothing else
+    changes; the default (tensorwise) keeps every case id; the key needs precision fp8."""
+    tensorwise = resolve_case({**copy.deepcopy(TRAIN), "precision": "fp8"}, "test")
+    blockwise = resolve_case({**copy.deepcopy(TRAIN), "precision": "fp8", "fp8_recipe": "blockwise"}, "test")
+    named = resolve_case({**copy.deepcopy(TRAIN), "precision": "fp8", "fp8_recipe": "tensorwise"}, "test")
+    assert named.case_id == tensorwise.case_id != blockwise.case_id
+    o_t, o_b = price_case(tensorwise), price_case(blockwise)
+    wgrad = o_t.name.str.endswith("_wgrad") & o_t.name.map(wl.fp8_gemm) & (o_t.kind == "gemm")
+    assert wgrad.sum() >= 4
+    assert (o_b.time_s[wgrad] > o_t.time_s[wgrad]).all()
+    assert (o_b.time_s[~wgrad] == o_t.time_s[~wgrad]).all()
+    with pytest.raises(SpecError, match="test: fp8_recipe: .*allowed: fp8_recipe only with precision fp8"):
+        resolve_case({**copy.deepcopy(TRAIN), "fp8_recipe": "blockwise"}, "test")
+    with pytest.raises(SpecError, match="fp8_recipe"):
+        resolve_case({**copy.deepcopy(TRAIN), "precision": "fp8", "fp8_recipe": "mxfp8"}, "test")

@@ -23,19 +23,23 @@ def make_hw(**kw) -> HardwareSpec:
     return HardwareSpec(**base)
 
 
-def reference(hw: HardwareSpec, B: int, M: int, N: int, K: int, dtype: str) -> tuple[float, int, int]:
-    """Best (time, candidate, split) by walking the catalog in plain Python, equations restated."""
+def reference(hw: HardwareSpec, B: int, M: int, N: int, K: int, dtype: str,
+              accumulate: bool = False, only: int | None = None) -> tuple[float, int, int]:
+    """Best (time, candidate, split) by walking the catalog in plain Python, equations restated;
+    `accumulate`: D = C + A @ B with FP32 C read from HBM before the add and FP32 D written; `only`: that
+    candidate alone."""
     cat = build_catalog(hw, dtype)
     sms = hw.sm_count
     peak = hw.peak_flops(dtype) * hw.utilization.compute / sms
     hbm_bw = hw.hbm_bandwidth * hw.utilization.hbm
     lat = memory_latency_s(hw)
     ib = DTYPE_BYTES[dtype]
-    ob = DTYPE_BYTES["bf16" if dtype == "fp8" else dtype]
+    ob = 4 if accumulate else DTYPE_BYTES["bf16" if dtype == "fp8" else dtype]
+    src = 4 if accumulate else 0
     foot = (M * K + K * N) * ib
     spill = 0.0 if foot <= hw.l2_size else 1.0 - hw.l2_size / foot
     best = (math.inf, -1, -1)
-    for c in range(len(cat)):
+    for c in range(len(cat)) if only is None else [only]:
         d = cat.describe(c)
         cm, cn, ck, o, cl = d["cta_m"], d["cta_n"], d["cta_k"], d["occupancy"], d["cluster_m"]
         tm = math.ceil(math.ceil(M / cm) / cl) * cl
@@ -53,12 +57,13 @@ def reference(hw: HardwareSpec, B: int, M: int, N: int, K: int, dtype: str) -> t
             tiles = base * sk
             per_sm = math.ceil(tiles / sms)
             epi = cm * cn * (ob if sk == 1 else 4) * min(tiles, sms) / hw.l2_bandwidth
+            epi += cm * cn * src * min(tiles, sms) / hbm_bw if sk == 1 else 0.0
 
             def rnd(cc):
                 return 2 * lat + kit * max(cc * fl_it / peak, cc * sm_it / hw.smem_bandwidth_per_sm,
                                            lat / (d["stages"] - 1)) + cc * epi
             sm_time = (per_sm // o) * rnd(o) + (rnd(per_sm % o) if per_sm % o else 0.0)
-            l2 = tiles * (cm + cn / cl) * kit * ck * ib + B * M * N * ob
+            l2 = tiles * (cm + cn / cl) * kit * ck * ib + B * M * N * (ob + src)
             partial = 2.0 * B * M * N * sk * 4 if sk > 1 else 0.0
             l2 += partial
             wt = max(1, min(tiles, sms * o) // sk)
@@ -66,7 +71,8 @@ def reference(hw: HardwareSpec, B: int, M: int, N: int, K: int, dtype: str) -> t
             wc = min(tn, math.ceil(wt / wr))
             reads = math.ceil(base / wt) * (wr * cm + wc * cn) * K * ib
             comp = B * foot
-            hbm = comp + max(0.0, reads - comp) * spill + B * M * N * ob + (partial if partial > hw.l2_size else 0)
+            hbm = (comp + max(0.0, reads - comp) * spill + B * M * N * (ob + src)
+                   + (partial if partial > hw.l2_size else 0))
             t = hw.launch_overhead_s + max(sm_time, l2 / hw.l2_bandwidth, hbm / hbm_bw) + (lat if sk > 1 else 0)
             if t < best[0]:
                 best = (t, c, sk)
@@ -87,15 +93,39 @@ def test_kernel_matches_reference_on_known_shapes():
             assert (pr.candidate[i], pr.split_k[i]) == (c, sk)
 
 
+def hopper_like(**kw) -> HardwareSpec:
+    return make_hw(name="h100-like", sm_count=132, clock_hz=1.83e9, tensor_flops={"bf16": 989e12, "fp8": 1979e12},
+                   hbm_bandwidth=3.35e12, l2_size=50 * 2**20, l2_bandwidth=8.4e12, smem_bandwidth_per_sm=128 * 1.83e9,
+                   limits=SMLimits(2048, 1024, 65536, 255, 228 * 1024, 227 * 1024, 32), **kw)
+
+
 def test_kernel_matches_reference_on_hopper_like_device():
-    hw = make_hw(name="h100-like", sm_count=132, clock_hz=1.83e9, tensor_flops={"bf16": 989e12, "fp8": 1979e12},
-                 hbm_bandwidth=3.35e12, l2_size=50 * 2**20, l2_bandwidth=8.4e12, smem_bandwidth_per_sm=128 * 1.83e9,
-                 limits=SMLimits(2048, 1024, 65536, 255, 228 * 1024, 227 * 1024, 32))
-    for dtype in ("bf16", "fp8"):
-        pr = price_gemms(hw, *zip(*SHAPES), dtype)
+    hw = hopper_like()
+    for dtype, accumulate in (("bf16", False), ("fp8", False), ("fp8", True)):
+        pr = price_gemms(hw, *zip(*SHAPES), dtype, accumulate)
         for i, s in enumerate(SHAPES):
-            t, c, sk = reference(hw, *s, dtype)
+            t, c, sk = reference(hw, *s, dtype, accumulate)
             assert math.isclose(pr.time_s[i], t, rel_tol=1e-12) and pr.candidate[i] == c and pr.split_k[i] == sk
+
+
+def test_accumulating_epilogue_adds_the_fp32_read_per_round():
+    """D = C + A @ B (blockwise-FP8 wgrad into the FP32 main gradient): with the tile, split and occupancy
+    held, each round of co-resident CTAs waits for its FP32 C tiles from HBM and stores FP32 D: per round
+    conc x (cm cn x 4 B x active / HBM bandwidth + cm cn x 2 B x active / L2 bandwidth) more than the
+    BF16-output GEMM. A compute-bound 16384 x 7168 x 4096 wgrad (DeepSeek-V3's o_proj) on 132 SMs at the
+    H800's utilizations."""
+    hw = hopper_like(utilization=Utilization(compute=0.694, hbm=0.711))
+    plain, acc = (price_gemms(hw, [1], [16384], [7168], [4096], "fp8", a) for a in (False, True))
+    assert acc.split_k[0] == 1 and acc.bound_name(0) == plain.bound_name(0) == "compute"
+    same_tile, _, _ = reference(hw, 1, 16384, 7168, 4096, "fp8", only=int(acc.candidate[0]))
+    d = acc.tile(0)
+    cm, cn, o = d["cta_m"], d["cta_n"], int(acc.occupancy[0])
+    tiles = math.ceil(16384 / cm / d["cluster_m"]) * d["cluster_m"] * math.ceil(7168 / cn)
+    per_sm = math.ceil(tiles / 132)
+    rounds = [o] * (per_sm // o) + ([per_sm % o] if per_sm % o else [])
+    extra = sum(c * cm * cn * 132 * (4 / (3.35e12 * hw.utilization.hbm) + 2 / 8.4e12) for c in rounds)
+    assert math.isclose(acc.time_s[0] - same_tile, extra, rel_tol=1e-9)
+    assert 1.2 < acc.time_s[0] / plain.time_s[0] < 1.4
 
 
 dims = st.integers(min_value=1, max_value=20000)

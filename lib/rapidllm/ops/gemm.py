@@ -58,8 +58,12 @@ class GemmPrices:
         return self.catalog.describe(int(self.candidate[i]))
 
 
-def kernel_params(hw: HardwareSpec, dtype: str) -> np.ndarray:
-    """The device and dtype as the kernel's float64 parameter vector (utilizations applied here)."""
+def kernel_params(hw: HardwareSpec, dtype: str, accumulate: bool = False) -> np.ndarray:
+    """The device and dtype as the kernel's float64 parameter vector (utilizations applied here).
+
+    `accumulate`: the GEMM adds its product into an FP32 matrix in HBM (D = C + A @ B, C and D FP32), as
+    the weight-gradient GEMMs of fine-grained (blockwise) FP8 training do into the FP32 main gradient
+    (docs/fp8.md): the epilogue reads C (4 B per element) and writes D in FP32 (4 B)."""
     p = np.zeros(gk.N_PARAMS)
     p[gk.P_SMS] = hw.sm_count
     p[gk.P_SM_PEAK] = hw.peak_flops(dtype) * hw.utilization.compute / hw.sm_count
@@ -70,8 +74,9 @@ def kernel_params(hw: HardwareSpec, dtype: str) -> np.ndarray:
     p[gk.P_LAUNCH] = hw.launch_overhead_s
     p[gk.P_LAT] = memory_latency_s(hw)
     p[gk.P_IN] = DTYPE_BYTES[dtype]
-    p[gk.P_OUT] = DTYPE_BYTES[output_dtype(dtype)]
+    p[gk.P_OUT] = ACC_BYTES if accumulate else DTYPE_BYTES[output_dtype(dtype)]
     p[gk.P_ACC] = ACC_BYTES
+    p[gk.P_SRC] = ACC_BYTES if accumulate else 0.0
     return p
 
 
@@ -82,15 +87,16 @@ def _as_i64(x, size: int) -> np.ndarray:
     return a
 
 
-def price_gemms(hw: HardwareSpec, batch, m, n, k, dtype: str) -> GemmPrices:
-    """Price every (batch, m, n, k) GEMM (C[m,n] = A[m,k] @ B[k,n], `batch` independent copies)."""
+def price_gemms(hw: HardwareSpec, batch, m, n, k, dtype: str, accumulate: bool = False) -> GemmPrices:
+    """Price every (batch, m, n, k) GEMM (C[m,n] = A[m,k] @ B[k,n], `batch` independent copies);
+    `accumulate`: into an FP32 matrix in HBM (`kernel_params`)."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}")
     size = int(np.broadcast(np.asarray(batch), np.asarray(m), np.asarray(n), np.asarray(k)).size)
     b_, m_, n_, k_ = (_as_i64(x, size) for x in (batch, m, n, k))
     cat = build_catalog(hw, dtype)
     fout, iout = gk.price_kernel(b_, m_, n_, k_, cat.cta_m, cat.cta_n, cat.cta_k, cat.warp_m, cat.warp_n,
-                                 cat.stages, cat.cluster_m, cat.occupancy, SPLITS, kernel_params(hw, dtype))
+                                 cat.stages, cat.cluster_m, cat.occupancy, SPLITS, kernel_params(hw, dtype, accumulate))
     return GemmPrices(
         time_s=fout[:, gk.F_TIME], compute_s=fout[:, gk.F_COMPUTE], smem_s=fout[:, gk.F_SMEM],
         l2_s=fout[:, gk.F_L2], hbm_s=fout[:, gk.F_HBM], hbm_bytes=fout[:, gk.F_HBM_BYTES],

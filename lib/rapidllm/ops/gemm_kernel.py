@@ -13,8 +13,8 @@ import numpy as np
 from rapidllm.jit import njit
 
 # Layout of the float64 parameter vector handed to the kernel.
-P_SMS, P_SM_PEAK, P_SMEM_BW, P_L2_BW, P_L2_SIZE, P_HBM_BW, P_LAUNCH, P_LAT, P_IN, P_OUT, P_ACC = range(11)
-N_PARAMS = 11
+P_SMS, P_SM_PEAK, P_SMEM_BW, P_L2_BW, P_L2_SIZE, P_HBM_BW, P_LAUNCH, P_LAT, P_IN, P_OUT, P_ACC, P_SRC = range(12)
+N_PARAMS = 12
 # Columns of the float output.
 F_TIME, F_COMPUTE, F_SMEM, F_L2, F_HBM, F_HBM_BYTES, F_L2_BYTES, F_FLOPS, F_WAVES, F_SM_TIME = range(10)
 N_FOUT = 10
@@ -45,7 +45,7 @@ def price_kernel(batch, m, n, k, cta_m, cta_n, cta_k, warp_m, warp_n, stages, cl
     sms = p[P_SMS]
     peak, smem_bw, l2_bw, l2_size = p[P_SM_PEAK], p[P_SMEM_BW], p[P_L2_BW], p[P_L2_SIZE]
     hbm_bw, launch, lat = p[P_HBM_BW], p[P_LAUNCH], p[P_LAT]
-    in_b, out_b, acc_b = p[P_IN], p[P_OUT], p[P_ACC]
+    in_b, out_b, acc_b, src_b = p[P_IN], p[P_OUT], p[P_ACC], p[P_SRC]
     n_sms = np.int64(sms)
     for s in range(S):
         B, M, N, K = batch[s], m[s], n[s], k[s]
@@ -76,11 +76,13 @@ def price_kernel(batch, m, n, k, cta_m, cta_n, cta_k, warp_m, warp_n, stages, cl
                 rem = per_sm - full * o
                 active = min(tiles, n_sms)
                 epi_s = cm * cn * (out_b if sk == 1 else acc_b) * active / l2_bw
+                if sk == 1:                             # D = C + A @ B: C from HBM before the add
+                    epi_s += cm * cn * src_b * active / hbm_bw
                 sm_time = full * _round_time(o, kit, fl_it, sm_it, peak, smem_bw, lat, st, epi_s)
                 if rem > 0:
                     sm_time += _round_time(rem, kit, fl_it, sm_it, peak, smem_bw, lat, st, epi_s)
                 kk = float(kit * ck)
-                l2_bytes = tiles * (cm + cn / cl) * kk * in_b + mnb * out_b
+                l2_bytes = tiles * (cm + cn / cl) * kk * in_b + mnb * (out_b + src_b)
                 partial = 0.0
                 if sk > 1:
                     partial = 2.0 * mnb * sk * acc_b    # fp32 partials written, then read by the fix-up
@@ -92,7 +94,7 @@ def price_kernel(batch, m, n, k, cta_m, cta_n, cta_k, warp_m, warp_n, stages, cl
                 wc = min(tn, (wt + wr - 1) // wr)
                 waves_t = (base + wt - 1) // wt
                 wave_reads = waves_t * (wr * cm + wc * cn) * float(K) * in_b
-                hbm_bytes = comp_in + max(0.0, wave_reads - comp_in) * spill + mnb * out_b
+                hbm_bytes = comp_in + max(0.0, wave_reads - comp_in) * spill + mnb * (out_b + src_b)
                 if partial > l2_size:
                     hbm_bytes += partial
                 l2_s = l2_bytes / l2_bw

@@ -138,9 +138,11 @@ def operator_times(case: Case, ops: list[Operator], method: str = "tiles") -> np
         times[idx] = roofline_gemm_time(hw, shapes[:, 1], shapes[:, 2], shapes[:, 3], d, shapes[:, 0])
     if method == "roofline":
         return times
-    for d in sorted(set(gemm_dtypes) - {""}):
-        idx = [i for i, g in enumerate(gemm_dtypes) if g == d]
-        times[idx] = _gemm_times(hw, d, [ops[i].gemm for i in idx])
+    blockwise = case.precision == "fp8" and case.fp8_recipe == "blockwise"
+    acc = [blockwise and bool(g) and _accumulates(o.name) for g, o in zip(gemm_dtypes, ops)]
+    for d, a in sorted(set(zip(gemm_dtypes, acc)) - {("", False)}):
+        idx = [i for i, (g, x) in enumerate(zip(gemm_dtypes, acc)) if g == d and x == a]
+        times[idx] = _gemm_times(hw, d, [ops[i].gemm for i in idx], a)
     for i, o in enumerate(ops):
         if o.kind == ATTENTION and o.attention is not None:
             a = o.attention
@@ -156,10 +158,19 @@ def _gemm_dtype(case: Case, name: str) -> str:
     return case.precision if case.precision != "fp8" or wl.fp8_gemm(name) else case.activation_precision
 
 
+def _accumulates(name: str) -> bool:
+    """Whether a GEMM of a blockwise-FP8 case adds into the FP32 main gradient in HBM (D = C + A @ B,
+    `gemm.kernel_params`): its FP8 weight-gradient GEMMs. DeepSeek-V3's fine-grained FP8 wgrad kernel accumulates
+    into the FP32 gradient in its epilogue (profile-data train.json: `fp8_dptp128c_acc` kernels under
+    `LinearWithGradAccumulationFP8`; DeepGEMM's published wgrad kernel, fp8_wgrad_gemm.cuh: D = C + A @ B, FP32
+    C loaded by TMA after the k-loop and waited on before the add). TE's tensorwise GEMMs write BF16."""
+    return name.endswith("_wgrad") and wl.fp8_gemm(name)
+
+
 _GEMM_LIMIT = 200_000
 
 
-def _gemm_times(hw, dtype: str, shapes: list) -> np.ndarray:
+def _gemm_times(hw, dtype: str, shapes: list, accumulate: bool = False) -> np.ndarray:
     """`price_gemms(...).time_s` for (batch, m, n, k) shapes, remembered across cases per device kernel
     parameters and tile catalog (`Caches.gemm_times`, keyed by the kernel's parameter vector and what the
     catalog is built from): the kernel prices every shape on its own, so a shape priced for an earlier
@@ -167,7 +178,7 @@ def _gemm_times(hw, dtype: str, shapes: list) -> np.ndarray:
     if dtype not in DTYPE_BYTES:                      # let price_gemms raise its error
         arr = np.array(shapes, dtype=np.int64)
         return price_gemms(hw, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], dtype).time_s
-    key = (kernel_params(hw, dtype).tobytes(), hw.limits, DTYPE_BYTES[dtype], uses_warpgroup_mma(hw))
+    key = (kernel_params(hw, dtype, accumulate).tobytes(), hw.limits, DTYPE_BYTES[dtype], uses_warpgroup_mma(hw))
     table = current().gemm_times
     known = table.get(key)
     if known is None:
@@ -178,7 +189,7 @@ def _gemm_times(hw, dtype: str, shapes: list) -> np.ndarray:
             known.clear()
             missing = list(dict.fromkeys(tuple(s) for s in shapes))
         arr = np.array(missing, dtype=np.int64)
-        priced = price_gemms(hw, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], dtype)
+        priced = price_gemms(hw, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], dtype, accumulate)
         known.update(zip(missing, priced.time_s.tolist()))
     return np.array([known[tuple(s)] for s in shapes], dtype=np.float64)
 
@@ -247,7 +258,7 @@ def _layer_pricing_key(case: Case, method: str) -> tuple:
     enters as its repr, `_hardware_repr`)."""
     p = case.parallelism
     return (_hardware_repr(case.hardware), case.model, case.workload, tuple(getattr(p, f) for f in _PRICED_FIELDS),
-            case.precision, case.attention_impl, case.moe_hot_expert_factor, case.framework, method)
+            case.precision, case.attention_impl, case.moe_hot_expert_factor, case.framework, case.fp8_recipe, method)
 
 
 # what the layer sections do not depend on (`_layer_pricing_key` leaves them out)

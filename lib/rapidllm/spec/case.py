@@ -215,6 +215,10 @@ class Case:
     framework: str = "megatron"          # software stack: memory conventions (memory/state.py), collectives
                                          # (engine/comm_cost.py: tensorrt-llm's NVLink custom all-reduce)
     name: str = ""
+    fp8_recipe: str = "tensorwise"       # FP8 training GEMM kernels: TE per-tensor scaling, or DeepSeek-V3's
+                                         # fine-grained "blockwise" kernels (docs/fp8.md)
+
+    HASH_OMITTED_DEFAULTS = ("fp8_recipe",)
 
     @property
     def training(self) -> bool:
@@ -291,8 +295,10 @@ MAX_INFERENCE_TOKENS = 2**26       # batch x (prompt + output): the KV cache of 
 MAX_SERVING_WORK = 2**24           # concurrency x output_tokens of the simulated serving loop (~1 s of it)
 
 
-def _check_bounds(hardware: HardwareSpec, par: Parallelism, workload: Any, precision: str, source: str) -> None:
-    """Limits on products of keys (work and memory that would explode), and fp8 only where the device has it."""
+def _check_bounds(hardware: HardwareSpec, par: Parallelism, workload: Any, precision: str, source: str,
+                  recipe: str = "tensorwise") -> None:
+    """Limits on products of keys (work and memory that would explode), and fp8 (and an FP8 recipe) only
+    where the device has it (and the case runs FP8)."""
     if par.world > MAX_WORLD:
         raise SpecError.at(source, "parallelism", f"dp x tp x pp x cp = {par.world} GPUs; allowed: at most {MAX_WORLD}")
     if isinstance(workload, TrainingWorkload) and workload.microbatches(par.dp) > MAX_MICROBATCHES:
@@ -310,6 +316,9 @@ def _check_bounds(hardware: HardwareSpec, par: Parallelism, workload: Any, preci
         if workload.serving == "simulated" and work > MAX_SERVING_WORK:
             raise SpecError.at(source, "workload.serving", f"simulated serving of concurrency x output_tokens = "
                                f"{work} tokens; allowed: at most {MAX_SERVING_WORK} (or serving: steady_state)")
+    if recipe != "tensorwise" and precision != "fp8":
+        raise SpecError.at(source, "fp8_recipe", f"{recipe} scales FP8 GEMMs, and precision is {precision}; "
+                           "allowed: fp8_recipe only with precision fp8")
     if precision == "fp8" and "fp8" not in hardware.tensor_flops:
         raise SpecError.at(source, "precision", f"{hardware.name} has no fp8 tensor units; allowed: "
                            f"{', '.join(sorted(hardware.tensor_flops))}")
@@ -502,7 +511,8 @@ def resolve_case(mapping: Any, source: str) -> Case:
     if "recompute_modules" in par_m:
         par_m["recompute_modules"] = tuple(par_m["recompute_modules"])
     par = Parallelism(**par_m)
-    _check_bounds(hardware, par, workload, mapping.get("precision", "bf16"), source)
+    _check_bounds(hardware, par, workload, mapping.get("precision", "bf16"), source,
+                  mapping.get("fp8_recipe", "tensorwise"))
     check_layout(model, par, workload, source)
     check_attention(model, mapping.get("attention_impl", "flash"), source)
     par = expert_grid(par, workload)
@@ -515,7 +525,7 @@ def resolve_case(mapping: Any, source: str) -> Case:
     return Case(model=model, hardware=hardware, network=network, workload=workload, parallelism=par,
                 precision=mapping.get("precision", "bf16"), attention_impl=mapping.get("attention_impl", "flash"),
                 moe_hot_expert_factor=hot, framework=mapping.get("framework", "megatron"),
-                name=mapping.get("name", ""))
+                name=mapping.get("name", ""), fp8_recipe=mapping.get("fp8_recipe", "tensorwise"))
 
 
 def layout_case(base: Case, sized: NetworkSpec, par: Parallelism, workload: TrainingWorkload | InferenceWorkload,

@@ -16,8 +16,9 @@ trillion tokens = 1543 tokens/s per GPU, on the report's layout (2048 H800, PP 1
 ZeRO-1 DP 128, no TP, sequence 4096, global batch 15360). DualPipe is priced as the merged 1F1B
 forward/backward with the EP all-to-alls beside the other micro-batch's compute (moe_a2a_overlap), the
 nearest schedule the engine has. The report trains with FP8 GEMMs but keeps attention, norms, embedding,
-output head and gating in BF16/FP32 (§3.3.1), which is what `precision: fp8` prices (docs/fp8.md); the
-all-BF16 prediction is shown beside it.
+output head and gating in BF16/FP32 (§3.3.1), which is what `precision: fp8` prices (docs/fp8.md), with its
+fine-grained scaling (§3.3.2) as `fp8_recipe: blockwise` (FP8 wgrads accumulate into the FP32 main
+gradient); the all-BF16 prediction is shown beside it.
 
 DeepSeek-V3/R1 online inference (validation/references/inference_deepseek_v3_h800.csv; DeepSeek's "Inference
 System Overview", 2025-03-01): per-H800-node throughput, prefill on EP 32 and decode on EP 144, both with
@@ -95,7 +96,7 @@ def v3_training_case(row: pd.Series, precision: str) -> Case:
     model, _ = resolve_named("model", row.model, TRAINING_CSV, "model")
     mapping = {
         "model": dict(model, mtp_depth=int(row.mtp_depth)), "hardware": "h800", "network": "h800-ib", "precision": precision,
-        "attention_impl": "flash3",
+        "attention_impl": "flash3", **({"fp8_recipe": "blockwise"} if precision == "fp8" else {}),
         "workload": {"mode": "training", "seq_len": int(row.seq_len), "global_batch": int(row.global_batch),
                      "micro_batch": 1},
         "parallelism": {"tp": int(row.tp), "pp": int(row.pp), "dp": int(row.dp), "ep": int(row.ep),
