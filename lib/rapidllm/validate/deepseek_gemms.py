@@ -22,7 +22,7 @@ import pandas as pd
 from rapidllm.ops.price import price_case
 from rapidllm.spec.paths import project_root
 from rapidllm.validate import deepseek
-from rapidllm.validate.deepseek_profile import busy_time, gemm_slowdown, kernel_category
+from rapidllm.validate.deepseek_profile import busy_time, gemm_slowdown, kernel_category, print_table
 
 BACKWARD = "attn(B)"          # kernels launched outside every range: the attention backward (autograd thread)
 # GEMM kernels of one layer per range, in launch order (train.json: FP8 unless marked; MLA's q_a and kv_a
@@ -113,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n")[0])
     parser.add_argument("trace", help="profile-data's train.json")
     args = parser.parse_args(argv)
-    with pd.option_context("display.width", 200, "display.precision", 1):
-        print(gemm_breakdown(args.trace).to_string(index=False))
+    print_table(gemm_breakdown(args.trace))
     return 0
 
 

@@ -105,13 +105,18 @@ def profile_check() -> pd.DataFrame:
     return out
 
 
+def print_table(frame: pd.DataFrame) -> None:
+    """A comparison table as this module's and `deepseek_gemms`' command lines print it."""
+    with pd.option_context("display.width", 200, "display.precision", 1):
+        print(frame.to_string(index=False))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rapidllm.validate.deepseek_profile",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--trace", help="summarize this train.json instead of comparing")
     args = parser.parse_args(argv)
-    with pd.option_context("display.width", 200, "display.precision", 1):
-        print((summarize_trace(args.trace) if args.trace else profile_check()).to_string(index=False))
+    print_table(summarize_trace(args.trace) if args.trace else profile_check())
     return 0
 
 
