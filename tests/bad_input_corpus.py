@@ -62,6 +62,8 @@ NAN, INF = float("nan"), float("inf")
 BOMB = "".join(f"{c}: &{c} [" + ",".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefg", "bcdefgh"))
 BOMB = 'a: &a ["x","x","x","x","x","x","x","x","x"]\n' + BOMB
 VALID_CASE_TEXT = yaml.safe_dump(CASE)
+OPERATING = {k: {"value": v, "source": "assumption: test"} for k, v in dict(
+    board_power_w=700, power_utilization=0.8, pue=1.2, energy_usd_per_kwh=0.08, capital_usd=30000, lifetime_years=4).items()}
 
 PREDICT = [
     # quantities in the hardware spec
@@ -264,6 +266,11 @@ PREDICT = [
         {"case.yaml": CASE}),
     Bad("engine-unknown", ("predict", "{tmp}/case.yaml", "--engine", "magic"), "invalid choice", "message",
         {"case.yaml": CASE}),
+    # the cost section is a whole-file $ref (cost.schema.yaml): NaN passed there without --cost
+    case_bad("cost-nan-without-cost-flag", "hardware.cost", {"operating": {**OPERATING, "pue": {"value": NAN, "source": "x" * 3}}},
+             "hardware.cost.operating.pue.value: nan is not of type number (finite)"),
+    case_bad("cost-inf-without-cost-flag", "hardware.cost", {"operating": {**OPERATING, "capital_usd": {"value": INF, "source": "abc"}}},
+             "capital_usd.value: inf is not of type number (finite)"),
 ]
 
 SWEEP = [

@@ -22,7 +22,8 @@ from typing import Any
 
 import jsonschema
 import yaml
-from referencing import Registry, Resource
+from referencing import Registry
+from referencing.jsonschema import DRAFT202012
 
 from rapidllm import units
 from rapidllm.spec.errors import SpecError
@@ -96,7 +97,12 @@ def _schemas(folder: Path) -> tuple[dict[str, Any], Registry]:
     """Every schema of the folder parsed once (C YAML loader), and the registry `$ref`s resolve in: a
     command validating a case, a model, a device and a fabric parsed all of them four times before."""
     schemas = {p.name: yaml.load(p.read_text(), Loader=_Loader) for p in sorted(folder.glob("*.schema.yaml"))}
-    registry = Registry().with_resources([(name, Resource.from_contents(s)) for name, s in schemas.items()])
+    # A `$ref` to a whole file (hardware's `cost.schema.yaml`) made jsonschema pick the validator class anew
+    # from that file's `$schema`: the stock one, without the finite number type and `positive`, so NaN passed
+    # under it. The registry's copies drop `$schema` (every schema here is draft 2020-12), keeping ours.
+    registry = Registry().with_resources(
+        [(name, DRAFT202012.create_resource({k: v for k, v in s.items() if k != "$schema"}))
+         for name, s in schemas.items()])
     return schemas, registry
 
 
