@@ -269,6 +269,13 @@ PREDICT = [
     # the cost section is a whole-file $ref (cost.schema.yaml): NaN passed there without --cost
     case_bad("cost-nan-without-cost-flag", "hardware.cost", {"operating": {**OPERATING, "pue": {"value": NAN, "source": "x" * 3}}},
              "hardware.cost.operating.pue.value: nan is not of type number (finite)"),
+    # absurdly large quantities: a 1e33-second step, and int64 overflow in the tile model (a traceback)
+    case_bad("latency-1e30", "network.dimensions.0.latency", 1e30, "latency: 1e+30 is out of range; allowed: a time >= 0 and <= 24 h"),
+    case_bad("launch-overhead-huge", "hardware.kernel_launch_overhead", "1e30 s", "a time >= 0 and <= 24 h"),
+    case_bad("smem-1e30", "hardware.sm_limits.max_shared_memory", 1e30, "max_shared_memory: 1e+30 is out of range", "crash"),
+    case_bad("hbm-bandwidth-huge", "hardware.hbm_bandwidth", "1e30 TB/s", "a bandwidth > 0 and <= 1 PB/s"),
+    case_bad("clock-huge", "hardware.clock", "1e9 GHz", "a frequency > 0 and <= 100 GHz"),
+    case_bad("tensor-flops-huge", "hardware.tensor_flops.bf16", 1e30, "a FLOP rate > 0 and <= 1 EFLOP/s"),
     case_bad("cost-inf-without-cost-flag", "hardware.cost", {"operating": {**OPERATING, "capital_usd": {"value": INF, "source": "abc"}}},
              "capital_usd.value: inf is not of type number (finite)"),
 ]
@@ -397,6 +404,8 @@ GEMM = [
 
 COLL = ("collective", "--network", "dgx-a100", "--bytes", "1 GiB")
 COLLECTIVE = [
+    Bad("bytes-1e30", ("collective", "--network", "dgx-a100", "--op", "all_reduce", "--bytes", "1e30", "--ranks", "8"),
+        "--bytes: '1e30' is out of range; allowed: a byte count >= 0 and <= 1 PiB", "quantity"),
     Bad("ranks-zero", (*COLL, "--ranks", "0"), "--ranks: 0 is out of range", "quantity"),
     Bad("ranks-negative", (*COLL, "--ranks=-4"), "--ranks: -4 is out of range", "quantity"),
     Bad("ranks-1e8-text", (*COLL, "--ranks", "1e8"), "is not a count", "work"),
