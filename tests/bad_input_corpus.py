@@ -273,6 +273,10 @@ PREDICT = [
     case_bad("latency-1e30", "network.dimensions.0.latency", 1e30, "latency: 1e+30 is out of range; allowed: a time >= 0 and <= 24 h"),
     case_bad("launch-overhead-huge", "hardware.kernel_launch_overhead", "1e30 s", "a time >= 0 and <= 24 h"),
     case_bad("smem-1e30", "hardware.sm_limits.max_shared_memory", 1e30, "max_shared_memory: 1e+30 is out of range", "crash"),
+    # SM limits no GEMM tile fits in: "no GEMM tile candidate fits the SM limits" as a traceback
+    case_bad("smem-1-kib", "hardware.sm_limits.max_shared_memory", "1 KiB", "max_shared_memory: '1 KiB' is out of range; allowed: a byte count >= 17 KiB", "crash"),
+    case_bad("max-threads-1", "hardware.sm_limits.max_threads", 1, "max_threads: 1 is out of range; allowed: integer 256 to", "crash"),
+    case_bad("registers-per-thread-1", "hardware.sm_limits.max_registers_per_thread", 1, "max_registers_per_thread: 1 is out of range", "crash"),
     case_bad("hbm-bandwidth-huge", "hardware.hbm_bandwidth", "1e30 TB/s", "a bandwidth > 0 and <= 1 PB/s"),
     case_bad("clock-huge", "hardware.clock", "1e9 GHz", "a frequency > 0 and <= 100 GHz"),
     case_bad("tensor-flops-huge", "hardware.tensor_flops.bf16", 1e30, "a FLOP rate > 0 and <= 1 EFLOP/s"),

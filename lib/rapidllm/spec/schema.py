@@ -3,7 +3,7 @@
 Quantities use custom formats (bytes, bandwidth, time, frequency, flops) checked by rapidllm.units, so a
 wrong unit reads "hbm_bandwidth: '3.35 TB' is not a bandwidth; use a unit like '2.0 TB/s'". Numbers must be
 finite (NaN and infinities satisfy no JSON-schema bound, so they are refused by type), and the keyword
-`positive: true` asks a quantity to be > 0. The bounds themselves live in the schemas (docs/limits.md).
+`positive: true` asks a quantity to be > 0 and `at_least: "17 KiB"` at least that much. The bounds themselves live in the schemas (docs/limits.md).
 
 YAML is read with the C loader, refusing duplicate keys, files over MAX_SPEC_BYTES and documents whose
 aliases expand past MAX_SPEC_VALUES values (an alias bomb is small on disk and exponential in memory).
@@ -82,6 +82,17 @@ def _positive(validator: Any, value: bool, instance: Any, schema: dict) -> Any:
         yield jsonschema.ValidationError(f"{short(instance)} is out of range; allowed: a {units.NOUN[kind]} > 0")
 
 
+def _at_least(validator: Any, value: str, instance: Any, schema: dict) -> Any:
+    """`at_least: "17 KiB"` on a quantity: its SI value must be >= that quantity of the key's format."""
+    kind = schema.get("format")
+    try:
+        si, low = units.parse_quantity(instance, kind), units.parse_quantity(value, kind)
+    except units.UnitError:
+        return
+    if si < low:
+        yield jsonschema.ValidationError(f"{short(instance)} is out of range; allowed: a {units.NOUN[kind]} >= {value}")
+
+
 def _format_checker() -> jsonschema.FormatChecker:
     checker = jsonschema.FormatChecker()
     for kind in QUANTITY_FORMATS:
@@ -117,7 +128,7 @@ def _validator(kind: str) -> jsonschema.protocols.Validator:
     schema = schemas[f"{kind}.schema.yaml"]
     base = jsonschema.validators.validator_for(schema)
     types = base.TYPE_CHECKER.redefine_many({"number": _finite_number, "integer": _integer})
-    cls = jsonschema.validators.extend(base, validators={"positive": _positive}, type_checker=types)
+    cls = jsonschema.validators.extend(base, validators={"positive": _positive, "at_least": _at_least}, type_checker=types)
     return cls(schema, registry=registry, format_checker=_format_checker())
 
 
