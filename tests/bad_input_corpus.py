@@ -410,6 +410,10 @@ COLL = ("collective", "--network", "dgx-a100", "--bytes", "1 GiB")
 COLLECTIVE = [
     Bad("bytes-1e30", ("collective", "--network", "dgx-a100", "--op", "all_reduce", "--bytes", "1e30", "--ranks", "8"),
         "--bytes: '1e30' is out of range; allowed: a byte count >= 0 and <= 1 PiB", "quantity"),
+    # a fabric without switches read "switches 20..19", an empty range
+    Bad("fault-not-a-link-no-switches", ("collective", "--network", "wafer-mesh", "--op", "all_reduce", "--bytes", "1 MiB",
+        "--ranks", "16", "--fault", "0,8,dead"), "link [0, 8] does not exist; endpoints are global node ids (ranks 0..19, no switches)",
+        "message"),
     Bad("ranks-zero", (*COLL, "--ranks", "0"), "--ranks: 0 is out of range", "quantity"),
     Bad("ranks-negative", (*COLL, "--ranks=-4"), "--ranks: -4 is out of range", "quantity"),
     Bad("ranks-1e8-text", (*COLL, "--ranks", "1e8"), "is not a count", "work"),
