@@ -466,6 +466,9 @@ SEARCH = [
     search_bad("unknown-axis", "space", {"tpp": [1]}, "unknown key(s) 'tpp'"),
     search_bad("unknown-value", "space", {"recompute": ["sometimes"]}, "'sometimes' is not allowed"),
     search_bad("unknown-objective", "objective", "speed", "'speed' is not allowed"),
+    # a column objective with a bad direction was judged against the named objectives' enum
+    search_bad("objective-direction", "objective", {"column": "step_time_s", "direction": "sideways"},
+               "objective.direction: 'sideways' is not allowed; allowed: min, max", "message"),
     search_bad("gpus-zero", "gpus", [0], "out of range", "quantity"),
     search_bad("gpus-range-unbounded", "gpus", {"min": 1, "max": 1000000000}, "out of range", "work"),
     search_bad("gpus-range-too-many-counts", "gpus", {"min": 1, "max": 131072, "step": 1}, "GPU counts; at most", "work"),

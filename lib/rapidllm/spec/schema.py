@@ -238,8 +238,9 @@ def _branch_error(error: jsonschema.ValidationError) -> jsonschema.ValidationErr
         wrong = copy.copy(consts[0])                  # (else "mode: train" read as unknown training keys)
         wrong.validator, wrong.validator_value = "enum", [e.validator_value for e in consts]
         return wrong
-    if len(live) > 1:                   # a branch of the value's own type (an integer, not a list of them)
-        typed = [errs for errs in live if not any(e.validator == "type" and not e.relative_path for e in errs)]
+    if len(live) > 1:                   # a branch of the value's own type (an integer, not a list of them;
+        # a mapping, not one of the names an `enum` branch lists)
+        typed = [errs for errs in live if not any(e.validator in ("type", "enum") and not e.relative_path for e in errs)]
         live = typed or live
     return jsonschema.exceptions.best_match(live[0] if len(live) == 1 else error.context)
 
