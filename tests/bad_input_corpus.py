@@ -262,6 +262,8 @@ PREDICT = [
         "crash", {"case.yaml": CASE}),
     Bad("what-if-negative-factor", ("predict", "{tmp}/case.yaml", "--what-if", "attn=x-1"), "is not a factor",
         "quantity", {"case.yaml": CASE}),
+    Bad("what-if-huge-factor", ("predict", "{tmp}/case.yaml", "--what-if", "attn=x1e30"),
+        "'1e30' is not a factor; allowed: a finite number from 1e-06 to 1e+06", "quantity", {"case.yaml": CASE}),
     Bad("what-if-no-equals", ("predict", "{tmp}/case.yaml", "--what-if", "attn"), "use NAME=xFACTOR", "message",
         {"case.yaml": CASE}),
     Bad("engine-unknown", ("predict", "{tmp}/case.yaml", "--engine", "magic"), "invalid choice", "message",
