@@ -468,6 +468,9 @@ SEARCH = [
     search_bad("unknown-axis", "space", {"tpp": [1]}, "unknown key(s) 'tpp'"),
     search_bad("unknown-value", "space", {"recompute": ["sometimes"]}, "'sometimes' is not allowed"),
     search_bad("unknown-objective", "objective", "speed", "'speed' is not allowed"),
+    # a filter no value passes read "no feasible layout among 24 (24 filtered)", as if the space were empty
+    search_bad("filter-min-above-max", "constraints", {"filters": {"tp": {"min": 4, "max": 2}}},
+               "constraints.filters.tp: min 4 is above max 2", "message"),
     # a column objective with a bad direction was judged against the named objectives' enum
     search_bad("objective-direction", "objective", {"column": "step_time_s", "direction": "sideways"},
                "objective.direction: 'sideways' is not allowed; allowed: min, max", "message"),

@@ -138,6 +138,10 @@ def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpe
     if unknown:
         raise SpecError.at(source, f"constraints.filters.{unknown[0]}",
                            f"unknown column; allowed: {', '.join(sorted(allowed))}")
+    empty = [k for k, (lo, hi) in filters.items() if lo > hi]
+    if empty:
+        lo, hi = (constraints["filters"][empty[0]][b] for b in ("min", "max"))
+        raise SpecError.at(source, f"constraints.filters.{empty[0]}", f"min {lo} is above max {hi}; no value passes")
     space = dict(m.get("space", {}))
     across = bool(space.pop("tp_across_nodes", False))
     training_only = {"micro_batch", "recompute", "recompute_modules", "zero", "fsdp", "virtual_stages"}
