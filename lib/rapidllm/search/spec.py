@@ -144,6 +144,11 @@ def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpe
         raise SpecError.at(source, f"constraints.filters.{empty[0]}", f"min {lo} is above max {hi}; no value passes")
     space = dict(m.get("space", {}))
     across = bool(space.pop("tp_across_nodes", False))
+    given = m["workload"].get("micro_batch") if m["workload"]["mode"] == "training" else None
+    if given is not None:               # the workload's micro-batch: the axis's value unless the space lists them
+        if given not in space.setdefault("micro_batch", [given]):
+            raise SpecError.at(source, "workload.micro_batch", f"{given} is not among space.micro_batch "
+                               f"{space['micro_batch']}; list the micro-batches to search in space.micro_batch")
     training_only = {"micro_batch", "recompute", "recompute_modules", "zero", "fsdp", "virtual_stages"}
     wrong = sorted(training_only & set(space)) if m["workload"]["mode"] == "inference" else \
         sorted({"batch"} & set(space))
