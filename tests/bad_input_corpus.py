@@ -481,7 +481,8 @@ SEARCH = [
     search_bad("unknown-model", "model", "no-such-model", "unknown model 'no-such-model'"),
     search_bad("model-path-escape", "model", "../../workflow/schemas/case.schema", "is not a model name"),
     search_bad("empty-space", "space", {"tp": [3]}, "no feasible layout"),
-    search_bad("parallelism-axis", "parallelism", {"tp": 8}, "unknown key(s) 'tp'"),
+    # a layout axis pinned under parallelism read "unknown key(s) 'tp' (did you mean tp_comm_overlap?)"
+    search_bad("parallelism-axis", "parallelism", {"tp": 8}, "parallelism.tp: a search axis, not a fixed setting; give its values in space.tp"),
     search_bad("parallelism-redundant-negative", "parallelism", {"redundant_experts": -1}, "out of range", "quantity"),
     search_bad("parallelism-redundant-dense", "parallelism", {"redundant_experts": 8}, "redundant_experts"),
     search_bad("top-zero", "gpus", [8], "--top: 0 is out of range", "quantity", ("--top", "0")),

@@ -18,7 +18,7 @@ from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import NetworkSpec
 from rapidllm.spec.paths import config_dir, display, project_root
-from rapidllm.spec.schema import load_yaml, validate
+from rapidllm.spec.schema import load_yaml, schema_of, validate
 from rapidllm.units import parse_quantity
 
 NAMED = ("model", "hardware", "network")
@@ -125,6 +125,12 @@ def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpe
     else:
         source = source or display(spec)
         m = load_yaml(Path(spec))
+    fixed = m.get("parallelism") if isinstance(m, dict) else None
+    axes = schema_of("search")["properties"]["space"]["properties"]
+    pinned = sorted(k for k in fixed if k in axes) if isinstance(fixed, dict) else []
+    if pinned:                              # the schema alone said "unknown key 'tp' (did you mean tp_comm_overlap?)"
+        raise SpecError.at(source, f"parallelism.{pinned[0]}", f"a search axis, not a fixed setting; give its "
+                           f"values in space.{pinned[0]} (one value pins it)")
     validate(m, "search", source)
     constraints = m.get("constraints", {})
     objective = objective_from_spec(m.get("objective"), m["workload"]["mode"], m.get("train_tokens"), source)
