@@ -450,7 +450,10 @@ COLLECTIVE = [
 ]
 
 CALIBRATE = [
-    Bad("grid-zero", ("calibrate", "--grid", "0", "--dry-run"), "--grid must be >= 1", "quantity"),
+    Bad("grid-zero", ("calibrate", "--grid", "0", "--dry-run"), "--grid must be 1 to 64", "quantity"),
+    # grid^3 points: --grid 1000000 was 1e18 objective evaluations, a hang
+    Bad("grid-huge", ("calibrate", "--grid", "1000000", "--dry-run"), "--grid must be 1 to 64 and --iters 0 to 10000", "work"),
+    Bad("iters-huge", ("calibrate", "--iters", "1000000000", "--dry-run"), "--iters 0 to 10000", "work"),
     Bad("out-is-directory", ("calibrate", "--dry-run", "--out", "{tmp}"), "is a directory", "file"),
 ]
 
