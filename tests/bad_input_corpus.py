@@ -499,5 +499,11 @@ SEARCH = [
     Bad("spec-missing", ("search", "{tmp}/none.yaml", "--quiet"), "file not found", "file"),
 ]
 
+# a port outside 1-65535 reached Streamlit, whose traceback ended the command (exit 1)
+EXPLORE = [
+    Bad("port-too-large", ("explore", "--port", "99999"), "--port: 99999 is out of range; allowed: 1 to 65535", "crash"),
+    Bad("port-negative", ("explore", "--port=-1"), "--port: -1 is out of range; allowed: 1 to 65535", "crash"),
+]
+
 CORPUS: dict[str, list[Bad]] = {"predict": PREDICT, "sweep": SWEEP, "search": SEARCH, "validate": VALIDATE,
-                                "gemm": GEMM, "collective": COLLECTIVE, "calibrate": CALIBRATE}
+                                "gemm": GEMM, "collective": COLLECTIVE, "calibrate": CALIBRATE, "explore": EXPLORE}
