@@ -471,6 +471,8 @@ SEARCH = [
     search_bad("unknown-axis", "space", {"tpp": [1]}, "unknown key(s) 'tpp'"),
     search_bad("unknown-value", "space", {"recompute": ["sometimes"]}, "'sometimes' is not allowed"),
     search_bad("unknown-objective", "objective", "speed", "'speed' is not allowed"),
+    # a candidate listed twice ranked every layout twice under the same label
+    search_bad("candidate-twice", "model", ["llama2-7b", "llama2-7b"], "model: ['llama2-7b', 'llama2-7b'] has non-unique elements", "message"),
     # a filter no value passes read "no feasible layout among 24 (24 filtered)", as if the space were empty
     search_bad("filter-min-above-max", "constraints", {"filters": {"tp": {"min": 4, "max": 2}}},
                "constraints.filters.tp: min 4 is above max 2", "message"),
