@@ -287,6 +287,10 @@ PREDICT = [
 ]
 
 SWEEP = [
+    # a value listed twice gave two identical rows (one case id twice in the table)
+    Bad("cross-value-twice", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"),
+        "cross.parallelism.tp: [2, 2] has non-unique elements", "message",
+        {"exp.yaml": {**EXPERIMENT, "cross": {"parallelism.tp": [2, 2]}}}),
     Bad("cross-key-typo", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"),
         "paralelism.tp: matches no key of a case", "message",
         {"exp.yaml": {**EXPERIMENT, "cross": {"paralelism.tp": [1, 2]}}}),
