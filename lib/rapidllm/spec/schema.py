@@ -85,6 +85,8 @@ def _positive(validator: Any, value: bool, instance: Any, schema: dict) -> Any:
 def _at_least(validator: Any, value: str, instance: Any, schema: dict) -> Any:
     """`at_least: "17 KiB"` on a quantity: its SI value must be >= that quantity of the key's format."""
     kind = schema.get("format")
+    if kind not in QUANTITY_FORMATS:
+        return
     try:
         si, low = units.parse_quantity(instance, kind), units.parse_quantity(value, kind)
     except units.UnitError:
