@@ -62,6 +62,7 @@ NAN, INF = float("nan"), float("inf")
 BOMB = "".join(f"{c}: &{c} [" + ",".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefg", "bcdefgh"))
 BOMB = 'a: &a ["x","x","x","x","x","x","x","x","x"]\n' + BOMB
 VALID_CASE_TEXT = yaml.safe_dump(CASE)
+TINY_DEEP = dict(hidden=64, layers=4096, heads=1, ffn=128, vocab=1000, max_seq_len=4096)   # a stage per layer is cheap
 OPERATING = {k: {"value": v, "source": "assumption: test"} for k, v in dict(
     board_power_w=700, power_utilization=0.8, pue=1.2, energy_usd_per_kwh=0.08, capital_usd=30000, lifetime_years=4).items()}
 
@@ -275,6 +276,9 @@ PREDICT = [
     case_bad("latency-1e30", "network.dimensions.0.latency", 1e30, "latency: 1e+30 is out of range; allowed: a time >= 0 and <= 24 h"),
     case_bad("launch-overhead-huge", "hardware.kernel_launch_overhead", "1e30 s", "a time >= 0 and <= 24 h"),
     case_bad("smem-1e30", "hardware.sm_limits.max_shared_memory", 1e30, "max_shared_memory: 1e+30 is out of range", "crash"),
+    # pp x micro-batches unbounded: 4096 stages x 65536 micro-batches is a 2^28-task graph (MemoryError at 8 GB)
+    case_bad("pipeline-tasks", "parallelism", {"pp": 64, "dp": 1, "tp": 1}, "pp x virtual stages x micro-batches = 4194304",
+             "work", base=with_key(with_key(CASE, "model", TINY_DEEP), "workload.global_batch", 65536)),
     # SM limits no GEMM tile fits in: "no GEMM tile candidate fits the SM limits" as a traceback
     case_bad("smem-1-kib", "hardware.sm_limits.max_shared_memory", "1 KiB", "max_shared_memory: '1 KiB' is out of range; allowed: a byte count >= 17 KiB", "crash"),
     case_bad("max-threads-1", "hardware.sm_limits.max_threads", 1, "max_threads: 1 is out of range; allowed: integer 256 to", "crash"),
