@@ -62,6 +62,9 @@ NAN, INF = float("nan"), float("inf")
 BOMB = "".join(f"{c}: &{c} [" + ",".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefg", "bcdefgh"))
 BOMB = 'a: &a ["x","x","x","x","x","x","x","x","x"]\n' + BOMB
 VALID_CASE_TEXT = yaml.safe_dump(CASE)
+TINY_DEEP = dict(hidden=64, layers=4096, heads=1, ffn=128, vocab=1000, max_seq_len=4096)   # a stage per layer is cheap
+OPERATING = {k: {"value": v, "source": "assumption: test"} for k, v in dict(
+    board_power_w=700, power_utilization=0.8, pue=1.2, energy_usd_per_kwh=0.08, capital_usd=30000, lifetime_years=4).items()}
 
 PREDICT = [
     # quantities in the hardware spec
@@ -262,13 +265,38 @@ PREDICT = [
         "crash", {"case.yaml": CASE}),
     Bad("what-if-negative-factor", ("predict", "{tmp}/case.yaml", "--what-if", "attn=x-1"), "is not a factor",
         "quantity", {"case.yaml": CASE}),
+    Bad("what-if-huge-factor", ("predict", "{tmp}/case.yaml", "--what-if", "attn=x1e30"),
+        "'1e30' is not a factor; allowed: a finite number from 1e-06 to 1e+06", "quantity", {"case.yaml": CASE}),
     Bad("what-if-no-equals", ("predict", "{tmp}/case.yaml", "--what-if", "attn"), "use NAME=xFACTOR", "message",
         {"case.yaml": CASE}),
     Bad("engine-unknown", ("predict", "{tmp}/case.yaml", "--engine", "magic"), "invalid choice", "message",
         {"case.yaml": CASE}),
+    # the cost section is a whole-file $ref (cost.schema.yaml): NaN passed there without --cost
+    case_bad("cost-nan-without-cost-flag", "hardware.cost", {"operating": {**OPERATING, "pue": {"value": NAN, "source": "x" * 3}}},
+             "hardware.cost.operating.pue.value: nan is not of type number (finite)"),
+    # absurdly large quantities: a 1e33-second step, and int64 overflow in the tile model (a traceback)
+    case_bad("latency-1e30", "network.dimensions.0.latency", 1e30, "latency: 1e+30 is out of range; allowed: a time >= 0 and <= 24 h"),
+    case_bad("launch-overhead-huge", "hardware.kernel_launch_overhead", "1e30 s", "a time >= 0 and <= 24 h"),
+    case_bad("smem-1e30", "hardware.sm_limits.max_shared_memory", 1e30, "max_shared_memory: 1e+30 is out of range", "crash"),
+    # pp x micro-batches unbounded: 4096 stages x 65536 micro-batches is a 2^28-task graph (MemoryError at 8 GB)
+    case_bad("pipeline-tasks", "parallelism", {"pp": 64, "dp": 1, "tp": 1}, "pp x virtual stages x micro-batches = 4194304",
+             "work", base=with_key(with_key(CASE, "model", TINY_DEEP), "workload.global_batch", 65536)),
+    # SM limits no GEMM tile fits in: "no GEMM tile candidate fits the SM limits" as a traceback
+    case_bad("smem-1-kib", "hardware.sm_limits.max_shared_memory", "1 KiB", "max_shared_memory: '1 KiB' is out of range; allowed: a byte count >= 17 KiB", "crash"),
+    case_bad("max-threads-1", "hardware.sm_limits.max_threads", 1, "max_threads: 1 is out of range; allowed: integer 256 to", "crash"),
+    case_bad("registers-per-thread-1", "hardware.sm_limits.max_registers_per_thread", 1, "max_registers_per_thread: 1 is out of range", "crash"),
+    case_bad("hbm-bandwidth-huge", "hardware.hbm_bandwidth", "1e30 TB/s", "a bandwidth > 0 and <= 1 PB/s"),
+    case_bad("clock-huge", "hardware.clock", "1e9 GHz", "a frequency > 0 and <= 100 GHz"),
+    case_bad("tensor-flops-huge", "hardware.tensor_flops.bf16", 1e30, "a FLOP rate > 0 and <= 1 EFLOP/s"),
+    case_bad("cost-inf-without-cost-flag", "hardware.cost", {"operating": {**OPERATING, "capital_usd": {"value": INF, "source": "abc"}}},
+             "capital_usd.value: inf is not of type number (finite)"),
 ]
 
 SWEEP = [
+    # a value listed twice gave two identical rows (one case id twice in the table)
+    Bad("cross-value-twice", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"),
+        "cross.parallelism.tp: [2, 2] has non-unique elements", "message",
+        {"exp.yaml": {**EXPERIMENT, "cross": {"parallelism.tp": [2, 2]}}}),
     Bad("cross-key-typo", ("sweep", "{tmp}/exp.yaml", "--out", "{tmp}/o.csv", "--quiet"),
         "paralelism.tp: matches no key of a case", "message",
         {"exp.yaml": {**EXPERIMENT, "cross": {"paralelism.tp": [1, 2]}}}),
@@ -392,6 +420,12 @@ GEMM = [
 
 COLL = ("collective", "--network", "dgx-a100", "--bytes", "1 GiB")
 COLLECTIVE = [
+    Bad("bytes-1e30", ("collective", "--network", "dgx-a100", "--op", "all_reduce", "--bytes", "1e30", "--ranks", "8"),
+        "--bytes: '1e30' is out of range; allowed: a byte count >= 0 and <= 1 PiB", "quantity"),
+    # a fabric without switches read "switches 20..19", an empty range
+    Bad("fault-not-a-link-no-switches", ("collective", "--network", "wafer-mesh", "--op", "all_reduce", "--bytes", "1 MiB",
+        "--ranks", "16", "--fault", "0,8,dead"), "link [0, 8] does not exist; endpoints are global node ids (ranks 0..19, no switches)",
+        "message"),
     Bad("ranks-zero", (*COLL, "--ranks", "0"), "--ranks: 0 is out of range", "quantity"),
     Bad("ranks-negative", (*COLL, "--ranks=-4"), "--ranks: -4 is out of range", "quantity"),
     Bad("ranks-1e8-text", (*COLL, "--ranks", "1e8"), "is not a count", "work"),
@@ -426,7 +460,10 @@ COLLECTIVE = [
 ]
 
 CALIBRATE = [
-    Bad("grid-zero", ("calibrate", "--grid", "0", "--dry-run"), "--grid must be >= 1", "quantity"),
+    Bad("grid-zero", ("calibrate", "--grid", "0", "--dry-run"), "--grid must be 1 to 64", "quantity"),
+    # grid^3 points: --grid 1000000 was 1e18 objective evaluations, a hang
+    Bad("grid-huge", ("calibrate", "--grid", "1000000", "--dry-run"), "--grid must be 1 to 64 and --iters 0 to 10000", "work"),
+    Bad("iters-huge", ("calibrate", "--iters", "1000000000", "--dry-run"), "--iters 0 to 10000", "work"),
     Bad("out-is-directory", ("calibrate", "--dry-run", "--out", "{tmp}"), "is a directory", "file"),
 ]
 
@@ -444,6 +481,14 @@ SEARCH = [
     search_bad("unknown-axis", "space", {"tpp": [1]}, "unknown key(s) 'tpp'"),
     search_bad("unknown-value", "space", {"recompute": ["sometimes"]}, "'sometimes' is not allowed"),
     search_bad("unknown-objective", "objective", "speed", "'speed' is not allowed"),
+    # a candidate listed twice ranked every layout twice under the same label
+    search_bad("candidate-twice", "model", ["llama2-7b", "llama2-7b"], "model: ['llama2-7b', 'llama2-7b'] has non-unique elements", "message"),
+    # a filter no value passes read "no feasible layout among 24 (24 filtered)", as if the space were empty
+    search_bad("filter-min-above-max", "constraints", {"filters": {"tp": {"min": 4, "max": 2}}},
+               "constraints.filters.tp: min 4 is above max 2", "message"),
+    # a column objective with a bad direction was judged against the named objectives' enum
+    search_bad("objective-direction", "objective", {"column": "step_time_s", "direction": "sideways"},
+               "objective.direction: 'sideways' is not allowed; allowed: min, max", "message"),
     search_bad("gpus-zero", "gpus", [0], "out of range", "quantity"),
     search_bad("gpus-range-unbounded", "gpus", {"min": 1, "max": 1000000000}, "out of range", "work"),
     search_bad("gpus-range-too-many-counts", "gpus", {"min": 1, "max": 131072, "step": 1}, "GPU counts; at most", "work"),
@@ -451,7 +496,8 @@ SEARCH = [
     search_bad("unknown-model", "model", "no-such-model", "unknown model 'no-such-model'"),
     search_bad("model-path-escape", "model", "../../workflow/schemas/case.schema", "is not a model name"),
     search_bad("empty-space", "space", {"tp": [3]}, "no feasible layout"),
-    search_bad("parallelism-axis", "parallelism", {"tp": 8}, "unknown key(s) 'tp'"),
+    # a layout axis pinned under parallelism read "unknown key(s) 'tp' (did you mean tp_comm_overlap?)"
+    search_bad("parallelism-axis", "parallelism", {"tp": 8}, "parallelism.tp: a search axis, not a fixed setting; give its values in space.tp"),
     search_bad("parallelism-redundant-negative", "parallelism", {"redundant_experts": -1}, "out of range", "quantity"),
     search_bad("parallelism-redundant-dense", "parallelism", {"redundant_experts": 8}, "redundant_experts"),
     search_bad("top-zero", "gpus", [8], "--top: 0 is out of range", "quantity", ("--top", "0")),
@@ -465,5 +511,11 @@ SEARCH = [
     Bad("spec-missing", ("search", "{tmp}/none.yaml", "--quiet"), "file not found", "file"),
 ]
 
+# a port outside 1-65535 reached Streamlit, whose traceback ended the command (exit 1)
+EXPLORE = [
+    Bad("port-too-large", ("explore", "--port", "99999"), "--port: 99999 is out of range; allowed: 1 to 65535", "crash"),
+    Bad("port-negative", ("explore", "--port=-1"), "--port: -1 is out of range; allowed: 1 to 65535", "crash"),
+]
+
 CORPUS: dict[str, list[Bad]] = {"predict": PREDICT, "sweep": SWEEP, "search": SEARCH, "validate": VALIDATE,
-                                "gemm": GEMM, "collective": COLLECTIVE, "calibrate": CALIBRATE}
+                                "gemm": GEMM, "collective": COLLECTIVE, "calibrate": CALIBRATE, "explore": EXPLORE}

@@ -50,6 +50,23 @@ def test_candidates_respect_sm_limits():
     assert np.all(build_catalog(tiny, "bf16").smem <= 48 * 1024) and len(build_catalog(tiny, "bf16")) < len(cat)
 
 
+def test_schema_minimum_sm_limits_fit_a_tile():
+    """The smallest SM limits hardware.schema.yaml accepts still hold a GEMM tile for every dtype and both MMA
+    styles: below them `build_catalog` found no candidate, a traceback out of `rapidllm predict`."""
+    from rapidllm.spec.schema import schema_of
+    from rapidllm.units import parse_quantity
+    props = schema_of("hardware")["properties"]["sm_limits"]["properties"]
+    smem = parse_quantity(props["max_shared_memory"]["at_least"], "bytes")
+    assert smem == parse_quantity(props["max_shared_memory_per_block"]["at_least"], "bytes")
+    lim = replace(make_hw().limits, **{k: props[k]["minimum"] for k in ("max_threads", "max_threads_per_block",
+                  "max_registers", "max_registers_per_thread", "max_blocks")},
+                  max_shared_memory=smem, max_shared_memory_per_block=smem)
+    for cc in ("8.0", "9.0"):
+        hw = make_hw(limits=lim, compute_capability=cc)
+        for dtype in ("fp8", "bf16", "tf32"):
+            assert len(build_catalog(hw, dtype)) > 0, (cc, dtype)
+
+
 def test_shape_effects():
     hw = make_hw()
     pr = price_gemms(hw, 1, [8192, 1, 8192], [8192, 8192, 8193], [8192, 8192, 8192], "bf16")

@@ -117,3 +117,14 @@ def test_report_builds(workdir: Path) -> None:
     assert len(html) > 100_000
     # it opens on the description and the headline accuracy (metadata), not on the workflow graph
     assert '"overall MAPE (%), all rows": ' in html and "Start with" in html
+
+
+def test_atomic_write_mode_as_a_plain_file(tmp_path) -> None:
+    """A table written through the temporary file gets the permissions a plain file gets (the umask's), not
+    mkstemp's owner-only 0600: a sweep's CSV on a shared cluster folder was unreadable to the group."""
+    import stat
+    from rapidllm.pipeline.io import write_table
+    plain = tmp_path / "plain.csv"
+    plain.write_text("a\n1\n")
+    write_table(pd.DataFrame({"a": [1]}), tmp_path / "t.csv")
+    assert stat.S_IMODE((tmp_path / "t.csv").stat().st_mode) == stat.S_IMODE(plain.stat().st_mode)

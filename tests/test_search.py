@@ -340,3 +340,16 @@ def test_shared_work_equals_each_layouts_own() -> None:
         kernels.add(lay.key[-1])
         checked += 1
     assert checked >= 100 and refined >= 10 and kernels == {"flash", "flash3"}, (checked, refined)
+
+
+def test_workload_micro_batch_is_the_axis_default() -> None:
+    """A training search spec's `workload.micro_batch` was silently ignored (the axis searched 1, 2, 4, 8, or
+    the space's values): it is now the axis's only value when the space does not list one, like an inference
+    workload's `batch`, and a value outside the space's list is refused."""
+    from rapidllm.search.space import axis_defaults
+    spec = {**DENSE, "workload": {**DENSE["workload"], "micro_batch": 2}, "space": {}}
+    loaded = load_search(spec)
+    assert axis_defaults(loaded, loaded.candidates[0])["micro_batch"] == [2]
+    assert axis_defaults(load_search({**spec, "space": {"micro_batch": [2, 4]}}), loaded.candidates[0])["micro_batch"] == [2, 4]
+    with pytest.raises(SpecError, match=r"workload.micro_batch: 2 is not among space.micro_batch \[1\]"):
+        load_search({**spec, "space": {"micro_batch": [1]}})

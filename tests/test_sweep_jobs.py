@@ -96,6 +96,14 @@ def test_jobs_values() -> None:
     assert resolve_jobs(0) == len(os.sched_getaffinity(0))
     with pytest.raises(SpecError, match="jobs: -1 is not allowed"):
         resolve_jobs(-1)
+    with pytest.raises(SpecError, match="jobs: 100000 is not allowed; allowed: an integer 1 to 256"):
+        resolve_jobs(100000)            # 100,000 forked workers on a 2-core machine
+
+
+def test_cli_rejects_absurd_jobs(experiment: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["sweep", str(experiment), "--jobs", "100000", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rapidllm sweep: --jobs: 100000 is not allowed; allowed: an integer 1 to 256")
 
 
 def test_cli_rejects_negative_jobs(experiment: Path, capsys: pytest.CaptureFixture) -> None:

@@ -25,3 +25,15 @@ def test_wrong_unit_names_the_kind(text: str, kind: str) -> None:
 @given(st.floats(min_value=1e-3, max_value=1e6, allow_nan=False))
 def test_binary_exceeds_decimal(x: float) -> None:
     assert parse_quantity(f"{x} GiB", "bytes") > parse_quantity(f"{x} GB", "bytes")
+
+
+def test_maximum_per_kind() -> None:
+    """The largest quantity of each kind parses and its text says what it is; just above it is refused, so
+    a 1e30-second latency or 1e30 bytes of shared memory is bad input, not a 1e33-second step or a traceback."""
+    from rapidllm.units import MAXIMUM, MAXIMUM_TEXT
+    for kind, top in MAXIMUM.items():
+        assert parse_quantity(MAXIMUM_TEXT[kind], kind) == top
+        with pytest.raises(UnitError, match=f"is out of range; allowed: a {NOUN[kind]} .* and <= "):
+            parse_quantity(top * 1.001, kind)
+        with pytest.raises(UnitError, match="out of range"):
+            parse_quantity(1e30, kind)

@@ -278,11 +278,16 @@ def _sweep_parallel(exp: Experiment, raws: list[tuple[str, dict]], units: list[l
     return out
 
 
+# Worker processes at most (docs/limits.md): the largest nodes have ~256 cores; --jobs 100000 forked as
+# many workers as the sweep had layout runs, whatever the machine.
+MAX_JOBS = 256
+JOBS_ALLOWED = f"allowed: an integer 1 to {MAX_JOBS} (worker processes) or 0 (one per available core)"
+
+
 def resolve_jobs(jobs: int) -> int:
     """Worker processes for `jobs`: itself when >= 1, every core this process may use when 0."""
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
-        raise SpecError(f"jobs: {jobs!r} is not allowed; allowed: an integer >= 1 (worker processes) or 0 "
-                        "(one per available core)")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 0 <= jobs <= MAX_JOBS:
+        raise SpecError(f"jobs: {jobs!r} is not allowed; {JOBS_ALLOWED}")
     if jobs:
         return jobs
     affinity = getattr(os, "sched_getaffinity", None)

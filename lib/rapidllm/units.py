@@ -5,8 +5,8 @@ Decimal prefixes (k, M, G, T, P) are powers of 1000 and binary ones (Ki, Mi, Gi,
 "80 GB" is 80e9 bytes and "80 GiB" is 80 * 2**30. Lower-case "b" means bits (network links are quoted
 in Gb/s), upper-case "B" bytes. Everything returned is SI: bytes, bytes/s, seconds, Hz, FLOP/s.
 
-Every quantity is finite and none is negative; rates (bandwidth, frequency, FLOP/s) are also > 0, since a
-zero rate divides. This is the one check of a quantity's range, shared by the spec schemas and the CLI's
+Every quantity is finite, none is negative and none is absurdly large (MAXIMUM); rates (bandwidth,
+frequency, FLOP/s) are also > 0, since a zero rate divides. This is the one check of a quantity's range, shared by the spec schemas and the CLI's
 flags (docs/limits.md); keys that must be > 0 beyond that say `positive: true` in their schema.
 """
 from __future__ import annotations
@@ -30,6 +30,13 @@ NOUN = {"bytes": "byte count", "bandwidth": "bandwidth", "time": "time", "freque
         "flops": "FLOP rate"}
 # kinds whose zero would divide (a time at zero bandwidth, clock or FLOP rate): refused as well as negatives
 RATE_KINDS = frozenset({"bandwidth", "frequency", "flops"})
+# The largest quantity of each kind (docs/limits.md), 50x or more above the largest in config/ (183 GiB of
+# HBM, 10 TB/s, 4.5 PFLOP/s, 2 GHz, latencies of microseconds; a day for an SLO or a measured time): a 1e30-
+# second link latency or launch overhead gave a 1e33-second step, and 1e30 bytes of shared memory per SM
+# overflowed the tile model's int64 occupancy into a traceback.
+MAXIMUM = {"bytes": 2.0**50, "bandwidth": 1e15, "time": 86400.0, "frequency": 1e11, "flops": 1e18}
+MAXIMUM_TEXT = {"bytes": "1 PiB", "bandwidth": "1 PB/s", "time": "24 h", "frequency": "100 GHz",
+                "flops": "1 EFLOP/s"}
 
 _NUMBER = r"(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
 _PATTERN = re.compile(r"^\s*" + _NUMBER + r"\s*(?P<unit>\S.*?)?\s*$")
@@ -98,12 +105,12 @@ def _parse(value: object, kind: str) -> float:
 
 
 def _in_range(si: float, value: object, kind: str) -> float:
-    """The range every quantity of `kind` must be in: finite, >= 0, and > 0 for rates."""
+    """The range every quantity of `kind` must be in: finite, >= 0 (> 0 for rates), at most MAXIMUM."""
     if not math.isfinite(si):
         raise UnitError(f"{_short(value)} is not a finite {NOUN[kind]}; use a unit like {KIND_EXAMPLES[kind]}")
-    if si < 0 or (si == 0 and kind in RATE_KINDS):
+    if si < 0 or (si == 0 and kind in RATE_KINDS) or si > MAXIMUM[kind]:
         bound = "> 0" if kind in RATE_KINDS else ">= 0"
-        raise UnitError(f"{_short(value)} is out of range; allowed: a {NOUN[kind]} {bound}")
+        raise UnitError(f"{_short(value)} is out of range; allowed: a {NOUN[kind]} {bound} and <= {MAXIMUM_TEXT[kind]}")
     return si
 
 

@@ -8,6 +8,10 @@ from pathlib import Path
 from rapidllm.cli.common import output_path, write_output
 from rapidllm.spec.errors import SpecError
 
+# The fit's work bounds (docs/limits.md): grid^3 coarse points (64^3 = 262,144, 2,000x the default 5^3) and
+# Nelder-Mead iterations (80x the default 120); --grid 1000000 asked for 1e18 evaluations.
+MAX_GRID, MAX_ITERS = 64, 10000
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("calibrate", help="fit compute/HBM/network utilization per device on the "
@@ -42,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from rapidllm.validate.calibrate import calibrate
 
     paths = [Path(p) for p in args.suites] or default_suites()
-    if args.grid < 1 or args.iters < 0:
-        raise SpecError("rapidllm calibrate: --grid must be >= 1 and --iters >= 0")
+    if not (1 <= args.grid <= MAX_GRID and 0 <= args.iters <= MAX_ITERS):
+        raise SpecError(f"rapidllm calibrate: --grid must be 1 to {MAX_GRID} and --iters 0 to {MAX_ITERS}")
     out = output_path(args.out, "calibration table") if args.out else None
     if args.transfer_report:
         from rapidllm.validate.loo import transfer_report

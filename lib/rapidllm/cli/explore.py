@@ -25,6 +25,8 @@ def server_command(port: int, case: str | None = None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not 1 <= args.port <= 65535:
+        raise SpecError(f"rapidllm explore: --port: {args.port} is out of range; allowed: 1 to 65535")
     if args.case:
         from rapidllm.spec.case import load_case
         load_case(args.case)                        # bad input: one line, exit 2, before any server starts

@@ -25,13 +25,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rapidllm.pipeline.io import write_table
-    from rapidllm.prediction import resolve_jobs, sweep
+    from rapidllm.prediction import JOBS_ALLOWED, MAX_JOBS, resolve_jobs, sweep
     from rapidllm.spec.errors import SpecError
     from rapidllm.spec.experiment import load_experiment
 
-    if args.jobs < 0:
-        raise SpecError(f"rapidllm sweep: --jobs: {args.jobs} is not allowed; allowed: an integer >= 1 (worker "
-                        "processes) or 0 (one per available core)")
+    if not 0 <= args.jobs <= MAX_JOBS:
+        raise SpecError(f"rapidllm sweep: --jobs: {args.jobs} is not allowed; {JOBS_ALLOWED}")
     if args.out and output_path(args.out, "sweep output").suffix not in (".csv", ".parquet"):
         raise SpecError(f"rapidllm sweep: --out: {args.out!r} is not allowed; allowed: a path ending in .csv "
                         "or .parquet")          # (anything else was written as parquet, silently)

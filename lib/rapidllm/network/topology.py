@@ -229,9 +229,10 @@ def apply_faults(topo: Topology, faults: tuple[FaultSpec, ...] | list[FaultSpec]
         hits = [i for i in (topo.link_of.get((a, c)), topo.link_of.get((c, a)))
                 if i is not None and (f.dimension is None or int(topo.dim[i]) == f.dimension)]
         if not hits:
+            switches = (f"switches {topo.n_ranks}..{topo.n_nodes - 1}" if topo.n_nodes > topo.n_ranks
+                        else "no switches")
             raise SpecError(f"network {topo.name!r}: faults.{k}: link [{a}, {c}] does not exist; endpoints are "
-                            f"global node ids (ranks 0..{topo.n_ranks - 1}, switches {topo.n_ranks}.."
-                            f"{topo.n_nodes - 1}); see docs/network.md")
+                            f"global node ids (ranks 0..{topo.n_ranks - 1}, {switches}); see docs/network.md")
         for i in hits:
             if f.failed:
                 topo.alive[i] = False

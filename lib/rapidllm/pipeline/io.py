@@ -21,6 +21,9 @@ def atomic_write(path: str | Path, writer: Callable[[str], None]) -> None:
     os.close(fd)
     try:
         writer(tmp)
+        umask = os.umask(0)          # mkstemp made it 0600: give it the mode a plain file would get
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

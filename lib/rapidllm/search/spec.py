@@ -18,7 +18,7 @@ from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import NetworkSpec
 from rapidllm.spec.paths import config_dir, display, project_root
-from rapidllm.spec.schema import load_yaml, validate
+from rapidllm.spec.schema import load_yaml, schema_of, validate
 from rapidllm.units import parse_quantity
 
 NAMED = ("model", "hardware", "network")
@@ -125,6 +125,12 @@ def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpe
     else:
         source = source or display(spec)
         m = load_yaml(Path(spec))
+    fixed = m.get("parallelism") if isinstance(m, dict) else None
+    axes = schema_of("search")["properties"]["space"]["properties"]
+    pinned = sorted(k for k in fixed if k in axes) if isinstance(fixed, dict) else []
+    if pinned:                              # the schema alone said "unknown key 'tp' (did you mean tp_comm_overlap?)"
+        raise SpecError.at(source, f"parallelism.{pinned[0]}", f"a search axis, not a fixed setting; give its "
+                           f"values in space.{pinned[0]} (one value pins it)")
     validate(m, "search", source)
     constraints = m.get("constraints", {})
     objective = objective_from_spec(m.get("objective"), m["workload"]["mode"], m.get("train_tokens"), source)
@@ -138,8 +144,17 @@ def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpe
     if unknown:
         raise SpecError.at(source, f"constraints.filters.{unknown[0]}",
                            f"unknown column; allowed: {', '.join(sorted(allowed))}")
+    empty = [k for k, (lo, hi) in filters.items() if lo > hi]
+    if empty:
+        lo, hi = (constraints["filters"][empty[0]][b] for b in ("min", "max"))
+        raise SpecError.at(source, f"constraints.filters.{empty[0]}", f"min {lo} is above max {hi}; no value passes")
     space = dict(m.get("space", {}))
     across = bool(space.pop("tp_across_nodes", False))
+    given = m["workload"].get("micro_batch") if m["workload"]["mode"] == "training" else None
+    if given is not None:               # the workload's micro-batch: the axis's value unless the space lists them
+        if given not in space.setdefault("micro_batch", [given]):
+            raise SpecError.at(source, "workload.micro_batch", f"{given} is not among space.micro_batch "
+                               f"{space['micro_batch']}; list the micro-batches to search in space.micro_batch")
     training_only = {"micro_batch", "recompute", "recompute_modules", "zero", "fsdp", "virtual_stages"}
     wrong = sorted(training_only & set(space)) if m["workload"]["mode"] == "inference" else \
         sorted({"batch"} & set(space))

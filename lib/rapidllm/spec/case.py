@@ -293,6 +293,8 @@ MAX_MICROBATCHES = 2**16           # gradient-accumulation steps per replica (th
 MAX_MICROBATCH_TOKENS = 2**24      # micro_batch x seq_len: 16.7M tokens, 64x Llama 3's 8k x 32 micro-batch
 MAX_INFERENCE_TOKENS = 2**26       # batch x (prompt + output): the KV cache of 64k 1k-token requests
 MAX_SERVING_WORK = 2**24           # concurrency x output_tokens of the simulated serving loop (~1 s of it)
+MAX_PIPELINE_TASKS = 2**21         # pp x virtual stages x micro-batches: the pipeline graph's tasks (2^20 built in
+                                   # 1.4 s and 1 GB, 2^22 took 3.7 GB; 2^28 allocated past 8 GB into a MemoryError)
 
 
 def _check_bounds(hardware: HardwareSpec, par: Parallelism, workload: Any, precision: str, source: str,
@@ -461,6 +463,10 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
             raise bad("workload.global_batch", f"global_batch {workload.global_batch} is not a multiple of "
                       f"dp x micro_batch = {par.dp} x {workload.micro_batch}; allowed: a multiple of "
                       f"{par.dp * workload.micro_batch}")
+        tasks = par.pp * par.chunks_per_stage * workload.microbatches(par.dp)
+        if tasks > MAX_PIPELINE_TASKS:        # last: a layout another rule refuses keeps that rule's reason
+            raise bad("parallelism.pp", f"pp x virtual stages x micro-batches = {tasks} pipeline tasks per step; "
+                      f"allowed: at most {MAX_PIPELINE_TASKS} (fewer micro-batches: a larger micro_batch or dp)")
     else:
         _check_inference(model, par, workload, bad)
 

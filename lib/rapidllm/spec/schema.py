@@ -3,7 +3,7 @@
 Quantities use custom formats (bytes, bandwidth, time, frequency, flops) checked by rapidllm.units, so a
 wrong unit reads "hbm_bandwidth: '3.35 TB' is not a bandwidth; use a unit like '2.0 TB/s'". Numbers must be
 finite (NaN and infinities satisfy no JSON-schema bound, so they are refused by type), and the keyword
-`positive: true` asks a quantity to be > 0. The bounds themselves live in the schemas (docs/limits.md).
+`positive: true` asks a quantity to be > 0 and `at_least: "17 KiB"` at least that much. The bounds themselves live in the schemas (docs/limits.md).
 
 YAML is read with the C loader, refusing duplicate keys, files over MAX_SPEC_BYTES and documents whose
 aliases expand past MAX_SPEC_VALUES values (an alias bomb is small on disk and exponential in memory).
@@ -22,7 +22,8 @@ from typing import Any
 
 import jsonschema
 import yaml
-from referencing import Registry, Resource
+from referencing import Registry
+from referencing.jsonschema import DRAFT202012
 
 from rapidllm import units
 from rapidllm.spec.errors import SpecError
@@ -81,6 +82,19 @@ def _positive(validator: Any, value: bool, instance: Any, schema: dict) -> Any:
         yield jsonschema.ValidationError(f"{short(instance)} is out of range; allowed: a {units.NOUN[kind]} > 0")
 
 
+def _at_least(validator: Any, value: str, instance: Any, schema: dict) -> Any:
+    """`at_least: "17 KiB"` on a quantity: its SI value must be >= that quantity of the key's format."""
+    kind = schema.get("format")
+    if kind not in QUANTITY_FORMATS:
+        return
+    try:
+        si, low = units.parse_quantity(instance, kind), units.parse_quantity(value, kind)
+    except units.UnitError:
+        return
+    if si < low:
+        yield jsonschema.ValidationError(f"{short(instance)} is out of range; allowed: a {units.NOUN[kind]} >= {value}")
+
+
 def _format_checker() -> jsonschema.FormatChecker:
     checker = jsonschema.FormatChecker()
     for kind in QUANTITY_FORMATS:
@@ -96,7 +110,12 @@ def _schemas(folder: Path) -> tuple[dict[str, Any], Registry]:
     """Every schema of the folder parsed once (C YAML loader), and the registry `$ref`s resolve in: a
     command validating a case, a model, a device and a fabric parsed all of them four times before."""
     schemas = {p.name: yaml.load(p.read_text(), Loader=_Loader) for p in sorted(folder.glob("*.schema.yaml"))}
-    registry = Registry().with_resources([(name, Resource.from_contents(s)) for name, s in schemas.items()])
+    # A `$ref` to a whole file (hardware's `cost.schema.yaml`) made jsonschema pick the validator class anew
+    # from that file's `$schema`: the stock one, without the finite number type and `positive`, so NaN passed
+    # under it. The registry's copies drop `$schema` (every schema here is draft 2020-12), keeping ours.
+    registry = Registry().with_resources(
+        [(name, DRAFT202012.create_resource({k: v for k, v in s.items() if k != "$schema"}))
+         for name, s in schemas.items()])
     return schemas, registry
 
 
@@ -111,7 +130,7 @@ def _validator(kind: str) -> jsonschema.protocols.Validator:
     schema = schemas[f"{kind}.schema.yaml"]
     base = jsonschema.validators.validator_for(schema)
     types = base.TYPE_CHECKER.redefine_many({"number": _finite_number, "integer": _integer})
-    cls = jsonschema.validators.extend(base, validators={"positive": _positive}, type_checker=types)
+    cls = jsonschema.validators.extend(base, validators={"positive": _positive, "at_least": _at_least}, type_checker=types)
     return cls(schema, registry=registry, format_checker=_format_checker())
 
 
@@ -221,8 +240,9 @@ def _branch_error(error: jsonschema.ValidationError) -> jsonschema.ValidationErr
         wrong = copy.copy(consts[0])                  # (else "mode: train" read as unknown training keys)
         wrong.validator, wrong.validator_value = "enum", [e.validator_value for e in consts]
         return wrong
-    if len(live) > 1:                   # a branch of the value's own type (an integer, not a list of them)
-        typed = [errs for errs in live if not any(e.validator == "type" and not e.relative_path for e in errs)]
+    if len(live) > 1:                   # a branch of the value's own type (an integer, not a list of them;
+        # a mapping, not one of the names an `enum` branch lists)
+        typed = [errs for errs in live if not any(e.validator in ("type", "enum") and not e.relative_path for e in errs)]
         live = typed or live
     return jsonschema.exceptions.best_match(live[0] if len(live) == 1 else error.context)
 
