@@ -108,6 +108,7 @@ class Caches:
     plain_specs: Memo = _memo(256)        # built named spec -> its JSON-able plain form (case ids)
     gemm_times: Memo = _memo(64)          # (kernel parameters, tile catalog key) -> {(b, m, n, k): s}
     priced_layers: Memo = _memo(512)      # layer pricing key -> priced rows of the layer sections
+    priced_steps: Memo = _memo(4096)      # (layer pricing key, step operators) -> their priced rows
     sized_networks: Memo = _memo(1024)    # (unsized NetworkSpec, world) -> the fabric sized for that world
     topologies: Memo = _memo(64)          # NetworkSpec -> (Topology, Router)
     collectives: Memo = _memo(20000)      # (network, util, framework, op, bytes, groups) -> (s, events, n)
@@ -123,6 +124,7 @@ class Caches:
     pipeline_shapes: LruMemo = field(default_factory=lambda: LruMemo(64, 128 << 20))
     spec_texts: IdentityMemo = _identity_memo(256)         # (model / hardware / network spec,) -> its case_id JSON
     hardware_reprs: IdentityMemo = _identity_memo(64)      # (HardwareSpec,) -> repr (the layer pricing key)
+    param_counts: IdentityMemo = _identity_memo(256)       # (ModelSpec,) -> ops.params.ParamCounts
     # (template, a priced table's shared leading rows) -> the template's compute durations from those rows
     shared_durations: IdentityMemo = _identity_memo(4096)
 
