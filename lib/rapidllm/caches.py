@@ -20,6 +20,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from operator import is_
 from typing import Any
 
 
@@ -84,7 +85,7 @@ class IdentityMemo(dict):
     def of(self, objs: tuple, compute: Callable[[], Any]) -> Any:
         key = tuple(map(id, objs))
         hit = self.get(key)
-        if hit is None or any(a is not b for a, b in zip(hit[0], objs)):
+        if hit is None or not all(map(is_, hit[0], objs)):
             if len(self) >= self.limit:
                 self.clear()
             hit = self[key] = (objs, compute())

@@ -109,9 +109,36 @@ def override(case: dict, key: str, value: Any, source: str) -> None:
 
 
 def deep_merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
+    out = tree_copy(base)
     for k, v in over.items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else tree_copy(v)
+    return out
+
+
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
+def tree_copy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    """`copy.deepcopy` of parsed YAML (dicts, lists, scalars), without its per-object dispatch: every case of
+    a sweep copies the experiment's base (a fifth of `raw_cases`). A dict or list met twice (a YAML alias) is
+    copied once and shared, as deepcopy's memo does; any other type goes to deepcopy."""
+    t = type(value)
+    if t in _ATOMS:
+        return value
+    if t is not dict and t is not list:
+        return copy.deepcopy(value, memo)
+    memo = {} if memo is None else memo
+    hit = memo.get(id(value))
+    if hit is not None:
+        return hit
+    out: Any
+    if t is dict:
+        out = memo[id(value)] = {}
+        for k, v in value.items():
+            out[k if type(k) in _ATOMS else tree_copy(k, memo)] = v if type(v) in _ATOMS else tree_copy(v, memo)
+    else:
+        out = memo[id(value)] = []
+        out.extend(v if type(v) in _ATOMS else tree_copy(v, memo) for v in value)
     return out
 
 
