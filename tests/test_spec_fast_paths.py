@@ -62,3 +62,29 @@ def test_shared_fabrics_keep_case_ids(gpt_case) -> None:
                                                           "link_bandwidth": "100 GB/s", "latency": "0 us"}]}}
         with pytest.raises(SpecError, match="holds 8 ranks"):
             resolve_case(small, "x")
+
+
+def test_parallelism_judged_value_by_value(gpt_case, monkeypatch) -> None:
+    """The parallelism mapping is judged one level down: a new combination of sizes that each passed is
+    not validated again, while an unknown, mistyped or out-of-range value in it, or an unknown key, gets
+    validate's own message even when every other value is remembered."""
+    import rapidllm.spec.named as named
+
+    par = gpt_case["parallelism"]
+    assert {"dp", "tp", "pp"} <= set(par)
+    calls = []
+    monkeypatch.setattr(named, "validate", lambda *a: calls.append(a) or validate(*a))
+    with Caches().active():
+        for dp, pp in ((1, 1), (2, 2)):
+            assert _error(validate_by_key, {**gpt_case, "parallelism": {**par, "dp": dp, "pp": pp}}, "case", "x") is None
+        assert len(calls) == 2
+        assert _error(validate_by_key, {**gpt_case, "parallelism": {**par, "dp": 2, "pp": 1}}, "case", "x") is None
+        assert _error(validate_by_key, {**gpt_case, "parallelism": {**par, "pp": 2, "dp": 1}}, "case", "x") is None
+        assert len(calls) == 2                  # both known sizes, recombined: no validation
+        for bad in ({**par, "dp": "2"}, {**par, "dp": 2.5}, {**par, "dp": 0}, {**par, "dpp": 2},
+                    {**par, "recompute": "some"}, {**par, "dp": [2]}):
+            mapping = {**gpt_case, "parallelism": bad}
+            expect = _error(validate, mapping, "case", "x")
+            assert expect is not None and _error(validate_by_key, mapping, "case", "x") == expect
+        mapping = {**gpt_case, "parallelism": [par]}
+        assert _error(validate_by_key, mapping, "case", "x") == _error(validate, mapping, "case", "x") is not None
