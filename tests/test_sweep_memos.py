@@ -1,0 +1,66 @@
+"""The eleventh session's sweep memo tables (issue 16, sweep-1000) return what the functions they skip
+return: per-stage state bytes shared across recompute and workload (`memory.model.shared_state_bytes`),
+optimizer rows priced once per distinct operator (`ops.price.price_table`), parameter counts per model
+object (`ops.params.parameter_counts`). Each case is computed with tables shared by all cases (so later
+ones hit what earlier ones stored) and again alone, in a fresh scope."""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+from rapidllm.caches import Caches
+from rapidllm.memory.model import memory_for_case, shared_state_bytes
+from rapidllm.memory.state import conventions, stage_layer_counts, state_bytes
+from rapidllm.ops.params import _parameter_counts, parameter_counts
+from rapidllm.ops.price import price_case_reference, price_table
+from rapidllm.spec.case import resolve_case
+
+
+def _cases(gpt_case: dict) -> list:
+    """Dense and MoE (with redundant experts) layouts over ZeRO 0-3, FSDP, fp32 gradient accumulation,
+    bf16 and fp32, recompute and micro-batch, which the state memo must tell apart or share."""
+    out = []
+    for model, (dp, tp, pp, ep), zero, prec, recompute, mb in itertools.product(
+            ("gpt-22b", "mixtral-8x7b"), ((8, 1, 1, 1), (2, 2, 2, 2), (4, 2, 1, 4)), (0, 1, 3),
+            ("bf16", "fp32"), ("selective", "full"), (1, 2)):
+        par = dict(dp=dp, tp=tp, pp=pp, ep=ep, zero=zero, recompute=recompute, sp=tp > 1)
+        if zero == 0 and prec == "bf16":
+            par["fp32_grad_accum"] = True
+        if model == "gpt-22b" and ep > 1:
+            continue
+        if model.startswith("mixtral") and ep > 1 and dp == 4:
+            par["redundant_experts"] = 0
+        out.append({**gpt_case, "model": model, "precision": prec, "parallelism": par,
+                    "workload": {**gpt_case["workload"], "global_batch": 16, "micro_batch": mb}})
+    out.append({**gpt_case, "model": "gpt-22b", "parallelism": dict(dp=2, tp=2, pp=2, fsdp="full_shard"),
+                "workload": {**gpt_case["workload"], "global_batch": 16}})
+    return out
+
+
+def test_shared_memos_equal_fresh_values(gpt_case: dict) -> None:
+    mappings = _cases(gpt_case)
+    with Caches().active():
+        cases = [resolve_case(m, "x") for m in mappings]
+        shared = [(memory_for_case(c), price_table(c).rows, parameter_counts(c.model)) for c in cases]
+        states = [shared_state_bytes(c, conventions(c), stage_layer_counts(c, conventions(c)),
+                                     tuple(range(c.parallelism.pp))) for c in cases]
+    assert len({(c.model.name, c.parallelism.zero, c.precision) for c in cases}) > 10
+    for case, (memory, rows, counts), st in zip(cases, shared, states):
+        conv = conventions(case)
+        assert st == [state_bytes(case, s, conv) for s in range(case.parallelism.pp)]
+        with Caches().active():
+            assert memory == memory_for_case(case)
+            assert rows == price_table(case).rows
+        assert counts == _parameter_counts(case.model)
+        fresh = price_case_reference(case)
+        assert [tuple(r) for r in fresh.itertuples(index=False)] == [tuple(r) for r in rows]
+
+
+def test_parameter_counts_follow_the_model_object(gpt_case: dict) -> None:
+    """A changed model (another object) gets its own counts, never the first one's."""
+    with Caches().active():
+        case = resolve_case({**gpt_case, "model": "gpt-22b"}, "x")
+        first = parameter_counts(case.model)
+        wider = dataclasses.replace(case.model, hidden=case.model.hidden * 2)
+        assert parameter_counts(wider) == _parameter_counts(wider) != first
+        assert parameter_counts(case.model) is first
