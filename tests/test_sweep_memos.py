@@ -1,14 +1,17 @@
 """The eleventh session's sweep memo tables (issue 16, sweep-1000) return what the functions they skip
 return: per-stage state bytes shared across recompute and workload (`memory.model.shared_state_bytes`),
 optimizer rows priced once per distinct operator (`ops.price.price_table`), parameter counts per model
-object (`ops.params.parameter_counts`). Each case is computed with tables shared by all cases (so later
+object (`ops.params.parameter_counts`), per-stage parameters (`engine.composer.stage_parameters`). Each case is computed with tables shared by all cases (so later
 ones hit what earlier ones stored) and again alone, in a fresh scope."""
 from __future__ import annotations
 
 import dataclasses
 import itertools
 
+import numpy as np
+
 from rapidllm.caches import Caches
+from rapidllm.engine.composer import stage_parameters
 from rapidllm.memory.model import memory_for_case, shared_state_bytes
 from rapidllm.memory.state import conventions, stage_layer_counts, state_bytes
 from rapidllm.ops.params import _parameter_counts, parameter_counts
@@ -41,16 +44,18 @@ def test_shared_memos_equal_fresh_values(gpt_case: dict) -> None:
     mappings = _cases(gpt_case)
     with Caches().active():
         cases = [resolve_case(m, "x") for m in mappings]
-        shared = [(memory_for_case(c), price_table(c).rows, parameter_counts(c.model)) for c in cases]
+        shared = [(memory_for_case(c), price_table(c).rows, parameter_counts(c.model), stage_parameters(c))
+                  for c in cases]
         states = [shared_state_bytes(c, conventions(c), stage_layer_counts(c, conventions(c)),
                                      tuple(range(c.parallelism.pp))) for c in cases]
     assert len({(c.model.name, c.parallelism.zero, c.precision) for c in cases}) > 10
-    for case, (memory, rows, counts), st in zip(cases, shared, states):
+    for case, (memory, rows, counts, params), st in zip(cases, shared, states):
         conv = conventions(case)
         assert st == [state_bytes(case, s, conv) for s in range(case.parallelism.pp)]
         with Caches().active():
             assert memory == memory_for_case(case)
             assert rows == price_table(case).rows
+            assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(params, stage_parameters(case)))
         assert counts == _parameter_counts(case.model)
         fresh = price_case_reference(case)
         assert [tuple(r) for r in fresh.itertuples(index=False)] == [tuple(r) for r in rows]

@@ -36,7 +36,7 @@ from rapidllm.graph.templates import (
     shared_case_templates,
 )
 from rapidllm.memory.closed_form import state_bytes_per_param
-from rapidllm.memory.state import all_stage_params, conventions
+from rapidllm.memory.state import all_stage_params, conventions, stage_layer_counts
 from rapidllm.ops.price import OperatorTable, local_parameters
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -112,10 +112,23 @@ def chunk_scale(case: Case, v: int) -> np.ndarray:
 
 def stage_parameters(case: Case) -> tuple[np.ndarray, np.ndarray]:
     """[pp] parameters one rank of each stage holds before ZeRO/FSDP, all and routed experts only, placed
-    as the memory model places them (`memory.state.stage_params`: embedding first, head last)."""
+    as the memory model places them (`memory.state.stage_params`: embedding first, head last). Read-only
+    arrays, memoized in `Caches.stage_states` under what `stage_params` reads (the model, the layer split,
+    pp, tp, ep, etp and the expert replication): the cases of a layout that differ in recompute, workload,
+    dp or ZeRO share them."""
     conv = conventions(case)
-    stages = all_stage_params(case, conv)
-    return np.array([st.total for st in stages]), np.array([st.experts for st in stages])
+    p = case.parallelism
+    counts = stage_layer_counts(case, conv)
+    key = ("stage_parameters", case.model, counts, p.pp, p.tp, p.ep, p.expert_tp, case.expert_replication)
+    table = current().stage_states
+    hit = table.get(key)
+    if hit is None:
+        stages = all_stage_params(case, conv)
+        hit = np.array([st.total for st in stages]), np.array([st.experts for st in stages])
+        for a in hit:
+            a.flags.writeable = False
+        hit = table.put(key, hit)
+    return hit
 
 
 # SMs DeepEP's normal (training) kernels occupy while they run: Megatron-Core's --moe-deepep-num-sms
