@@ -69,3 +69,22 @@ def test_parameter_counts_follow_the_model_object(gpt_case: dict) -> None:
         wider = dataclasses.replace(case.model, hidden=case.model.hidden * 2)
         assert parameter_counts(wider) == _parameter_counts(wider) != first
         assert parameter_counts(case.model) is first
+
+
+def test_views_with_a_shared_head_equal_whole_views(gpt_case: dict) -> None:
+    """An `OpsView` of a table with shared leading rows (its head's columns read once per shared rows,
+    `Caches.shared_views`) has the lists, sections and numeric arrays (values and dtypes) of a view of the
+    same rows read whole."""
+    from rapidllm.graph.templates import OpsView
+    from rapidllm.ops.price import OperatorTable
+
+    with Caches().active():
+        tables = [price_table(resolve_case(m, "x")) for m in _cases(gpt_case)]
+        assert len({id(t.shared) for t in tables}) < len(tables)         # heads are shared
+        for table in tables:
+            view, whole = OpsView(table), OpsView(OperatorTable(table.rows))
+            assert view.shared is table.shared and whole.shared is None
+            assert (view.names, view.phases, view.section_of, view.sections) == \
+                   (whole.names, whole.phases, whole.section_of, whole.sections)
+            for a, b in ((view.timed, whole.timed), (view.work, whole.work)):
+                assert a.dtype == b.dtype and np.array_equal(a, b)

@@ -129,6 +129,7 @@ class Caches:
     param_counts: IdentityMemo = _identity_memo(256)       # (ModelSpec,) -> ops.params.ParamCounts
     # (template, a priced table's shared leading rows) -> the template's compute durations from those rows
     shared_durations: IdentityMemo = _identity_memo(4096)
+    shared_views: IdentityMemo = _identity_memo(512)       # (a priced table's shared leading rows,) -> their OpsView
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Caches]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -332,9 +333,15 @@ def flat_columns(case: Any) -> dict[str, Any]:
     cols.update({a: getattr(p, a) for a in AXES})
     cols.update(sp=p.sp, zero=p.zero, fsdp=p.fsdp, recompute=p.recompute, schedule=p.schedule,
                 virtual_stages=p.virtual_stages)
-    for f in dataclasses.fields(p):
-        if f.name not in cols:
-            v = getattr(p, f.name)
-            cols[f.name] = ",".join(v) if isinstance(v, tuple) else v
+    for name in _field_names(type(p)):
+        if name not in cols:
+            v = getattr(p, name)
+            cols[name] = ",".join(v) if isinstance(v, tuple) else v
     cols.update({k: v for k, v in w.__dict__.items() if k != "mode"})
     return cols
+
+
+@functools.lru_cache(maxsize=16)
+def _field_names(cls: type) -> tuple[str, ...]:
+    """A dataclass's field names in order (`dataclasses.fields` builds its tuple on every call)."""
+    return tuple(f.name for f in dataclasses.fields(cls))
