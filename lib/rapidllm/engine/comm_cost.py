@@ -70,7 +70,10 @@ class CommCost:
 
     def __post_init__(self) -> None:
         p = self.case.parallelism
-        self.mapping = RankMapping(self.case.network, {"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp})
+        key = ("mapping", self.case.network, p.tp, p.cp, p.dp, p.pp)     # shared by a layout's cases
+        table = current().groups
+        self.mapping = table.get(key) or table.put(
+            key, RankMapping(self.case.network, {"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp}))
         self.symmetric = not self.case.network.faults
         self.util = self.case.hardware.utilization.network
 

@@ -12,6 +12,7 @@ optimizer's parameter all-gather follows the optimizer whole, or with `overlap_p
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -102,12 +103,20 @@ def replay_all(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, template
 
 
 def chunk_scale(case: Case, v: int) -> np.ndarray:
-    """[pp, v] layers of each chunk over the mean chunk's (exactly 1.0 everywhere for an even split)."""
-    p, layers = case.parallelism, case.model.layers
-    split = np.array(p.stage_chunk_layers(layers), dtype=float)
+    """[pp, v] layers of each chunk over the mean chunk's (exactly 1.0 everywhere for an even split).
+    Read-only: one array per split (`_chunk_scale`), shared by the cases that have it."""
+    p = case.parallelism
+    return _chunk_scale(p.stage_chunk_layers(case.model.layers), case.model.layers, p.pp, v)
+
+
+@functools.lru_cache(maxsize=1024)
+def _chunk_scale(chunk_layers: tuple[tuple[int, ...], ...], layers: int, pp: int, v: int) -> np.ndarray:
+    split = np.array(chunk_layers, dtype=float)
     if split.shape[1] != v:          # interleaving unused (m % pp != 0): a stage's chunks run as one
         split = split.sum(axis=1, keepdims=True)
-    return split / (layers / (p.pp * v))
+    out = split / (layers / (pp * v))
+    out.flags.writeable = False
+    return out
 
 
 def stage_parameters(case: Case) -> tuple[np.ndarray, np.ndarray]:
@@ -249,20 +258,28 @@ def _chunk_times(case: Case, replayed: list[Replayed], cost: CommCost, v: int
     f_span, f_comp, b_span, b_comp = (np.zeros((p.pp, v)) for _ in range(4))
     scale = chunk_scale(case, v)
     per_stage = [replayed[s if not cost.symmetric else 0] for s in range(p.pp)]
-    comm = np.array([_sharded_layer_comm(case, cost, s) for s in range(p.pp)], dtype=float).reshape(p.pp, 2) \
-        if sharded_layer_bytes(case)[0] else np.zeros((p.pp, 2))
-    gather, scatter = comm[:, :1], comm[:, 1:]
+    # Columns alike on every stage (no sharded-layer traffic; every stage replaying the same templates) are
+    # Python floats, which broadcast as the [pp, 1] columns of one value did: the same elementwise doubles
+    # with a third of the numpy calls.
+    sharded = bool(sharded_layer_bytes(case)[0])
+    if sharded:
+        comm = np.array([_sharded_layer_comm(case, cost, s) for s in range(p.pp)], dtype=float).reshape(p.pp, 2)
+        gather, scatter = comm[:, :1], comm[:, 1:]
+    else:
+        gather = scatter = 0.0
     if cost.symmetric:          # every stage replays the same templates: one value per column
-        column = lambda get: np.full((p.pp, 1), get(per_stage[0]), dtype=float)     # noqa: E731
+        column = lambda get: float(get(per_stage[0]))     # noqa: E731
     else:
         column = lambda get: np.array([get(r) for r in per_stage], dtype=float)[:, None]     # noqa: E731
     for section, n in layer_counts(case).items():
         n_chunk = n / v * scale
-        exposed = np.where((gather != 0) & (n_chunk != 0), gather, 0.0)      # an empty chunk gathers nothing
+        # an empty chunk gathers nothing
+        exposed = np.where((gather != 0) & (n_chunk != 0), gather, 0.0) if sharded else 0.0
         fs, bs = column(lambda r: r.span(section, "fwd")), column(lambda r: r.span(section, "bwd"))
         held = gather + scatter
         f_span += n_chunk * np.where(gather > fs, gather, fs) + exposed
-        b_span += n_chunk * np.where(held > bs, held, bs) + np.where(exposed != 0, exposed + scatter, 0.0)
+        b_span += n_chunk * np.where(held > bs, held, bs) + (np.where(exposed != 0, exposed + scatter, 0.0)
+                                                             if sharded else 0.0)
         f_comp += n_chunk * column(lambda r: r.compute(section, "fwd"))
         b_comp += n_chunk * column(lambda r: r.compute(section, "bwd"))
     for section, (s, c) in (("first_stage", (0, 0)), ("last_stage", (p.pp - 1, v - 1))):
