@@ -109,7 +109,7 @@ class Caches:
     plain_specs: Memo = _memo(256)        # built named spec -> its JSON-able plain form (case ids)
     gemm_times: Memo = _memo(64)          # (kernel parameters, tile catalog key) -> {(b, m, n, k): s}
     priced_layers: Memo = _memo(512)      # layer pricing key -> priced rows of the layer sections
-    priced_steps: Memo = _memo(4096)      # (layer pricing key, step operators) -> their priced rows
+    priced_steps: Memo = _memo(4096)      # (device repr, precision, attention, method, step operators) -> rows
     sized_networks: Memo = _memo(1024)    # (unsized NetworkSpec, world) -> the fabric sized for that world
     topologies: Memo = _memo(64)          # NetworkSpec -> (Topology, Router)
     collectives: Memo = _memo(20000)      # (network, util, framework, op, bytes, groups) -> (s, events, n)
