@@ -77,10 +77,9 @@ def test_parallelism_judged_value_by_value(gpt_case, monkeypatch) -> None:
     with Caches().active():
         for dp, pp in ((1, 1), (2, 2)):
             assert _error(validate_by_key, {**gpt_case, "parallelism": {**par, "dp": dp, "pp": pp}}, "case", "x") is None
-        assert len(calls) == 2
         assert _error(validate_by_key, {**gpt_case, "parallelism": {**par, "dp": 2, "pp": 1}}, "case", "x") is None
         assert _error(validate_by_key, {**gpt_case, "parallelism": {**par, "pp": 2, "dp": 1}}, "case", "x") is None
-        assert len(calls) == 2                  # both known sizes, recombined: no validation
+        assert calls == []                      # every value judged alone (`valid_alone`), none whole
         for bad in ({**par, "dp": "2"}, {**par, "dp": 2.5}, {**par, "dp": 0}, {**par, "dpp": 2},
                     {**par, "recompute": "some"}, {**par, "dp": [2]}):
             mapping = {**gpt_case, "parallelism": bad}
@@ -88,3 +87,23 @@ def test_parallelism_judged_value_by_value(gpt_case, monkeypatch) -> None:
             assert expect is not None and _error(validate_by_key, mapping, "case", "x") == expect
         mapping = {**gpt_case, "parallelism": [par]}
         assert _error(validate_by_key, mapping, "case", "x") == _error(validate, mapping, "case", "x") is not None
+        faults = {**gpt_case, "faults": [{"link": [0, 1], "bandwidth_factor": 0.5}]}     # a $ref: validated whole
+        assert _error(validate_by_key, faults, "case", "x") is None and calls[-1][0] is faults
+
+
+def test_valid_alone_agrees_with_validate(gpt_case) -> None:
+    """A value judged alone against its subschema passes exactly when the mapping holding it passes."""
+    from rapidllm.spec.schema import valid_alone
+
+    par = gpt_case["parallelism"]
+    for value in (1, 2, 0, -1, 2.5, "2", True, None, 131072, 131073):
+        whole = _error(validate, {**gpt_case, "parallelism": {**par, "dp": value}}, "case", "x") is None
+        assert valid_alone("case", ("parallelism", "dp"), value) == whole, value
+    for value in ("selective", "full", "none", "some", 1):
+        whole = _error(validate, {**gpt_case, "parallelism": {**par, "recompute": value}}, "case", "x") is None
+        assert valid_alone("case", ("parallelism", "recompute"), value) == whole, value
+    for workload in (gpt_case["workload"], {**gpt_case["workload"], "mode": "serving"},
+                     {**gpt_case["workload"], "seq_len": 0}, {"mode": "training"}):
+        whole = _error(validate, {**gpt_case, "workload": workload}, "case", "x") is None
+        assert valid_alone("case", ("workload",), workload) == whole, workload
+    assert not valid_alone("case", ("faults",), [])          # refers elsewhere: never judged alone

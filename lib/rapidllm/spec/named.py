@@ -16,7 +16,7 @@ from typing import Any
 from rapidllm.caches import current
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.paths import config_dir, display, known_names, schema_dir
-from rapidllm.spec.schema import close_names, load_yaml, schema_of, short, validate
+from rapidllm.spec.schema import close_names, load_yaml, schema_of, short, valid_alone, validate
 
 # A spec name is a file stem in config/<kind>/: no path separators, so a name never leaves that folder.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -103,8 +103,9 @@ def validate_by_key(mapping: Any, kind: str, source: str) -> None:
     validating each whole mapping was a third of expansion. A key whose own schema is of that per-key form
     too (the case's parallelism) is judged by its values one level down: a mapping of allowed keys with the
     required ones, each value of which passed under the same two keys, so a new layout built from known
-    sizes and settings is not validated again (sweep-1000: 188 -> 20 validations). Any mapping that is not
-    skipped is validated in full, so errors and their messages are the ones `validate` gives."""
+    sizes and settings is not validated again (sweep-1000: 188 -> 20 validations). A value not seen yet is
+    judged alone against its own subschema (`schema.valid_alone`; sweep-1000: no case is validated whole); a mapping with a value that fails there, or with a key out of place, is validated in full,
+    so errors and their messages are the ones `validate` gives."""
     folder = str(schema_dir())
     per_key = _per_key_schema(kind, folder)
     if per_key is None or not isinstance(mapping, dict):
@@ -112,18 +113,20 @@ def validate_by_key(mapping: Any, kind: str, source: str) -> None:
         return
     properties, required, nested = per_key
     seen = current().valid_values
-    keys = []
+    keys = []                               # (memo key, path of the value in the schema, value)
     for k, v in mapping.items():
         inner = nested.get(k)
         if inner is not None and type(v) is dict and all(sk in inner[0] for sk in v) and all(r in v for r in inner[1]):
-            keys.extend((kind, folder, k, sk, repr(sv)) for sk, sv in v.items())
+            keys.extend(((kind, folder, k, sk, repr(sv)), (k, sk), sv) for sk, sv in v.items())
         else:
-            keys.append((kind, folder, k, repr(v)))
-    if (all(k in properties for k in mapping) and all(r in mapping for r in required)
-            and all(key in seen for key in keys)):
-        return
+            keys.append(((kind, folder, k, repr(v)), (k,), v))
+    if all(k in properties for k in mapping) and all(r in mapping for r in required):
+        if all(key in seen or valid_alone(kind, path, v) for key, path, v in keys):
+            for key, _, _ in keys:
+                seen.put(key, True)
+            return
     validate(mapping, kind, source)
-    for key in keys:
+    for key, _, _ in keys:
         seen.put(key, True)
 
 
