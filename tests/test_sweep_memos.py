@@ -88,3 +88,9 @@ def test_views_with_a_shared_head_equal_whole_views(gpt_case: dict) -> None:
                    (whole.names, whole.phases, whole.section_of, whole.sections)
             for a, b in ((view.timed, whole.timed), (view.work, whole.work)):
                 assert a.dtype == b.dtype and np.array_equal(a, b)
+            again = np.array([phase == "recompute" for phase in whole.phases], dtype=bool)
+            for rows in [tuple(r) for r in whole.sections.values()] + [(), tuple(range(len(whole.names)))]:
+                for recompute_only in (False, True):
+                    per_row = np.where(again, whole.work, 0.0) if recompute_only else whole.work
+                    for _ in range(2):                  # computed, then kept in the shared head
+                        assert view.flops_sum(rows, recompute_only) == float(per_row[list(rows)].sum())

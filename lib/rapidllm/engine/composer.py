@@ -349,16 +349,16 @@ def training_plan(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, cost:
             gather_s = cost.time("dp", "all_gather", gather_bytes, 0)
             cost.count("dp", "all_gather", gather_bytes, 1)
     # the same row selections, products and sums as the pandas masks they replace (table order kept)
-    timed, work = view.timed, view.work
+    timed = view.timed
     opt = float(timed[view.sections.get("optimizer", [])].sum()) * (params / params.mean())   # each stage by its share
     inputs = PipelineInputs(p.schedule, p.pp, v, m, f_span, f_comp, b_span, b_comp, p2p_f, p2p_b, buckets,
                             bucket_s, opt, gather_s, cost.dims("pp"), cost.dims("dp"), f_hidden, b_hidden,
                             grad_overlap=p.overlap_grad_reduce, p2p_blocking=not p.p2p_overlapped)
-    extras = sorted(view.sections.get("first_stage", []) + view.sections.get("last_stage", []))
+    extras = tuple(sorted(view.sections.get("first_stage", []) + view.sections.get("last_stage", [])))
 
-    def step_flops(per_row: np.ndarray) -> float:
-        per_stage = sum(n * float(per_row[view.sections.get(section, [])].sum()) for section, n in counts.items())
-        return (per_stage * p.pp + float(per_row[extras].sum())) * m * p.dp * p.tp * p.cp
-    again = np.array([phase == "recompute" for phase in view.phases], dtype=bool)
-    return TrainingPlan(inputs, replayed, step_flops(work), step_flops(np.where(again, work, 0.0)), templates,
+    def step_flops(recompute_only: bool) -> float:
+        per_stage = sum(n * view.flops_sum(tuple(view.sections.get(section, ())), recompute_only)
+                        for section, n in counts.items())
+        return (per_stage * p.pp + view.flops_sum(extras, recompute_only)) * m * p.dp * p.tp * p.cp
+    return TrainingPlan(inputs, replayed, step_flops(False), step_flops(True), templates,
                         act, op, bucket_bytes, gather_bytes)

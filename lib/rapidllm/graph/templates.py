@@ -187,6 +187,7 @@ class OpsView:
         self.shared = ops.shared if isinstance(ops, OperatorTable) else None
         self._head: OpsView | None = None
         self._columns: dict[str, np.ndarray] = {}
+        self._sums: dict[tuple, float] = {}         # `flops_sum` of a shared head's rows
         if self.shared is not None:
             lead, shared = len(self.shared), self.shared
             head = self._head = current().shared_views.of((shared,), lambda: OpsView(OperatorTable(shared)))
@@ -239,6 +240,26 @@ class OpsView:
     def work(self) -> np.ndarray:
         """FLOPs per row and micro-batch."""
         return self._numeric("flops") * self._numeric("count")
+
+    def flops_sum(self, rows: tuple[int, ...], recompute_only: bool = False) -> float:
+        """`float(work[rows].sum())`, with the rows of other phases than recompute as 0.0 when
+        `recompute_only` (`np.where` over the whole column, as the engine's step FLOPs read it). Rows all in
+        the shared head are summed from the head's own arrays and kept there: the same elements in the same
+        order, so the same sum, once per head instead of once per case."""
+        head = self._head
+        if head is not None and (not rows or max(rows) < len(head.names)):
+            key = (rows, recompute_only)
+            hit = head._sums.get(key)
+            if hit is None:
+                hit = head._sums[key] = head._flops_sum(rows, recompute_only)
+            return hit
+        return self._flops_sum(rows, recompute_only)
+
+    def _flops_sum(self, rows: tuple[int, ...], recompute_only: bool) -> float:
+        work = self.work
+        if recompute_only:
+            work = np.where(np.array([phase == "recompute" for phase in self.phases], dtype=bool), work, 0.0)
+        return float(work[list(rows)].sum())
 
     def rows(self, section: str, phases: tuple[str, ...] | set[str]) -> list[int]:
         return [i for i in self.sections.get(section, ()) if self.phases[i] in phases]
