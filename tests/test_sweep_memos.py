@@ -1,8 +1,9 @@
 """The eleventh session's sweep memo tables (issue 16, sweep-1000) return what the functions they skip
 return: per-stage state bytes shared across recompute and workload (`memory.model.shared_state_bytes`),
 optimizer rows priced once per distinct operator (`ops.price.price_table`), parameter counts per model
-object (`ops.params.parameter_counts`), per-stage parameters (`engine.composer.stage_parameters`). Each case is computed with tables shared by all cases (so later
-ones hit what earlier ones stored) and again alone, in a fresh scope."""
+object (`ops.params.parameter_counts`), per-stage parameters (`engine.composer.stage_parameters`), views
+of priced tables read from a shared head (`graph.templates.OpsView`). Each case is computed with tables
+shared by all cases (so later ones hit what earlier ones stored) and again alone, in a fresh scope."""
 from __future__ import annotations
 
 import dataclasses

@@ -119,7 +119,8 @@ class Caches:
     groups: Memo = _memo(4096)            # (layout, axis, stage) -> parallel groups, contending groups, dims
     templates: Memo = _memo(1024)         # (operator rows, layer-rule inputs) -> the case's layer templates
     replays: Memo = _memo(4096)           # (template id, its durations, channels) -> (template, replay, uses)
-    stage_states: Memo = _memo(4096)      # (model, conventions, layout sizes, sharding, stages) -> state bytes; stage parameters
+    # (model, conventions, layout sizes, sharding, stages) -> per-stage state bytes; also stage parameters
+    stage_states: Memo = _memo(4096)
     liveness: Memo = _memo(1024)          # (model, layer shard, attention, recompute, sp, fp8, conventions) -> liveness
     # pipeline DAG structure key -> its PipelineShape (up to ~10 MB each; a sweep visits the cases of one
     # layout together, and layouts of one pp and micro-batch count share shapes, graph/pipeline_dag.py)

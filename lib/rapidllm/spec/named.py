@@ -104,8 +104,9 @@ def validate_by_key(mapping: Any, kind: str, source: str) -> None:
     too (the case's parallelism) is judged by its values one level down: a mapping of allowed keys with the
     required ones, each value of which passed under the same two keys, so a new layout built from known
     sizes and settings is not validated again (sweep-1000: 188 -> 20 validations). A value not seen yet is
-    judged alone against its own subschema (`schema.valid_alone`; sweep-1000: no case is validated whole); a mapping with a value that fails there, or with a key out of place, is validated in full,
-    so errors and their messages are the ones `validate` gives."""
+    judged alone against its own subschema (`schema.valid_alone`; sweep-1000: no case is validated whole);
+    a mapping with a value that fails there, or with a key out of place, is validated in full, so errors
+    and their messages are the ones `validate` gives."""
     folder = str(schema_dir())
     per_key = _per_key_schema(kind, folder)
     if per_key is None or not isinstance(mapping, dict):
