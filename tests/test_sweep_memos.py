@@ -95,3 +95,41 @@ def test_views_with_a_shared_head_equal_whole_views(gpt_case: dict) -> None:
                     per_row = np.where(again, whole.work, 0.0) if recompute_only else whole.work
                     for _ in range(2):                  # computed, then kept in the shared head
                         assert view.flops_sum(rows, recompute_only) == float(per_row[list(rows)].sum())
+
+
+def test_contending_groups_equal_the_per_rank_filter() -> None:
+    """`CommCost._contending` (first ranks' network coordinates computed at once) keeps the groups the
+    per-rank definition keeps: those whose first rank shares the first group's coordinate in every network
+    dimension the group does not span, all of them across a plain fat tree or with faults."""
+    import random
+
+    from rapidllm.engine.comm_cost import CommCost
+    from rapidllm.network.mapping import dims_spanned
+    from rapidllm.spec.experiment import expand_row, load_experiment, raw_cases
+    from rapidllm.spec.paths import config_dir
+
+    def reference(cost: CommCost, groups: list) -> list:
+        net = cost.case.network
+        if not cost.symmetric or len(groups) < 2:
+            return groups
+        spanned = set(dims_spanned(net, list(groups[0])))
+        if any(net.dimensions[d].topology == "fat_tree" and not net.dimensions[d].rail_optimized for d in spanned):
+            return groups
+        line = lambda r: tuple(v for d, v in enumerate(cost.mapping.dim_coords(r)) if d not in spanned)  # noqa: E731
+        return [g for g in groups if line(g[0]) == line(groups[0][0])]
+
+    checked = 0
+    for name in ("sweep-1000", "case-topology", "case-faults"):
+        exp = load_experiment(config_dir("experiment") / f"{name}.yaml")
+        with Caches().active():
+            raws = list(raw_cases(exp))
+            for i in random.Random(3).sample(range(len(raws)), 25):
+                case = expand_row(exp, i, *raws[i], case_json=False)[1]
+                if case is None:
+                    continue
+                cost = CommCost(case)
+                for axis in ("tp", "cp", "dp", "pp"):
+                    groups = cost.groups(axis, 0)
+                    assert cost._contending(groups) == reference(cost, groups), (name, i, axis)
+                    checked += 1
+    assert checked > 150
