@@ -160,10 +160,8 @@ class CommCost:
         return self._local[key]
 
     def _contending_groups(self, axis: str, stage: int) -> tuple[tuple[int, ...], ...]:
-        groups = self.groups(axis, 0 if stage < 0 and axis != "pp" else stage)
-        if axis == "pp" and stage < 0:
-            groups = self.groups("pp", 0)
-        return tuple(self._contending(groups))
+        """The contending groups of `axis` in `stage`, stage 0 standing for every stage alike (-1)."""
+        return tuple(self._contending(self.groups(axis, 0 if stage < 0 else stage)))
 
     def _simulate(self, op: str, nbytes: float, groups: list[tuple[int, ...]]) -> tuple[float, int]:
         net = self.case.network
