@@ -195,9 +195,8 @@ def _training_memory(case: Case, stages: list[int], conv: Conventions, layer: La
     assert isinstance(w, TrainingWorkload)
     counts = stage_layer_counts(case, conv)
     stage_arr, of_stage, first = _stage_kinds(counts, tuple(stages))
-    states = shared_state_bytes(case, conv, counts, first)
-    if state is not None:
-        states = [state, *states[1:]]
+    states = shared_state_bytes(case, conv, counts, first) if state is None else \
+        [state, *(state_bytes(case, s, conv) for s in first[1:])]
     walks = [walk_inputs(case, s, layer, head, counts[s]) for s in first]
     hidden = conv.step_hidden_bytes * w.micro_batch * w.seq_len * case.model.hidden
     steps = [st.step_transient + conv.runtime_allocated + hidden for st in states]
