@@ -62,3 +62,49 @@ def test_shared_fabrics_keep_case_ids(gpt_case) -> None:
                                                           "link_bandwidth": "100 GB/s", "latency": "0 us"}]}}
         with pytest.raises(SpecError, match="holds 8 ranks"):
             resolve_case(small, "x")
+
+
+def test_parallelism_judged_value_by_value(gpt_case, monkeypatch) -> None:
+    """The parallelism mapping is judged one level down: a new combination of sizes that each passed is
+    not validated again, while an unknown, mistyped or out-of-range value in it, or an unknown key, gets
+    validate's own message even when every other value is remembered."""
+    import rapidllm.spec.named as named
+
+    par = gpt_case["parallelism"]
+    assert {"dp", "tp", "pp"} <= set(par)
+    calls = []
+    monkeypatch.setattr(named, "validate", lambda *a: calls.append(a) or validate(*a))
+    with Caches().active():
+        for dp, pp in ((1, 1), (2, 2)):
+            mapping = {**gpt_case, "parallelism": {**par, "dp": dp, "pp": pp}}
+            assert _error(validate_by_key, mapping, "case", "x") is None
+        assert _error(validate_by_key, {**gpt_case, "parallelism": {**par, "dp": 2, "pp": 1}}, "case", "x") is None
+        assert _error(validate_by_key, {**gpt_case, "parallelism": {**par, "pp": 2, "dp": 1}}, "case", "x") is None
+        assert [c for c in calls if c[1] == "case"] == []     # every value judged alone (`valid_alone`)
+        for bad in ({**par, "dp": "2"}, {**par, "dp": 2.5}, {**par, "dp": 0}, {**par, "dpp": 2},
+                    {**par, "recompute": "some"}, {**par, "dp": [2]}):
+            mapping = {**gpt_case, "parallelism": bad}
+            expect = _error(validate, mapping, "case", "x")
+            assert expect is not None and _error(validate_by_key, mapping, "case", "x") == expect
+        mapping = {**gpt_case, "parallelism": [par]}
+        assert _error(validate_by_key, mapping, "case", "x") == _error(validate, mapping, "case", "x") is not None
+        faults = {**gpt_case, "faults": [{"link": [0, 1], "bandwidth_factor": 0.5}]}     # a $ref: validated whole
+        assert _error(validate_by_key, faults, "case", "x") is None and calls[-1][0] is faults
+
+
+def test_valid_alone_agrees_with_validate(gpt_case) -> None:
+    """A value judged alone against its subschema passes exactly when the mapping holding it passes."""
+    from rapidllm.spec.schema import valid_alone
+
+    par = gpt_case["parallelism"]
+    for value in (1, 2, 0, -1, 2.5, "2", True, None, 131072, 131073):
+        whole = _error(validate, {**gpt_case, "parallelism": {**par, "dp": value}}, "case", "x") is None
+        assert valid_alone("case", ("parallelism", "dp"), value) == whole, value
+    for value in ("selective", "full", "none", "some", 1):
+        whole = _error(validate, {**gpt_case, "parallelism": {**par, "recompute": value}}, "case", "x") is None
+        assert valid_alone("case", ("parallelism", "recompute"), value) == whole, value
+    for workload in (gpt_case["workload"], {**gpt_case["workload"], "mode": "serving"},
+                     {**gpt_case["workload"], "seq_len": 0}, {"mode": "training"}):
+        whole = _error(validate, {**gpt_case, "workload": workload}, "case", "x") is None
+        assert valid_alone("case", ("workload",), workload) == whole, workload
+    assert not valid_alone("case", ("faults",), [])          # refers elsewhere: never judged alone

@@ -20,6 +20,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from operator import is_
 from typing import Any
 
 
@@ -84,7 +85,7 @@ class IdentityMemo(dict):
     def of(self, objs: tuple, compute: Callable[[], Any]) -> Any:
         key = tuple(map(id, objs))
         hit = self.get(key)
-        if hit is None or any(a is not b for a, b in zip(hit[0], objs)):
+        if hit is None or not all(map(is_, hit[0], objs)):
             if len(self) >= self.limit:
                 self.clear()
             hit = self[key] = (objs, compute())
@@ -108,6 +109,7 @@ class Caches:
     plain_specs: Memo = _memo(256)        # built named spec -> its JSON-able plain form (case ids)
     gemm_times: Memo = _memo(64)          # (kernel parameters, tile catalog key) -> {(b, m, n, k): s}
     priced_layers: Memo = _memo(512)      # layer pricing key -> priced rows of the layer sections
+    priced_steps: Memo = _memo(4096)      # (device repr, precision, attention, method, step operators) -> rows
     sized_networks: Memo = _memo(1024)    # (unsized NetworkSpec, world) -> the fabric sized for that world
     topologies: Memo = _memo(64)          # NetworkSpec -> (Topology, Router)
     collectives: Memo = _memo(20000)      # (network, util, framework, op, bytes, groups) -> (s, events, n)
@@ -117,14 +119,18 @@ class Caches:
     groups: Memo = _memo(4096)            # (layout, axis, stage) -> parallel groups, contending groups, dims
     templates: Memo = _memo(1024)         # (operator rows, layer-rule inputs) -> the case's layer templates
     replays: Memo = _memo(4096)           # (template id, its durations, channels) -> (template, replay, uses)
+    # (model, conventions, layout sizes, sharding, stages) -> per-stage state bytes; also stage parameters
+    stage_states: Memo = _memo(4096)
     liveness: Memo = _memo(1024)          # (model, layer shard, attention, recompute, sp, fp8, conventions) -> liveness
     # pipeline DAG structure key -> its PipelineShape (up to ~10 MB each; a sweep visits the cases of one
     # layout together, and layouts of one pp and micro-batch count share shapes, graph/pipeline_dag.py)
     pipeline_shapes: LruMemo = field(default_factory=lambda: LruMemo(64, 128 << 20))
     spec_texts: IdentityMemo = _identity_memo(256)         # (model / hardware / network spec,) -> its case_id JSON
     hardware_reprs: IdentityMemo = _identity_memo(64)      # (HardwareSpec,) -> repr (the layer pricing key)
+    param_counts: IdentityMemo = _identity_memo(256)       # (ModelSpec,) -> ops.params.ParamCounts
     # (template, a priced table's shared leading rows) -> the template's compute durations from those rows
     shared_durations: IdentityMemo = _identity_memo(4096)
+    shared_views: IdentityMemo = _identity_memo(512)       # (a priced table's shared leading rows,) -> their OpsView
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Caches]:

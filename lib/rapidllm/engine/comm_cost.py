@@ -70,7 +70,10 @@ class CommCost:
 
     def __post_init__(self) -> None:
         p = self.case.parallelism
-        self.mapping = RankMapping(self.case.network, {"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp})
+        key = ("mapping", self.case.network, p.tp, p.cp, p.dp, p.pp)     # shared by a layout's cases
+        table = current().groups
+        self.mapping = table.get(key) or table.put(
+            key, RankMapping(self.case.network, {"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp}))
         self.symmetric = not self.case.network.faults
         self.util = self.case.hardware.utilization.network
 
@@ -108,7 +111,7 @@ class CommCost:
                 a_stride, a_size = m.stride(axis), m.size(axis)
                 bases = np.unique(ranks - ((ranks // a_stride) % a_size) * a_stride)
                 members = bases[:, None] + a_stride * np.arange(a_size, dtype=np.int64)[None, :]
-                out += [tuple(g) for g in members.tolist()]
+                out.extend(map(tuple, members.tolist()))
         return out
 
     def _contending(self, groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
@@ -120,12 +123,15 @@ class CommCost:
         if any(net.dimensions[d].topology == "fat_tree" and not net.dimensions[d].rail_optimized
                for d in spanned):
             return groups
-        key = self._line(groups[0][0], spanned)
-        return [g for g in groups if self._line(g[0], spanned) == key]
-
-    def _line(self, rank: int, spanned: set[int]) -> tuple[int, ...]:
-        c = self.mapping.dim_coords(rank)
-        return tuple(v for d, v in enumerate(c) if d not in spanned)
+        # the groups whose first rank has the first group's coordinate in every dimension it does not span
+        # (`RankMapping.dim_coords` of all first ranks at once)
+        rest = np.array([g[0] for g in groups], dtype=np.int64)
+        keep = np.ones(len(groups), dtype=bool)
+        for d, dim in enumerate(net.dimensions):
+            coord, rest = rest % dim.size, rest // dim.size
+            if d not in spanned:
+                keep &= coord == coord[0]
+        return [g for g, k in zip(groups, keep.tolist()) if k]
 
     def time(self, axis: str, op: str, nbytes: float, stage: int = -1) -> float:
         """Completion time of `op` over every (contending) group of `axis`, on an otherwise idle network,
@@ -154,10 +160,8 @@ class CommCost:
         return self._local[key]
 
     def _contending_groups(self, axis: str, stage: int) -> tuple[tuple[int, ...], ...]:
-        groups = self.groups(axis, 0 if stage < 0 and axis != "pp" else stage)
-        if axis == "pp" and stage < 0:
-            groups = self.groups("pp", 0)
-        return tuple(self._contending(groups))
+        """The contending groups of `axis` in `stage`, stage 0 standing for every stage alike (-1)."""
+        return tuple(self._contending(self.groups(axis, 0 if stage < 0 else stage)))
 
     def _simulate(self, op: str, nbytes: float, groups: list[tuple[int, ...]]) -> tuple[float, int]:
         net = self.case.network

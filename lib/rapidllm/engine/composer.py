@@ -12,6 +12,7 @@ optimizer's parameter all-gather follows the optimizer whole, or with `overlap_p
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -36,7 +37,7 @@ from rapidllm.graph.templates import (
     shared_case_templates,
 )
 from rapidllm.memory.closed_form import state_bytes_per_param
-from rapidllm.memory.state import all_stage_params, conventions
+from rapidllm.memory.state import all_stage_params, conventions, stage_layer_counts
 from rapidllm.ops.price import OperatorTable, local_parameters
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -102,20 +103,41 @@ def replay_all(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, template
 
 
 def chunk_scale(case: Case, v: int) -> np.ndarray:
-    """[pp, v] layers of each chunk over the mean chunk's (exactly 1.0 everywhere for an even split)."""
-    p, layers = case.parallelism, case.model.layers
-    split = np.array(p.stage_chunk_layers(layers), dtype=float)
+    """[pp, v] layers of each chunk over the mean chunk's (exactly 1.0 everywhere for an even split).
+    Read-only: one array per split (`_chunk_scale`), shared by the cases that have it."""
+    p = case.parallelism
+    return _chunk_scale(p.stage_chunk_layers(case.model.layers), case.model.layers, p.pp, v)
+
+
+@functools.lru_cache(maxsize=1024)
+def _chunk_scale(chunk_layers: tuple[tuple[int, ...], ...], layers: int, pp: int, v: int) -> np.ndarray:
+    split = np.array(chunk_layers, dtype=float)
     if split.shape[1] != v:          # interleaving unused (m % pp != 0): a stage's chunks run as one
         split = split.sum(axis=1, keepdims=True)
-    return split / (layers / (p.pp * v))
+    out = split / (layers / (pp * v))
+    out.flags.writeable = False
+    return out
 
 
 def stage_parameters(case: Case) -> tuple[np.ndarray, np.ndarray]:
     """[pp] parameters one rank of each stage holds before ZeRO/FSDP, all and routed experts only, placed
-    as the memory model places them (`memory.state.stage_params`: embedding first, head last)."""
+    as the memory model places them (`memory.state.stage_params`: embedding first, head last). Read-only
+    arrays, memoized in `Caches.stage_states` under what `stage_params` reads (the model, the layer split,
+    pp, tp, ep, etp and the expert replication): the cases of a layout that differ in recompute, workload,
+    dp or ZeRO share them."""
     conv = conventions(case)
-    stages = all_stage_params(case, conv)
-    return np.array([st.total for st in stages]), np.array([st.experts for st in stages])
+    p = case.parallelism
+    counts = stage_layer_counts(case, conv)
+    key = ("stage_parameters", case.model, counts, p.pp, p.tp, p.ep, p.expert_tp, case.expert_replication)
+    table = current().stage_states
+    hit = table.get(key)
+    if hit is None:
+        stages = all_stage_params(case, conv)
+        hit = np.array([st.total for st in stages]), np.array([st.experts for st in stages])
+        for a in hit:
+            a.flags.writeable = False
+        hit = table.put(key, hit)
+    return hit
 
 
 # SMs DeepEP's normal (training) kernels occupy while they run: Megatron-Core's --moe-deepep-num-sms
@@ -236,20 +258,28 @@ def _chunk_times(case: Case, replayed: list[Replayed], cost: CommCost, v: int
     f_span, f_comp, b_span, b_comp = (np.zeros((p.pp, v)) for _ in range(4))
     scale = chunk_scale(case, v)
     per_stage = [replayed[s if not cost.symmetric else 0] for s in range(p.pp)]
-    comm = np.array([_sharded_layer_comm(case, cost, s) for s in range(p.pp)], dtype=float).reshape(p.pp, 2) \
-        if sharded_layer_bytes(case)[0] else np.zeros((p.pp, 2))
-    gather, scatter = comm[:, :1], comm[:, 1:]
+    # Columns alike on every stage (no sharded-layer traffic; every stage replaying the same templates) are
+    # Python floats, which broadcast as the [pp, 1] columns of one value did: the same elementwise doubles
+    # with a third of the numpy calls.
+    sharded = bool(sharded_layer_bytes(case)[0])
+    if sharded:
+        comm = np.array([_sharded_layer_comm(case, cost, s) for s in range(p.pp)], dtype=float).reshape(p.pp, 2)
+        gather, scatter = comm[:, :1], comm[:, 1:]
+    else:
+        gather = scatter = 0.0
     if cost.symmetric:          # every stage replays the same templates: one value per column
-        column = lambda get: np.full((p.pp, 1), get(per_stage[0]), dtype=float)     # noqa: E731
+        column = lambda get: float(get(per_stage[0]))     # noqa: E731
     else:
         column = lambda get: np.array([get(r) for r in per_stage], dtype=float)[:, None]     # noqa: E731
     for section, n in layer_counts(case).items():
         n_chunk = n / v * scale
-        exposed = np.where((gather != 0) & (n_chunk != 0), gather, 0.0)      # an empty chunk gathers nothing
+        # an empty chunk gathers nothing
+        exposed = np.where((gather != 0) & (n_chunk != 0), gather, 0.0) if sharded else 0.0
         fs, bs = column(lambda r: r.span(section, "fwd")), column(lambda r: r.span(section, "bwd"))
         held = gather + scatter
         f_span += n_chunk * np.where(gather > fs, gather, fs) + exposed
-        b_span += n_chunk * np.where(held > bs, held, bs) + np.where(exposed != 0, exposed + scatter, 0.0)
+        b_span += n_chunk * np.where(held > bs, held, bs) + (np.where(exposed != 0, exposed + scatter, 0.0)
+                                                             if sharded else 0.0)
         f_comp += n_chunk * column(lambda r: r.compute(section, "fwd"))
         b_comp += n_chunk * column(lambda r: r.compute(section, "bwd"))
     for section, (s, c) in (("first_stage", (0, 0)), ("last_stage", (p.pp - 1, v - 1))):
@@ -319,16 +349,16 @@ def training_plan(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, cost:
             gather_s = cost.time("dp", "all_gather", gather_bytes, 0)
             cost.count("dp", "all_gather", gather_bytes, 1)
     # the same row selections, products and sums as the pandas masks they replace (table order kept)
-    timed, work = view.timed, view.work
+    timed = view.timed
     opt = float(timed[view.sections.get("optimizer", [])].sum()) * (params / params.mean())   # each stage by its share
     inputs = PipelineInputs(p.schedule, p.pp, v, m, f_span, f_comp, b_span, b_comp, p2p_f, p2p_b, buckets,
                             bucket_s, opt, gather_s, cost.dims("pp"), cost.dims("dp"), f_hidden, b_hidden,
                             grad_overlap=p.overlap_grad_reduce, p2p_blocking=not p.p2p_overlapped)
-    extras = sorted(view.sections.get("first_stage", []) + view.sections.get("last_stage", []))
+    extras = tuple(sorted(view.sections.get("first_stage", []) + view.sections.get("last_stage", [])))
 
-    def step_flops(per_row: np.ndarray) -> float:
-        per_stage = sum(n * float(per_row[view.sections.get(section, [])].sum()) for section, n in counts.items())
-        return (per_stage * p.pp + float(per_row[extras].sum())) * m * p.dp * p.tp * p.cp
-    again = np.array([phase == "recompute" for phase in view.phases], dtype=bool)
-    return TrainingPlan(inputs, replayed, step_flops(work), step_flops(np.where(again, work, 0.0)), templates,
+    def step_flops(recompute_only: bool) -> float:
+        per_stage = sum(n * view.flops_sum(tuple(view.sections.get(section, ())), recompute_only)
+                        for section, n in counts.items())
+        return (per_stage * p.pp + view.flops_sum(extras, recompute_only)) * m * p.dp * p.tp * p.cp
+    return TrainingPlan(inputs, replayed, step_flops(False), step_flops(True), templates,
                         act, op, bucket_bytes, gather_bytes)

@@ -17,7 +17,7 @@ import numpy as np
 
 from rapidllm.caches import current
 from rapidllm.graph.comm_nodes import dispatch_bytes, moe_all_to_all, moe_tp_collectives
-from rapidllm.ops.price import OperatorTable, case_sections
+from rapidllm.ops.price import OPERATOR_COLUMNS, OperatorTable, case_sections
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 
@@ -181,21 +181,55 @@ class OpsView:
 
     def __init__(self, ops: pd.DataFrame | OperatorTable) -> None:
         self._ops = ops
-        column = ops.column if isinstance(ops, OperatorTable) else (lambda name: ops[name].tolist())
-        self.names = column("name")
-        self.phases = column("phase")
-        self.section_of = column("section")
-        self.sections: dict[str, list[int]] = {}
-        for i, sec in enumerate(self.section_of):
-            self.sections.setdefault(sec, []).append(i)
-        # the table's shared leading rows (`OperatorTable.shared`) and the sections with rows after them
+        # the table's shared leading rows (`OperatorTable.shared`) and the view of them alone, kept by
+        # identity (`Caches.shared_views`): a sweep's cases share a few priced layer sets, and reading their
+        # columns again was most of building a view
         self.shared = ops.shared if isinstance(ops, OperatorTable) else None
+        self._head: OpsView | None = None
+        self._columns: dict[str, np.ndarray] = {}
+        self._sums: dict[tuple, float] = {}         # `flops_sum` of a shared head's rows
+        if self.shared is not None:
+            lead, shared = len(self.shared), self.shared
+            head = self._head = current().shared_views.of((shared,), lambda: OpsView(OperatorTable(shared)))
+            tail = ops.rows[lead:]
+            self.names = head.names + [r[_NAME] for r in tail]
+            self.phases = head.phases + [r[_PHASE] for r in tail]
+            self.section_of = head.section_of + [r[_SECTION] for r in tail]
+            self.sections = {sec: list(rows) for sec, rows in head.sections.items()}
+            for i, r in enumerate(tail, lead):
+                self.sections.setdefault(r[_SECTION], []).append(i)
+        else:
+            column = ops.column if isinstance(ops, OperatorTable) else (lambda name: ops[name].tolist())
+            self.names = column("name")
+            self.phases = column("phase")
+            self.section_of = column("section")
+            self.sections = {}
+            for i, sec in enumerate(self.section_of):
+                self.sections.setdefault(sec, []).append(i)
         lead = len(self.shared) if self.shared is not None else 0
         self.tail_sections = {sec for sec, rows in self.sections.items() if rows[-1] >= lead}
 
     def _numeric(self, name: str) -> np.ndarray:
+        """A numeric column as `_numeric` makes it of the whole column: with a shared head, the head's
+        array (made once) joined to the tail's when both have the dtype the whole would have (a join of two
+        int64 or two float64 arrays holds the same numbers; mixed kinds are made whole, as pandas would)."""
         ops = self._ops
-        return _numeric(ops.column(name)) if isinstance(ops, OperatorTable) else ops[name].to_numpy()
+        if not isinstance(ops, OperatorTable):
+            return ops[name].to_numpy()
+        known = self._columns.get(name)
+        if known is not None:
+            return known
+        j = OPERATOR_COLUMNS.index(name)
+        out = None
+        if self._head is not None:
+            head = self._head._numeric(name)
+            tail = _numeric([r[j] for r in ops.rows[len(self.shared):]])
+            if head.dtype == tail.dtype:
+                out = np.concatenate([head, tail])
+        if out is None:
+            out = _numeric(ops.column(name))
+        self._columns[name] = out
+        return out
 
     @functools.cached_property
     def timed(self) -> np.ndarray:
@@ -207,6 +241,26 @@ class OpsView:
         """FLOPs per row and micro-batch."""
         return self._numeric("flops") * self._numeric("count")
 
+    def flops_sum(self, rows: tuple[int, ...], recompute_only: bool = False) -> float:
+        """`float(work[rows].sum())`, with the rows of other phases than recompute as 0.0 when
+        `recompute_only` (`np.where` over the whole column, as the engine's step FLOPs read it). Rows all in
+        the shared head are summed from the head's own arrays and kept there: the same elements in the same
+        order, so the same sum, once per head instead of once per case."""
+        head = self._head
+        if head is not None and (not rows or max(rows) < len(head.names)):
+            key = (rows, recompute_only)
+            hit = head._sums.get(key)
+            if hit is None:
+                hit = head._sums[key] = head._flops_sum(rows, recompute_only)
+            return hit
+        return self._flops_sum(rows, recompute_only)
+
+    def _flops_sum(self, rows: tuple[int, ...], recompute_only: bool) -> float:
+        work = self.work
+        if recompute_only:
+            work = np.where(np.array([phase == "recompute" for phase in self.phases], dtype=bool), work, 0.0)
+        return float(work[list(rows)].sum())
+
     def rows(self, section: str, phases: tuple[str, ...] | set[str]) -> list[int]:
         return [i for i in self.sections.get(section, ()) if self.phases[i] in phases]
 
@@ -215,6 +269,9 @@ class OpsView:
 
     def durations(self, section: str, phases: tuple[str, ...] | set[str]) -> list[float]:
         return list(self.timed[self.rows(section, phases)])
+
+
+_SECTION, _NAME, _PHASE = (OPERATOR_COLUMNS.index(c) for c in ("section", "name", "phase"))
 
 
 def _numeric(values: list) -> np.ndarray:

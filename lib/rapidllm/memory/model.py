@@ -169,6 +169,23 @@ def _stage_kinds(counts: tuple[int, ...], stages: tuple[int, ...]) -> tuple[np.n
     return (*arrays, first)
 
 
+def shared_state_bytes(case: Case, conv: Conventions, counts: tuple[int, ...],
+                       stages: tuple[int, ...]) -> list[StateBytes]:
+    """`state_bytes(case, s, conv)` of each of `stages`, memoized in `Caches.stage_states` under everything
+    `memory.state.stage_params` and `state_bytes` read: the model, the conventions, the stored weights'
+    type, the expert replication, the layer split (`counts`), the stages and the parallel sizes and
+    sharding settings; not recompute or the workload, so the cases of one layout that differ in those
+    (sweep-1000: 4 per layout and model) share it."""
+    p = case.parallelism
+    key = (case.model, conv, case.weight_precision, case.expert_replication, counts, stages, p.dp, p.cp, p.tp,
+           p.pp, p.ep, p.expert_tp, p.zero, p.fsdp, p.fp32_grad_accum)
+    table = current().stage_states
+    hit = table.get(key)
+    if hit is None:
+        hit = table.put(key, [state_bytes(case, s, conv) for s in stages])
+    return hit
+
+
 def _training_memory(case: Case, stages: list[int], conv: Conventions, layer: LayerLiveness,
                      head: LayerLiveness, state: StateBytes | None) -> MemoryResult:
     """Memory of the stage of `stages` with the highest peak. State bytes and walk inputs are computed once
@@ -178,7 +195,8 @@ def _training_memory(case: Case, stages: list[int], conv: Conventions, layer: La
     assert isinstance(w, TrainingWorkload)
     counts = stage_layer_counts(case, conv)
     stage_arr, of_stage, first = _stage_kinds(counts, tuple(stages))
-    states = [state if state is not None and k == 0 else state_bytes(case, s, conv) for k, s in enumerate(first)]
+    states = shared_state_bytes(case, conv, counts, first) if state is None else \
+        [state, *(state_bytes(case, s, conv) for s in first[1:])]
     walks = [walk_inputs(case, s, layer, head, counts[s]) for s in first]
     hidden = conv.step_hidden_bytes * w.micro_batch * w.seq_len * case.model.hidden
     steps = [st.step_transient + conv.runtime_allocated + hidden for st in states]

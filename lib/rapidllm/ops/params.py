@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rapidllm.caches import current
 from rapidllm.spec.model import ModelSpec
 
 IMAGE_CHANNELS = 3       # RGB input of a vision transformer's patch embedding
@@ -105,6 +106,12 @@ def norm_params(m: ModelSpec) -> int:
 
 
 def parameter_counts(m: ModelSpec) -> ParamCounts:
+    """The counts of `m`, kept per model object (`Caches.param_counts`): a sweep's cases share a few
+    models, and pricing each case's optimizer rows asked for them three times (~25 ms per sweep-1000)."""
+    return current().param_counts.of((m,), lambda: _parameter_counts(m))
+
+
+def _parameter_counts(m: ModelSpec) -> ParamCounts:
     moe_layers = m.moe_layer_count()
     dense_layers = m.layers - moe_layers
     embedding = m.vocab * m.hidden + (m.max_seq_len * m.hidden if m.position == "learned" else 0)

@@ -230,16 +230,25 @@ def price_table(case: Case, method: str = "tiles") -> OperatorTable:
     For training, every section but the optimizer step is a function of the layer shard (model, workload,
     tp/cp/ep/etp/sp, recompute, device, precision, kernels), not of dp, pp, ZeRO/FSDP or the schedule: a
     sweep over those reuses one priced set of rows (sweep-1000: 64 distinct of 1472 cases) and prices only
-    the optimizer rows anew. `price_case_reference` is the uncached definition; tests compare the two.
+    the optimizer rows anew, once per distinct optimizer operator (`Caches.priced_steps`: the cases of a
+    layout that differ in recompute or micro-batch share them). `price_case_reference` is the uncached
+    definition; tests compare the two.
     """
     if not case.training:
         return OperatorTable(_rows(case, case_sections(case), method))
     key = _layer_pricing_key(case, method)
-    priced = current().priced_layers                # the layer sections' rows; ~20 kB each
-    layers = priced.get(key)
+    caches = current()
+    layers = caches.priced_layers.get(key)          # the layer sections' rows; ~20 kB each
     if layers is None:
-        layers = priced.put(key, _rows(case, _training_sections(case), method))
-    return OperatorTable(layers + _rows(case, step_sections(case), method), shared=layers)
+        layers = caches.priced_layers.put(key, _rows(case, _training_sections(case), method))
+    steps = step_sections(case)
+    # what `_rows` reads of a training case besides the operators: the device, the precision (GEMM and
+    # activation types), the attention kernel and the method; not the workload or recompute
+    step_key = (_hardware_repr(case.hardware), case.precision, case.attention_impl, method, tuple(steps))
+    step_rows = caches.priced_steps.get(step_key)
+    if step_rows is None:
+        step_rows = caches.priced_steps.put(step_key, _rows(case, steps, method))
+    return OperatorTable(layers + step_rows, shared=layers)
 
 
 def price_case(case: Case, method: str = "tiles") -> pd.DataFrame:

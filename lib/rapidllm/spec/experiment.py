@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -109,9 +110,36 @@ def override(case: dict, key: str, value: Any, source: str) -> None:
 
 
 def deep_merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
+    out = tree_copy(base)
     for k, v in over.items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else tree_copy(v)
+    return out
+
+
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
+def tree_copy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    """`copy.deepcopy` of parsed YAML (dicts, lists, scalars), without its per-object dispatch: every case of
+    a sweep copies the experiment's base (a fifth of `raw_cases`). A dict or list met twice (a YAML alias) is
+    copied once and shared, as deepcopy's memo does; any other type goes to deepcopy."""
+    t = type(value)
+    if t in _ATOMS:
+        return value
+    if t is not dict and t is not list:
+        return copy.deepcopy(value, memo)
+    memo = {} if memo is None else memo
+    hit = memo.get(id(value))
+    if hit is not None:
+        return hit
+    out: Any
+    if t is dict:
+        out = memo[id(value)] = {}
+        for k, v in value.items():
+            out[k if type(k) in _ATOMS else tree_copy(k, memo)] = v if type(v) in _ATOMS else tree_copy(v, memo)
+    else:
+        out = memo[id(value)] = []
+        out.extend(v if type(v) in _ATOMS else tree_copy(v, memo) for v in value)
     return out
 
 
@@ -305,9 +333,15 @@ def flat_columns(case: Any) -> dict[str, Any]:
     cols.update({a: getattr(p, a) for a in AXES})
     cols.update(sp=p.sp, zero=p.zero, fsdp=p.fsdp, recompute=p.recompute, schedule=p.schedule,
                 virtual_stages=p.virtual_stages)
-    for f in dataclasses.fields(p):
-        if f.name not in cols:
-            v = getattr(p, f.name)
-            cols[f.name] = ",".join(v) if isinstance(v, tuple) else v
+    for name in _field_names(type(p)):
+        if name not in cols:
+            v = getattr(p, name)
+            cols[name] = ",".join(v) if isinstance(v, tuple) else v
     cols.update({k: v for k, v in w.__dict__.items() if k != "mode"})
     return cols
+
+
+@functools.lru_cache(maxsize=16)
+def _field_names(cls: type) -> tuple[str, ...]:
+    """A dataclass's field names in order (`dataclasses.fields` builds its tuple on every call)."""
+    return tuple(f.name for f in dataclasses.fields(cls))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from rapidllm.spec.errors import SpecError
@@ -58,6 +58,19 @@ class NetworkSpec:
     utilization: float = 1.0
     faults: tuple[FaultSpec, ...] = field(default_factory=tuple)
     chunk_bytes: float = DEFAULT_CHUNK_BYTES
+
+    def __hash__(self) -> int:
+        """The hash of the fields' tuple (as the generated one), kept on the instance after the first call:
+        a sweep keys ~25,000 memo lookups by the network, and each walked every dimension (~35 ms per
+        sweep-1000). Not pickled (`__getstate__`): a string's hash differs between processes."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     @property
     def total_size(self) -> int:

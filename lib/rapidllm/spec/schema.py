@@ -134,6 +134,27 @@ def _validator(kind: str) -> jsonschema.protocols.Validator:
     return cls(schema, registry=registry, format_checker=_format_checker())
 
 
+def valid_alone(kind: str, path: tuple[str, ...], value: Any) -> bool:
+    """Whether `value` passes the subschema of the `kind` schema at `path` (one property name per level),
+    judged by `kind`'s own validator (its types, keywords and formats) on that subschema alone. False where
+    the subschema refers elsewhere (`$ref`): only a subschema that stands alone is judged here. A per-key
+    schema (spec/named.py: validate_by_key) accepts a mapping exactly when each value passes its own."""
+    sub = _sub_validator(kind, str(schema_dir()), path)
+    return sub is not None and sub.is_valid(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _sub_validator(kind: str, folder: str, path: tuple[str, ...]) -> jsonschema.protocols.Validator | None:
+    """`_validator(kind)` evolved onto the subschema at `path` (`folder`: the schema directory it was read
+    from), or None when the subschema holds a `$ref`."""
+    schema: Any = schema_of(kind)
+    for name in path:
+        schema = schema.get("properties", {}).get(name) if isinstance(schema, dict) else None
+    if not isinstance(schema, (dict, bool)) or "$ref" in repr(schema):
+        return None
+    return _validator(kind).evolve(schema=schema)
+
+
 def _key(error: jsonschema.ValidationError) -> str:
     return ".".join(str(p) for p in error.absolute_path)
 
