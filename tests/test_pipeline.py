@@ -128,3 +128,16 @@ def test_atomic_write_mode_as_a_plain_file(tmp_path) -> None:
     plain.write_text("a\n1\n")
     write_table(pd.DataFrame({"a": [1]}), tmp_path / "t.csv")
     assert stat.S_IMODE((tmp_path / "t.csv").stat().st_mode) == stat.S_IMODE(plain.stat().st_mode)
+
+
+def test_atomic_write_leaves_the_umask_alone(tmp_path, monkeypatch) -> None:
+    """The mode comes from creating the temporary file 0666 under the umask, not from reading the umask: that
+    means setting it process-wide, and a file another thread created in between was world-writable."""
+    import os
+    from rapidllm.pipeline.io import write_table
+
+    def refuse(mask: int) -> int:
+        raise AssertionError("atomic_write set the umask")
+    monkeypatch.setattr(os, "umask", refuse)
+    write_table(pd.DataFrame({"a": [1]}), tmp_path / "t.csv")
+    assert [p.name for p in tmp_path.iterdir()] == ["t.csv"] and (tmp_path / "t.csv").read_text() == "a\n1\n"

@@ -353,3 +353,17 @@ def test_workload_micro_batch_is_the_axis_default() -> None:
     assert axis_defaults(load_search({**spec, "space": {"micro_batch": [2, 4]}}), loaded.candidates[0])["micro_batch"] == [2, 4]
     with pytest.raises(SpecError, match=r"workload.micro_batch: 2 is not among space.micro_batch \[1\]"):
         load_search({**spec, "space": {"micro_batch": [1]}})
+
+
+def test_fp8_recipe_reaches_the_searched_cases() -> None:
+    """A search spec takes the case key `fp8_recipe` (the schema refused it, so a blockwise-FP8 case could not be
+    searched and the explorer's search of one ranked tensorwise layouts): the candidates' cases carry it, and
+    it needs precision fp8 as in a case file."""
+    from rapidllm.explore.search_hook import search_spec
+    spec = {**MOE, "precision": "fp8", "fp8_recipe": "blockwise"}
+    assert {c.base.fp8_recipe for c in load_search(spec).candidates} == {"blockwise"}
+    assert {c.base.fp8_recipe for c in load_search({**MOE, "precision": "fp8"}).candidates} == {"tensorwise"}
+    with pytest.raises(SpecError, match="fp8_recipe: .*allowed: fp8_recipe only with precision fp8"):
+        load_search({**MOE, "fp8_recipe": "blockwise"})
+    case = {k: spec[k] for k in ("model", "hardware", "network", "workload", "precision", "fp8_recipe")}
+    assert search_spec(case, 16, "step_time_s")["fp8_recipe"] == "blockwise"

@@ -94,16 +94,17 @@ def test_claims_take_own_run_first_then_steal_from_the_back() -> None:
 def test_jobs_values() -> None:
     assert resolve_jobs(3) == 3
     assert resolve_jobs(0) == len(os.sched_getaffinity(0))
+    assert resolve_jobs(768) == 768      # a two-socket EPYC 9965's logical CPUs, what jobs=0 gives there
     with pytest.raises(SpecError, match="jobs: -1 is not allowed"):
         resolve_jobs(-1)
-    with pytest.raises(SpecError, match="jobs: 100000 is not allowed; allowed: an integer 1 to 256"):
+    with pytest.raises(SpecError, match="jobs: 100000 is not allowed; allowed: an integer 1 to 1024"):
         resolve_jobs(100000)            # 100,000 forked workers on a 2-core machine
 
 
 def test_cli_rejects_absurd_jobs(experiment: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["sweep", str(experiment), "--jobs", "100000", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("rapidllm sweep: --jobs: 100000 is not allowed; allowed: an integer 1 to 256")
+    assert err.startswith("rapidllm sweep: --jobs: 100000 is not allowed; allowed: an integer 1 to 1024")
 
 
 def test_cli_rejects_negative_jobs(experiment: Path, capsys: pytest.CaptureFixture) -> None:

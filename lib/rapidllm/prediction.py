@@ -278,9 +278,10 @@ def _sweep_parallel(exp: Experiment, raws: list[tuple[str, dict]], units: list[l
     return out
 
 
-# Worker processes at most (docs/limits.md): the largest nodes have ~256 cores; --jobs 100000 forked as
-# many workers as the sweep had layout runs, whatever the machine.
-MAX_JOBS = 256
+# Worker processes at most (docs/limits.md): above the logical CPUs of the largest nodes (two 192-core EPYC
+# 9965 with SMT: 768, which --jobs 0 already gives); --jobs 100000 forked as many workers as the sweep had
+# layout runs, whatever the machine.
+MAX_JOBS = 1024
 JOBS_ALLOWED = f"allowed: an integer 1 to {MAX_JOBS} (worker processes) or 0 (one per available core)"
 
 

@@ -37,14 +37,12 @@ def search_function() -> tuple[SearchFn | None, str]:
 
 
 def search_spec(case: dict[str, Any], gpus: int, objective: str, space: dict[str, list] | None = None) -> dict:
-    """A search spec around a case: its model, hardware, network, precision and workload, on `gpus` GPUs,
-    over `space` (axis -> values; axes left out take every sensible value), ranked by `objective`."""
-    spec = {k: case[k] for k in ("model", "hardware", "network", "workload") if k in case}
+    """A search spec around a case: its model, hardware, network, precision (and FP8 recipe) and workload, on
+    `gpus` GPUs, over `space` (axis -> values; axes left out take every sensible value), ranked by `objective`."""
+    spec = {k: case[k] for k in ("model", "hardware", "network", "workload", "precision", "fp8_recipe") if k in case}
     # the case's micro-batch would be the search's only one (search/spec.py); case_axes passes it when kept
     if isinstance(spec.get("workload"), dict):
         spec["workload"] = {k: v for k, v in spec["workload"].items() if k != "micro_batch"}
-    if "precision" in case:
-        spec["precision"] = case["precision"]
     spec.update(name="explorer", gpus=int(gpus), objective=objective)
     if space:
         spec["space"] = {k: list(v) for k, v in space.items() if v}

@@ -163,7 +163,9 @@ def _accumulates(name: str) -> bool:
     `gemm.kernel_params`): its FP8 weight-gradient GEMMs. DeepSeek-V3's fine-grained FP8 wgrad kernel accumulates
     into the FP32 gradient in its epilogue (profile-data train.json: `fp8_dptp128c_acc` kernels under
     `LinearWithGradAccumulationFP8`; DeepGEMM's published wgrad kernel, fp8_wgrad_gemm.cuh: D = C + A @ B, FP32
-    C loaded by TMA after the k-loop and waited on before the add). TE's tensorwise GEMMs write BF16."""
+    C loaded by TMA after the k-loop and waited on before the add). Tensorwise cases keep the BF16-output
+    wgrad, as calibrated, though Megatron's gradient_accumulation_fusion (TE Linear's fuse_wgrad_accumulation:
+    out=main_grad, FP32, accumulate=True) accumulates the same way: an open item (docs/fp8.md)."""
     return name.endswith("_wgrad") and wl.fp8_gemm(name)
 
 

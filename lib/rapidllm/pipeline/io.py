@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any, Callable
 
@@ -13,17 +13,26 @@ import pandas as pd
 from rapidllm.spec.case import Case, resolve_case
 
 
+def _new_temp_beside(path: Path) -> str:
+    """A new empty file in `path`'s folder, created 0666 less the umask as a plain file is. (mkstemp creates
+    0600, and sweep CSVs came out owner-only; reading the umask to chmod means setting it, process-wide, and a
+    file another thread created meanwhile would get mode 0666.)"""
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}{path.suffix}"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return str(tmp)
+        except FileExistsError:
+            continue
+
+
 def atomic_write(path: str | Path, writer: Callable[[str], None]) -> None:
     """Write through a temporary file in the same folder and rename, so no partial output survives."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
+    tmp = _new_temp_beside(path)
     try:
         writer(tmp)
-        umask = os.umask(0)          # mkstemp made it 0600: give it the mode a plain file would get
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
