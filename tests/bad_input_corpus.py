@@ -498,6 +498,9 @@ SEARCH = [
     search_bad("empty-space", "space", {"tp": [3]}, "no feasible layout"),
     # a layout axis pinned under parallelism read "unknown key(s) 'tp' (did you mean tp_comm_overlap?)"
     search_bad("parallelism-axis", "parallelism", {"tp": 8}, "parallelism.tp: a search axis, not a fixed setting; give its values in space.tp"),
+    # the boolean space switch read "give its values in space.tp_across_nodes (one value pins it)"
+    search_bad("parallelism-switch", "parallelism", {"tp_across_nodes": True},
+               "parallelism.tp_across_nodes: a search-space switch, not a parallelism setting; give it as space.tp_across_nodes"),
     search_bad("parallelism-redundant-negative", "parallelism", {"redundant_experts": -1}, "out of range", "quantity"),
     search_bad("parallelism-redundant-dense", "parallelism", {"redundant_experts": 8}, "redundant_experts"),
     search_bad("top-zero", "gpus", [8], "--top: 0 is out of range", "quantity", ("--top", "0")),

@@ -130,8 +130,11 @@ def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpe
     axes = schema_of("search")["properties"]["space"]["properties"]
     pinned = sorted(k for k in fixed if k in axes) if isinstance(fixed, dict) else []
     if pinned:                              # the schema alone said "unknown key 'tp' (did you mean tp_comm_overlap?)"
-        raise SpecError.at(source, f"parallelism.{pinned[0]}", f"a search axis, not a fixed setting; give its "
-                           f"values in space.{pinned[0]} (one value pins it)")
+        key = pinned[0]
+        said = ("a search-space switch, not a parallelism setting; give it as space." + key
+                if axes[key].get("type") == "boolean"
+                else f"a search axis, not a fixed setting; give its values in space.{key} (one value pins it)")
+        raise SpecError.at(source, f"parallelism.{key}", said)
     validate(m, "search", source)
     constraints = m.get("constraints", {})
     objective = objective_from_spec(m.get("objective"), m["workload"]["mode"], m.get("train_tokens"), source)
