@@ -17,7 +17,7 @@ from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import NetworkSpec
-from rapidllm.spec.paths import config_dir, display, project_root
+from rapidllm.spec.paths import config_dir, display, project_root, spec_path
 from rapidllm.spec.schema import load_yaml, schema_of, validate
 from rapidllm.units import parse_quantity
 
@@ -124,8 +124,10 @@ def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpe
     if isinstance(spec, dict):
         m, source = spec, source or "<search spec>"
     else:
+        spec = spec_path(spec, source or "search spec", "a mapping with a search spec's keys or a path to a "
+                         "search spec YAML file (str or pathlib.Path)")
         source = source or display(spec)
-        m = load_yaml(Path(spec))
+        m = load_yaml(spec)
     fixed = m.get("parallelism") if isinstance(m, dict) else None
     axes = schema_of("search")["properties"]["space"]["properties"]
     pinned = sorted(k for k in fixed if k in axes) if isinstance(fixed, dict) else []

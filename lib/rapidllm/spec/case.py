@@ -20,7 +20,7 @@ from rapidllm.spec.hardware import HardwareSpec
 from rapidllm.spec.model import ModelSpec
 from rapidllm.spec.named import resolve_named, validate_by_key
 from rapidllm.spec.network import FaultSpec, NetworkSpec
-from rapidllm.spec.paths import display
+from rapidllm.spec.paths import display, spec_path
 from rapidllm.spec.schema import load_yaml
 from rapidllm.units import parse_quantity
 
@@ -560,7 +560,8 @@ def sized_network(network: NetworkSpec, world: int, source: str) -> NetworkSpec:
 
 def load_case(path: str | Path) -> Case:
     """Read and resolve a case YAML file."""
+    path = spec_path(path, "load_case")
     source = display(path)
-    mapping = load_yaml(Path(path))
+    mapping = load_yaml(path)
     return resolve_case(mapping, source)
 
