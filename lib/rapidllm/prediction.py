@@ -63,7 +63,8 @@ def device_record(case: Case) -> dict[str, Any]:
     return {"device_validated": hw.validated}
 
 
-def evaluate(case: Case | str | Path | Mapping[str, Any], engine: str = "event", adjust: Adjust | None = None, trace: bool = False) -> dict[str, Any]:
+def evaluate(case: Case | str | Path | Mapping[str, Any], engine: str = "event", adjust: Adjust | None = None,
+             trace: bool = False) -> dict[str, Any]:
     """Price, memory, graph and replay of one case in-process, as one flat record.
 
     engine: "event" (graph replay on the network simulator) or "baseline" (the alpha-beta ablation);
