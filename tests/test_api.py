@@ -85,3 +85,11 @@ def test_a_wrong_type_is_one_spec_error_naming_what_is_allowed(call, name):
 
 def test_evaluate_takes_a_path_like_predict():
     assert evaluate(EXAMPLE)["step_time_s"] == rapidllm.predict(EXAMPLE).step_time_s
+
+
+def test_predict_many_columns_and_dtypes_do_not_depend_on_the_cases():
+    """Training rows only gave ttft_s as an object column of Nones, and no cases a table without columns."""
+    df = rapidllm.predict_many([EXAMPLE])
+    empty = rapidllm.predict_many([])
+    assert list(empty.columns) == list(df.columns) == list(rapidllm.predict(EXAMPLE).to_dict())
+    assert df["ttft_s"].dtype == df["mfu"].dtype == "float64" and df["ttft_s"].isna().all()

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "framework", "capacity")
 TRAINING_ONLY = ("mfu", "hfu")
 INFERENCE_ONLY = ("ttft_s", "itl_s", "e2e_latency_s")
+TIMINGS = ("step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s", "mfu", "hfu", "tokens_per_s",
+           *INFERENCE_ONLY)
 
 
 def memory_record(mem: MemoryResult) -> dict[str, Any]:
@@ -189,9 +191,7 @@ def predict(case: Case | str | Path | Mapping[str, Any], engine: str = "event",
     memory = MemoryBreakdown.of(mem_result)
     return Prediction(case_id=rec["case_id"], mode="training" if resolved.training else "inference",
                       status=rec["status"], reason=rec["reason"],
-                      **{k: timing(k) for k in ("step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
-                                                "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s",
-                                                "e2e_latency_s")},
+                      **{k: timing(k) for k in TIMINGS},
                       memory=memory, schedule=rec.get("schedule"), device_validated=bool(rec["device_validated"]))
 
 
@@ -223,7 +223,12 @@ def predict_many(cases: Iterable[Case | str | Path | Mapping[str, Any]], engine:
         raise SpecError(f"predict_many: got {type(cases).__name__}; allowed: an iterable of cases "
                         f"(each {CASE_ALLOWED}); predict() takes a single one")
     with (caches or Caches()).active():
-        return pd.DataFrame([predict(c, engine).to_dict() for c in cases])
+        rows = [predict(c, engine).to_dict() for c in cases]
+    # the same columns and dtypes whatever the cases: a field no row has (TTFT of training rows) is a float
+    # NaN column, not object Nones, and no cases give an empty table with the columns
+    columns = [f.name for f in fields(Prediction) if f.name not in ("memory", "schedule")]
+    columns += [f"{k}_bytes" for k in MEMORY_FIELDS] + ["peak_memory_bytes", "feasible"]
+    return pd.DataFrame(rows, columns=columns).astype(dict.fromkeys(TIMINGS, "float64"))
 
 
 def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: str = "event",
