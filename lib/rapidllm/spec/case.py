@@ -381,6 +381,17 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
             raise bad("parallelism.ep", f"ep {par.ep} must divide dp x cp x tp = {par.dp * par.cp * par.tp} (experts are placed across data-parallel ranks)")
     stage_ranks = par.dp * par.cp * par.tp
     etp = expert_tp_of(par, isinstance(workload, TrainingWorkload))
+    moe = model.moe
+    widths = [("tp", "ffn", model.ffn, par.tp)]
+    if moe:
+        widths += [("etp", "moe.expert_ffn", moe.expert_ffn, etp)]
+        if moe.shared_experts:
+            widths += [("tp", "shared experts' ffn", (moe.shared_expert_ffn or moe.expert_ffn) * moe.shared_experts,
+                        par.tp)]
+    for axis, what, width, ways in widths:      # ffn // ways = 0 priced a zero-width GEMM: ZeroDivisionError
+        if width < ways:
+            raise bad(f"parallelism.{axis}", f"{axis} {ways} exceeds the {what} {width} of {model.name}: a rank "
+                      f"would hold no MLP column; allowed: {axis} at most {width}")
     if par.ep > 1 and isinstance(workload, TrainingWorkload) and stage_ranks % (par.ep * etp):
         # Megatron-Core's expert grid, etp x ep x edp = tp x cp x dp ranks of a stage: more expert shards
         # than ranks would price each GPU with a fraction of an expert it cannot hold
