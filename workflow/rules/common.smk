@@ -100,7 +100,12 @@ def search_inputs(w):
 
 
 # The paper's case studies (workflow/rules/case_studies.smk): every experiment named case-{kind}[-...].
-from rapidllm.validate.case_studies import KINDS as CASE_STUDY_KINDS
+from rapidllm.validate.case_studies import KINDS as CASE_STUDY_KINDS, check_study
 
 CASE_STUDIES = [name for name in config["experiments"]
                 if any(name == f"case-{k}" or name.startswith(f"case-{k}-") for k in CASE_STUDY_KINDS)]
+try:    # what each study's table reads, before its sweep runs
+    for _name in CASE_STUDIES:
+        check_study(_name, STUDIES[_name][1])
+except SpecError as err:
+    raise WorkflowError(str(err)) from None
