@@ -286,6 +286,9 @@ PREDICT = [
     case_bad("max-threads-1", "hardware.sm_limits.max_threads", 1, "max_threads: 1 is out of range; allowed: integer 256 to", "crash"),
     case_bad("registers-per-thread-1", "hardware.sm_limits.max_registers_per_thread", 1, "max_registers_per_thread: 1 is out of range", "crash"),
     case_bad("hbm-bandwidth-huge", "hardware.hbm_bandwidth", "1e30 TB/s", "a bandwidth > 0 and <= 1 PB/s"),
+    # ffn narrower than tp: ffn // tp = 0 priced a zero-width GEMM, ZeroDivisionError (the explorer's ffn control)
+    case_bad("ffn-below-tp", "parallelism", {"tp": 8, "pp": 1, "dp": 1}, "parallelism.tp: tp 8 exceeds the ffn 4 of",
+             "crash", base=with_key(CASE, "model", dict(TINY_DEEP, layers=2, heads=8, ffn=4))),
     case_bad("clock-huge", "hardware.clock", "1e9 GHz", "a frequency > 0 and <= 100 GHz"),
     case_bad("tensor-flops-huge", "hardware.tensor_flops.bf16", 1e30, "a FLOP rate > 0 and <= 1 EFLOP/s"),
     case_bad("cost-inf-without-cost-flag", "hardware.cost", {"operating": {**OPERATING, "capital_usd": {"value": INF, "source": "abc"}}},

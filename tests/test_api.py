@@ -58,3 +58,38 @@ def test_unknown_engine_is_refused():
 def test_unknown_public_name_raises_attribute_error():
     with pytest.raises(AttributeError):
         rapidllm.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: rapidllm.predict(None), "case"),
+    (lambda: rapidllm.predict(42), "case"),
+    (lambda: rapidllm.predict(EXAMPLE.read_text()), "case"),        # YAML text is not a path
+    (lambda: rapidllm.export_chakra(None, "unused"), "case"),
+    (lambda: rapidllm.load_case(None), "load_case"),
+    (lambda: rapidllm.predict_many(str(EXAMPLE)), "predict_many"),  # iterated, it read 'e: file not found'
+    (lambda: rapidllm.predict_many({"model": "gpt-175b"}), "predict_many"),
+    (lambda: rapidllm.predict_many(None), "predict_many"),
+    (lambda: rapidllm.sweep({"name": "x"}), "sweep"),               # documented: not a mapping
+    (lambda: rapidllm.sweep(None), "sweep"),
+    (lambda: rapidllm.search(None), "search spec"),
+    (lambda: evaluate(None), "case"),
+])
+def test_a_wrong_type_is_one_spec_error_naming_what_is_allowed(call, name):
+    """A library caller's None, number, mapping or YAML text used to end in pathlib's 'expected str, bytes or
+    os.PathLike object' (or a file named by each character of a path)."""
+    with pytest.raises(rapidllm.SpecError) as err:
+        call()
+    text = str(err.value)
+    assert text.startswith(f"{name}: got ") and "allowed:" in text and "\n" not in text
+
+
+def test_evaluate_takes_a_path_like_predict():
+    assert evaluate(EXAMPLE)["step_time_s"] == rapidllm.predict(EXAMPLE).step_time_s
+
+
+def test_predict_many_columns_and_dtypes_do_not_depend_on_the_cases():
+    """Training rows only gave ttft_s as an object column of Nones, and no cases a table without columns."""
+    df = rapidllm.predict_many([EXAMPLE])
+    empty = rapidllm.predict_many([])
+    assert list(empty.columns) == list(df.columns) == list(rapidllm.predict(EXAMPLE).to_dict())
+    assert df["ttft_s"].dtype == df["mfu"].dtype == "float64" and df["ttft_s"].isna().all()

@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from rapidllm.network.api import simulate_collective
 from rapidllm.network.routing import Router
@@ -261,3 +262,29 @@ def test_topology_vit_slice_one_image_torus_never_slower_and_claims_are_read():
     _, compared = run_study("case-topology-vit-b1", s, pd.read_csv(PAPER))
     vit = compared.set_index("quantity").ours["torus_over_mesh_inference_vit"]
     assert vit == pytest.approx(ok.e2e_latency_s["wafer-mesh"] / ok.e2e_latency_s["wafer-torus"])
+
+
+TINY_STUDY = {"base": {"model": "llama2-7b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100", "precision": "bf16",
+                       "workload": {"mode": "inference", "prompt_tokens": 128, "output_tokens": 16, "batch": 1}},
+              "cross": {"parallelism.tp": [1, 2]}}
+
+
+@pytest.mark.parametrize("kind, key", [("faults", "fault_sweep"), ("superpod", "network"), ("topology", "cases")])
+def test_a_case_study_without_what_its_table_reads_is_refused_at_load(tmp_path, kind: str, key: str) -> None:
+    """An ordinary experiment named case-{kind}-* ran its sweep, then its case_study job ended in a KeyError or
+    AttributeError traceback (no superpod-h100-hdr rows, no meta_fault_kind column, no 'MODEL MODE' labels)."""
+    from rapidllm.validate.case_studies import check_study
+
+    path = tmp_path / f"case-{kind}-mine.yaml"
+    path.write_text(yaml.safe_dump({"name": f"case-{kind}-mine", **TINY_STUDY}))
+    with pytest.raises(SpecError) as err:
+        check_study(f"case-{kind}-mine", load_experiment(path))
+    assert len(err.value.lines) == 1 and f"case-{kind}-mine.yaml: {key}: " in err.value.lines[0]
+
+
+def test_the_shipped_case_studies_pass_the_load_check() -> None:
+    from rapidllm.spec.paths import config_dir
+    from rapidllm.validate.case_studies import check_study
+
+    for path in sorted(config_dir("experiment").glob("case-*.yaml")):
+        check_study(path.stem, load_experiment(path))

@@ -7,6 +7,7 @@ backward TP all-reduce, as in our own graph).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import Counter
@@ -155,6 +156,23 @@ def test_producer_inverts_consumer():
                     src = _producer(kind, s, c, pp, v)
                     if src is not None:
                         assert consumer_of(kind, src[0], src[1], 0, pp, v) == (kind, s, c, 0)
+
+
+def test_readme_of_an_infeasible_or_faulty_case_says_so(tmp_path):
+    """An infeasible case's README read 'rapidllm predicts nan s'; a faulty one compared a degraded-link
+    prediction with a replay that has no faults, without a word."""
+    from rapidllm.engine.chakra import write_readme
+    from rapidllm.spec.network import FaultSpec
+
+    case = _case("fsdp")
+    write_readme(case, tmp_path, {"status": "infeasible", "reason": "needs 99 GiB"}, False)
+    text = (tmp_path / "README.md").read_text()
+    assert "nan" not in text and "does not fit in memory (needs 99 GiB)" in text
+    faulty = dataclasses.replace(case, network=dataclasses.replace(
+        case.network, faults=(FaultSpec(link=(0, 8), bandwidth_factor=0.5),)))
+    write_readme(faulty, tmp_path, {"status": "ok", "step_time_s": 2.0, "compute_time_s": 1.0}, False)
+    assert "predicts 2 s" in (tmp_path / "README.md").read_text() and "1 degraded or failed link" in \
+        (tmp_path / "README.md").read_text()
 
 
 def test_files_round_trip_with_group_json_and_readme(tmp_path):

@@ -259,3 +259,13 @@ def test_infeasible_case_says_what_to_change(tmp_path: Path, capsys: pytest.Capt
     hint = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("hint:"))
     assert f"the largest part is the {largest}: " in hint and "rapidllm search" in hint
     assert largest != "optimizer state" or "ZeRO 1-3 (parallelism.zero) shards it over dp" in hint
+
+
+def test_one_rank_collective_has_no_bandwidth(capsys: pytest.CaptureFixture) -> None:
+    """A one-rank all-reduce takes no time: the text said 'algbw inf GB/s' where --json says null."""
+    args = ["collective", "--network", "dgx-a100", "--op", "all_reduce", "--bytes", "1GiB", "--ranks", "1"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "inf" not in out and "algbw              n/a" in out
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["algbw_bytes_per_s"] is None

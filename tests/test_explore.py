@@ -44,6 +44,11 @@ def test_edits_reach_the_specs():
     assert len(faulty.network.faults) == 1 and faulty.network.faults[0].bandwidth_factor == 0.25
 
 
+def test_a_switch_id_or_a_rank_past_the_world_has_no_cables():
+    """The 'at rank' control has no maximum: rank 64 of a 64-GPU case listed a switch's cables as rank 64's."""
+    assert E.cables(BASE, 63) and E.cables(BASE, 64) == [] and E.cables(BASE, -1) == []
+
+
 def test_breakdown_memory_and_compare_tables():
     p = rapidllm.predict(BASE)
     b = E.breakdown(p)

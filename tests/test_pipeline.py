@@ -141,3 +141,29 @@ def test_atomic_write_leaves_the_umask_alone(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(os, "umask", refuse)
     write_table(pd.DataFrame({"a": [1]}), tmp_path / "t.csv")
     assert [p.name for p in tmp_path.iterdir()] == ["t.csv"] and (tmp_path / "t.csv").read_text() == "a\n1\n"
+
+
+@pytest.mark.parametrize("config, said", [
+    ("searches=[nope]", "config/config.yaml: searches: unknown name 'nope'; known: "),
+    ("searches=[bad]", "config/searches/bad.yaml: objective: 'bogus' is not allowed"),
+])
+def test_a_bad_search_in_the_config_is_one_line_before_any_job(tmp_path: Path, config: str, said: str) -> None:
+    """An unknown search name or a bad search spec was found only while building the DAG, as an
+    InputFunctionException with a traceback (or, for a bad spec, by the shard jobs themselves)."""
+    for item in ("Snakefile", "environment.yml", "workflow", "config", "validation", "profiles", "examples"):
+        src = ROOT / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / item)
+    (tmp_path / "config" / "searches" / "bad.yaml").write_text(yaml.safe_dump({**TINY_SEARCH, "objective": "bogus"}))
+    env = {**os.environ, "RAPIDLLM_ROOT": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", config], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0 and said in run.stdout + run.stderr, run.stderr[-2000:]
+    assert "InputFunctionException" not in run.stderr and not (tmp_path / "results").exists()
+
+
+def test_a_search_is_named_not_a_path() -> None:
+    from rapidllm.spec.errors import SpecError
+    from rapidllm.spec.schema import validate
+
+    with pytest.raises(SpecError, match="searches.0: '../examples/search-llama70b' is not allowed"):
+        validate({"experiments": [], "suites": [], "searches": ["../examples/search-llama70b"]}, "config", "c")

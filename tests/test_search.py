@@ -4,6 +4,7 @@ layout built by the search is the case `resolve_case` builds; bad input is one l
 merge to the unsharded answer; an interrupted write leaves nothing behind."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -202,6 +203,23 @@ def test_bad_spec_is_one_line(change: dict, key: str) -> None:
     with pytest.raises(SpecError) as err:
         load_search({**DENSE, **change}, "spec.yaml")
     assert len(err.value.lines) == 1 and f"spec.yaml: {key}" in err.value.lines[0]
+
+
+@pytest.mark.parametrize("kwargs, key", [({"top": -1}, "top"), ({"top": 0}, "top"), ({"top": "3"}, "top"),
+                                         ({"shard": (5, 2)}, "shard"), ({"shard": (0, 0)}, "shard"),
+                                         ({"shard": 3}, "shard")])
+def test_bad_call_arguments_are_one_line_before_any_work(kwargs: dict, key: str) -> None:
+    """top -1 and shard (5, 2) returned an empty table, top '3' and shard (0, 0) raised deep inside."""
+    with pytest.raises(SpecError) as err:
+        search(DENSE, **kwargs)
+    assert len(err.value.lines) == 1 and err.value.lines[0].startswith(f"search: {key}: ")
+
+
+def test_any_mapping_is_a_spec() -> None:
+    from types import MappingProxyType
+
+    proxied, plain = load_search(MappingProxyType(DENSE)), load_search(DENSE)
+    assert dataclasses.replace(proxied, objective=plain.objective) == plain
 
 
 def test_cli_empty_space_and_bad_axis_exit_2(tmp_path) -> None:

@@ -29,6 +29,7 @@ from rapidllm.ops.price import price_case, price_table
 from rapidllm.spec.case import Case, load_case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.experiment import Experiment, expand_row, load_experiment, raw_cases
+from rapidllm.spec.paths import spec_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "framework", "capacity")
 TRAINING_ONLY = ("mfu", "hfu")
 INFERENCE_ONLY = ("ttft_s", "itl_s", "e2e_latency_s")
+TIMINGS = ("step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s", "mfu", "hfu", "tokens_per_s",
+           *INFERENCE_ONLY)
 
 
 def memory_record(mem: MemoryResult) -> dict[str, Any]:
@@ -62,15 +65,17 @@ def device_record(case: Case) -> dict[str, Any]:
     return {"device_validated": hw.validated}
 
 
-def evaluate(case: Case, engine: str = "event", adjust: Adjust | None = None, trace: bool = False) -> dict[str, Any]:
+def evaluate(case: Case | str | Path | Mapping[str, Any], engine: str = "event", adjust: Adjust | None = None,
+             trace: bool = False) -> dict[str, Any]:
     """Price, memory, graph and replay of one case in-process, as one flat record.
 
     engine: "event" (graph replay on the network simulator) or "baseline" (the alpha-beta ablation);
     adjust: rewrites operator times first (engine/measured.py). An infeasible case gets its memory and the
     reason, and no timing. trace=True adds the replay under "schedule" (what `rapidllm.explore.timeline`
-    draws; None where there is none); every other value is the same.
+    draws; None where there is none); every other value is the same. `case` may also be a path or a mapping,
+    as for `predict`.
     """
-    return _evaluate(case, engine, adjust, trace)[0]
+    return _evaluate(_as_case(case), engine, adjust, trace)[0]
 
 
 def _evaluate(case: Case, engine: str, adjust: Adjust | None,
@@ -152,12 +157,15 @@ def _applies(key: str, training: bool) -> bool:
     return not ((training and key in INFERENCE_ONLY) or (not training and key in TRAINING_ONLY))
 
 
+CASE_ALLOWED = "a Case, a mapping with a case file's keys, or a path to a case YAML file (str or pathlib.Path)"
+
+
 def _as_case(case: Case | str | Path | Mapping[str, Any]) -> Case:
     if isinstance(case, Case):
         return case
     if isinstance(case, Mapping):
         return resolve_case(dict(case), "<mapping>")
-    return load_case(case)
+    return load_case(spec_path(case, "case", CASE_ALLOWED))
 
 
 def predict(case: Case | str | Path | Mapping[str, Any], engine: str = "event",
@@ -183,9 +191,7 @@ def predict(case: Case | str | Path | Mapping[str, Any], engine: str = "event",
     memory = MemoryBreakdown.of(mem_result)
     return Prediction(case_id=rec["case_id"], mode="training" if resolved.training else "inference",
                       status=rec["status"], reason=rec["reason"],
-                      **{k: timing(k) for k in ("step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
-                                                "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s",
-                                                "e2e_latency_s")},
+                      **{k: timing(k) for k in TIMINGS},
                       memory=memory, schedule=rec.get("schedule"), device_validated=bool(rec["device_validated"]))
 
 
@@ -213,8 +219,16 @@ def predict_many(cases: Iterable[Case | str | Path | Mapping[str, Any]], engine:
     """One row per case (`Prediction.to_dict`), in input order; memo tables: `caches`, else a fresh set."""
     import pandas as pd
 
+    if isinstance(cases, (str, os.PathLike, Mapping, Case)) or not isinstance(cases, Iterable):
+        raise SpecError(f"predict_many: got {type(cases).__name__}; allowed: an iterable of cases "
+                        f"(each {CASE_ALLOWED}); predict() takes a single one")
     with (caches or Caches()).active():
-        return pd.DataFrame([predict(c, engine).to_dict() for c in cases])
+        rows = [predict(c, engine).to_dict() for c in cases]
+    # the same columns and dtypes whatever the cases: a field no row has (TTFT of training rows) is a float
+    # NaN column, not object Nones, and no cases give an empty table with the columns
+    columns = [f.name for f in fields(Prediction) if f.name not in ("memory", "schedule")]
+    columns += [f"{k}_bytes" for k in MEMORY_FIELDS] + ["peak_memory_bytes", "feasible"]
+    return pd.DataFrame(rows, columns=columns).astype(dict.fromkeys(TIMINGS, "float64"))
 
 
 def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: str = "event",
@@ -232,7 +246,9 @@ def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: s
 
     workers = resolve_jobs(jobs)
     with (caches or Caches()).active() as active:
-        exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
+        exp = experiment if isinstance(experiment, Experiment) else load_experiment(spec_path(
+            experiment, "sweep", "an Experiment (rapidllm.spec.experiment.load_experiment) or a path to an "
+            "experiment YAML file (str or pathlib.Path); not a mapping"))
         raws = list(raw_cases(exp))
         units, starts = _chunks(_raw_groups(raws), min(workers, len(raws)))
         if workers > 1 and len(units) > 1:

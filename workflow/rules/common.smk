@@ -20,11 +20,17 @@ SHARD_SIZE = int(config.get("shard_size", 64))
 LIB = Path("lib/rapidllm")
 
 
-def _study(name, key, folder):
+def _named(name, key, folder):
+    """config/config.yaml's name under `key` as its file in `folder`, or one line listing the known names."""
     path = Path(folder) / f"{name}.yaml"
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in Path(folder).glob("*.yaml")))
         raise SpecError(f"config/config.yaml: {key}: unknown name {name!r}; known: {known}")
+    return path
+
+
+def _study(name, key, folder):
+    path = _named(name, key, folder)
     if key == "experiments":
         return str(path), load_experiment(path, SHARD_SIZE), None
     suite = load_suite(path)
@@ -77,9 +83,14 @@ def timeline_specs(w):
 
 
 # Best-layout searches (workflow/rules/search.smk): config/searches/{search}.yaml, run as SEARCH_SHARDS jobs.
-from rapidllm.search.spec import referenced_spec_files as search_spec_files
+from rapidllm.search.spec import load_search, referenced_spec_files as search_spec_files
 
 SEARCHES = config.get("searches", [])
+try:    # an unknown name or a bad spec stops the run here, in one line, before a shard job writes anything
+    for _name in SEARCHES:
+        load_search(_named(_name, "searches", "config/searches"))
+except SpecError as err:
+    raise WorkflowError(str(err)) from None
 SEARCH_SHARDS = int(config.get("search_shards", 4))
 
 
@@ -89,7 +100,12 @@ def search_inputs(w):
 
 
 # The paper's case studies (workflow/rules/case_studies.smk): every experiment named case-{kind}[-...].
-from rapidllm.validate.case_studies import KINDS as CASE_STUDY_KINDS
+from rapidllm.validate.case_studies import KINDS as CASE_STUDY_KINDS, check_study
 
 CASE_STUDIES = [name for name in config["experiments"]
                 if any(name == f"case-{k}" or name.startswith(f"case-{k}-") for k in CASE_STUDY_KINDS)]
+try:    # what each study's table reads, before its sweep runs
+    for _name in CASE_STUDIES:
+        check_study(_name, STUDIES[_name][1])
+except SpecError as err:
+    raise WorkflowError(str(err)) from None

@@ -7,6 +7,7 @@ work (transfers to schedule) is bounded before the topology is built.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -134,10 +135,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.op} of {nbytes:,.0f} B on {net.name} ({out['ranks']} ranks, {res.algorithm}, "
               f"{res.chunks} chunks)")
         print(f"  time_s             {res.time_s:.6g}")
-        print(f"  algbw              {res.algbw / 1e9:.2f} GB/s")
-        print(f"  busbw              {res.busbw / 1e9:.2f} GB/s")
+        print(f"  algbw              {_gbps(res.algbw)}")
+        print(f"  busbw              {_gbps(res.busbw)}")
         print(f"  busiest link       {res.busiest_link} ({out['busiest_link_busy_s']:.6g} s busy)")
     return 0
+
+
+def _gbps(rate: float) -> str:
+    """A bandwidth in GB/s; a collective that takes no time (one rank) has none: 'n/a', as --json's null
+    (the text said 'inf GB/s')."""
+    return f"{rate / 1e9:.2f} GB/s" if math.isfinite(rate) else "n/a (no time taken)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -288,7 +288,7 @@ README = """# Chakra traces of one training step (written by rapidllm)
 
 Case {case_id}: {model} on {world} x {hardware} ({network}); tp {tp}, cp {cp}, ep {ep}, dp {dp}, pp {pp}.
 Files: `{stem}.{{rank}}.et` (one per NPU{classes}) and `comm_groups.json` (communicator groups).
-rapidllm predicts {step:.6g} s for this step, {compute:.6g} s of it compute on the critical stage.
+{prediction}
 
 Replay with ASTRA-sim 2.x (checked against the congestion-aware analytical backend):
 
@@ -332,9 +332,21 @@ def write_readme(case: Case, directory: str | Path, record: dict, per_class: boo
                                   hardware=case.hardware.name, network=case.network.name, tp=p.tp, cp=p.cp,
                                   ep=p.ep, dp=p.dp, pp=p.pp, stem=stem, dir=Path(directory),
                                   classes=": here one per pipeline stage" if per_class else "",
-                                  step=record.get("step_time_s", float("nan")),
-                                  compute=record.get("compute_time_s", float("nan"))))
+                                  prediction=_prediction_line(case, record)))
     return path
+
+
+def _prediction_line(case: Case, record: dict) -> str:
+    """Our number beside the replay's: an infeasible case has none (the README said 'nan s'), and a case
+    with faults was predicted on its degraded links, which the ASTRA-sim network file does not carry."""
+    if record.get("status") != "ok":
+        return f"rapidllm predicts no step time: the case does not fit in memory ({record.get('reason')})."
+    line = (f"rapidllm predicts {record['step_time_s']:.6g} s for this step, {record['compute_time_s']:.6g} s of "
+            "it compute on the critical stage.")
+    if case.network.faults:
+        line += (f"\nThat prediction has the case's {len(case.network.faults)} degraded or failed link(s) "
+                 "(`faults`); the traces and the command below do not.")
+    return line
 
 
 def read_chakra(path: str | Path) -> list:

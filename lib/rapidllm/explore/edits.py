@@ -175,7 +175,9 @@ def cables(case: dict[str, Any], rank: int) -> list[tuple[str, list[int]]]:
 
     net = resolve_case({k: v for k, v in case.items() if k != "faults"}, "case").network
     topo = build_topology(net)
-    out = []
+    out: list[tuple[str, list[int]]] = []
+    if not 0 <= rank < topo.n_ranks:        # ids past the ranks are switches: not a rank's cables
+        return out
     for i in range(topo.n_links):
         a, b = int(topo.src[i]), int(topo.dst[i])
         if a == rank and (b, a) not in [tuple(c) for _, c in out]:

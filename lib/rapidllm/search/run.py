@@ -55,6 +55,7 @@ from rapidllm.search.tails import (
 from rapidllm.search.spec import SearchSpec, load_search
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.errors import SpecError
+from rapidllm.spec.schema import validate
 
 REASONS = ("invalid", "filtered", "slo", "dominated", "out_of_memory")
 
@@ -325,6 +326,17 @@ def _breaks_slo(record: dict[str, Any], spec: SearchSpec) -> bool:
     return any(record.get(c, -math.inf) > hi for c, hi in spec.slo.items())
 
 
+def _check_call(top: Any, shard: Any) -> None:
+    """A library caller's `top` and `shard`, as the CLI's --top is checked: top '3' was a TypeError deep in
+    the heap, top -1 and shard (5, 2) silently an empty table, shard (0, 0) a ZeroDivisionError."""
+    if top is not None:
+        validate({"top": top}, "search_flags", "search")
+    ok = (isinstance(shard, (tuple, list)) and len(shard) == 2
+          and all(isinstance(x, int) and not isinstance(x, bool) for x in shard) and 0 <= shard[0] < shard[1])
+    if not ok:
+        raise SpecError(f"search: shard: {shard!r} is not allowed; allowed: (i, n), integers with 0 <= i < n")
+
+
 def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress: bool = False,
            top: int | None = None, shard: tuple[int, int] = (0, 1), engine: str = "event") -> pd.DataFrame:
     """The best layouts of a search spec (a path, a mapping or a loaded `SearchSpec`).
@@ -342,6 +354,7 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
     refined layout that is popped and not dominated is simulated. Every key is a lower bound of the
     layout's objective, so what is skipped could not have entered its group's top k.
     """
+    _check_call(top, shard)
     spec = spec if isinstance(spec, SearchSpec) else load_search(spec)
     k = top or spec.top
     obj = spec.objective

@@ -8,6 +8,7 @@ specs a case file would.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import NetworkSpec
-from rapidllm.spec.paths import config_dir, display, project_root
+from rapidllm.spec.paths import config_dir, display, project_root, spec_path
 from rapidllm.spec.schema import load_yaml, schema_of, validate
 from rapidllm.units import parse_quantity
 
@@ -121,11 +122,13 @@ def referenced_spec_files(path: str | Path) -> list[str]:
 
 def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpec:
     """Read (a path) or take (a mapping) a search spec, validate it and resolve its candidates."""
-    if isinstance(spec, dict):
-        m, source = spec, source or "<search spec>"
+    if isinstance(spec, Mapping):
+        m, source = dict(spec), source or "<search spec>"
     else:
+        spec = spec_path(spec, source or "search spec", "a mapping with a search spec's keys or a path to a "
+                         "search spec YAML file (str or pathlib.Path)")
         source = source or display(spec)
-        m = load_yaml(Path(spec))
+        m = load_yaml(spec)
     fixed = m.get("parallelism") if isinstance(m, dict) else None
     axes = schema_of("search")["properties"]["space"]["properties"]
     pinned = sorted(k for k in fixed if k in axes) if isinstance(fixed, dict) else []
@@ -164,7 +167,7 @@ def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpe
         sorted({"batch"} & set(space))
     if wrong:
         raise SpecError.at(source, f"space.{wrong[0]}", f"not an axis of a {m['workload']['mode']} search")
-    return SearchSpec(name=m.get("name", Path(source).stem if not isinstance(spec, dict) else "search"),
+    return SearchSpec(name=m.get("name", Path(source).stem if not isinstance(spec, Mapping) else "search"),
                       source=source, candidates=_candidates(m, source),
                       gpus=gpu_counts(m["gpus"], constraints.get("max_gpus"), source), space=space,
                       options=dict(m.get("parallelism", {})), tp_across_nodes=across, objective=objective, slo=slo, filters=filters,

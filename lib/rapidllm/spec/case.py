@@ -20,7 +20,7 @@ from rapidllm.spec.hardware import HardwareSpec
 from rapidllm.spec.model import ModelSpec
 from rapidllm.spec.named import resolve_named, validate_by_key
 from rapidllm.spec.network import FaultSpec, NetworkSpec
-from rapidllm.spec.paths import display
+from rapidllm.spec.paths import display, spec_path
 from rapidllm.spec.schema import load_yaml
 from rapidllm.units import parse_quantity
 
@@ -381,6 +381,17 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
             raise bad("parallelism.ep", f"ep {par.ep} must divide dp x cp x tp = {par.dp * par.cp * par.tp} (experts are placed across data-parallel ranks)")
     stage_ranks = par.dp * par.cp * par.tp
     etp = expert_tp_of(par, isinstance(workload, TrainingWorkload))
+    moe = model.moe
+    widths = [("tp", "ffn", model.ffn, par.tp)]
+    if moe:
+        widths += [("etp", "moe.expert_ffn", moe.expert_ffn, etp)]
+        if moe.shared_experts:
+            widths += [("tp", "shared experts' ffn", (moe.shared_expert_ffn or moe.expert_ffn) * moe.shared_experts,
+                        par.tp)]
+    for axis, what, width, ways in widths:      # ffn // ways = 0 priced a zero-width GEMM: ZeroDivisionError
+        if width < ways:
+            raise bad(f"parallelism.{axis}", f"{axis} {ways} exceeds the {what} {width} of {model.name}: a rank "
+                      f"would hold no MLP column; allowed: {axis} at most {width}")
     if par.ep > 1 and isinstance(workload, TrainingWorkload) and stage_ranks % (par.ep * etp):
         # Megatron-Core's expert grid, etp x ep x edp = tp x cp x dp ranks of a stage: more expert shards
         # than ranks would price each GPU with a fraction of an expert it cannot hold
@@ -560,7 +571,8 @@ def sized_network(network: NetworkSpec, world: int, source: str) -> NetworkSpec:
 
 def load_case(path: str | Path) -> Case:
     """Read and resolve a case YAML file."""
+    path = spec_path(path, "load_case")
     source = display(path)
-    mapping = load_yaml(Path(path))
+    mapping = load_yaml(path)
     return resolve_case(mapping, source)
 

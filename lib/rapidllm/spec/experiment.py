@@ -21,7 +21,7 @@ from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import line_cables
-from rapidllm.spec.paths import config_dir, display, project_root
+from rapidllm.spec.paths import config_dir, display, project_root, spec_path
 from rapidllm.spec.schema import json_safe, knows_key, load_yaml, validate
 
 AXES = ("dp", "tp", "pp", "cp", "ep")
@@ -44,8 +44,9 @@ MAX_CASES = 2**20                  # combinations of one experiment (sweep-1000 
 
 
 def load_experiment(path: str | Path, default_shard_size: int = 64) -> Experiment:
+    path = spec_path(path, "load_experiment")
     source = display(path)
-    m = load_yaml(Path(path))
+    m = load_yaml(path)
     validate(m, "experiment", source)
     exp = Experiment(name=m["name"], source=source, base=m["base"], cross=m.get("cross", {}),
                      cases=m.get("cases", [{}]), factorize=m.get("factorize"),

@@ -9,6 +9,8 @@ import functools
 import os
 from pathlib import Path
 
+from rapidllm.spec.errors import SpecError
+
 KINDS = {"model": "models", "hardware": "hardware", "network": "networks", "experiment": "experiments",
          "process": "process"}
 
@@ -64,3 +66,18 @@ def display(path: Path | str) -> str:
         except ValueError:
             continue
     return str(p)
+
+
+SPEC_PATH = "a path to a YAML file (str or pathlib.Path)"
+
+
+def spec_path(value: object, name: str, allowed: str = SPEC_PATH) -> Path:
+    """`value` as a spec file's path, or one SpecError line saying what `name` allows: a library caller's
+    None, number or YAML text otherwise failed deep in pathlib ("expected str, bytes or os.PathLike") or
+    read as a missing file named by the whole text."""
+    if isinstance(value, str) and "\n" in value:
+        raise SpecError(f"{name}: got YAML text, not a file path; allowed: {allowed} "
+                        "(a mapping from yaml.safe_load(text) where the function takes one)")
+    if not isinstance(value, (str, os.PathLike)):
+        raise SpecError(f"{name}: got {type(value).__name__}; allowed: {allowed}")
+    return Path(value)

@@ -15,6 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.experiment import Experiment, raw_cases
+
 PAPER = Path("validation/case_studies/rapid_llm_paper.csv")
 LAYOUT = ["dp", "tp", "pp", "cp", "ep"]
 NDR, HDR = "superpod-ndr", "superpod-h100-hdr"
@@ -251,6 +254,27 @@ def study_kind(experiment: str) -> str:
         if experiment == f"case-{kind}" or experiment.startswith(f"case-{kind}-"):
             return kind
     raise KeyError(f"{experiment!r} is not a case study; known: {', '.join(f'case-{k}' for k in KINDS)}")
+
+
+def check_study(experiment: str, exp: Experiment) -> None:
+    """What a case study's table reads, checked when the workflow loads: an experiment named case-{kind}-*
+    without it ran its sweep and then ended in a KeyError / AttributeError traceback in the case_study job.
+    (The hbm table reads only labels and columns every summary has.)"""
+    kind = study_kind(experiment)
+    raws = list(raw_cases(exp)) if kind in ("superpod", "topology") else []
+    if kind == "faults" and not exp.fault_sweep:
+        raise SpecError.at(exp.source, "fault_sweep", "a faults case study (case-faults-*) compares fault "
+                           "placements with the fault-free case; allowed: a fault_sweep as in case-faults.yaml")
+    if kind == "superpod":
+        nets = {c["case"]["network"] if isinstance(c["case"].get("network"), str) else None for _, c in raws}
+        if not {NDR, HDR} <= nets:
+            raise SpecError.at(exp.source, "network", f"a superpod case study (case-superpod-*) compares {NDR} "
+                               f"with {HDR} (named networks); it lacks {' and '.join(sorted({NDR, HDR} - nets))}")
+    if kind == "topology":
+        bad = [label for label, _ in raws if label.split(" ")[1:2] not in (["training"], ["inference"])]
+        if bad:
+            raise SpecError.at(exp.source, "cases", f"a topology case study's (case-topology-*) labels are "
+                               f"'MODEL MODE ...' (e.g. '{VIT} inference'); {bad[0]!r} is not")
 
 
 def comparison(experiment: str, claims: dict[str, float], paper: pd.DataFrame) -> pd.DataFrame:
