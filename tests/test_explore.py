@@ -135,6 +135,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def test_a_busy_port_is_bad_input_before_the_server_starts():
+    """A port another process listens on: one line naming --port, exit 2 (Streamlit said "Port N is not
+    available" and exited 1 after the exec)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "rapidllm.cli", "explore", "--port", str(port)],
+                             capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [
+        f"rapidllm explore: --port: 127.0.0.1:{port} is not available (already in use); "
+        "allowed: a free port from 1 to 65535"]
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """`rapidllm explore` on a free loopback port, up once for the module's tests; its base URL. The

@@ -7,7 +7,9 @@ network. Streamlit is the page's framework (docs/explorer.md says why); this pro
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -24,9 +26,23 @@ def server_command(port: int, case: str | None = None) -> list[str]:
     return cmd + (["--", "--case", str(Path(case).resolve())] if case else [])
 
 
+def check_port_free(port: int) -> None:
+    """One SpecError line when 127.0.0.1:port cannot be bound (in use, or privileged): Streamlit would
+    otherwise exit 1 with its own "Port N is not available" after the exec."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)     # as the server binds: TIME_WAIT is free
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as err:
+            why = "already in use" if err.errno == errno.EADDRINUSE else os.strerror(err.errno or 0).lower()
+            raise SpecError(f"rapidllm explore: --port: 127.0.0.1:{port} is not available ({why}); "
+                            "allowed: a free port from 1 to 65535") from None
+
+
 def run(args: argparse.Namespace) -> int:
     if not 1 <= args.port <= 65535:
         raise SpecError(f"rapidllm explore: --port: {args.port} is out of range; allowed: 1 to 65535")
+    check_port_free(args.port)
     if args.case:
         from rapidllm.spec.case import load_case
         load_case(args.case)                        # bad input: one line, exit 2, before any server starts
