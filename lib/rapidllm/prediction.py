@@ -145,12 +145,16 @@ class Prediction:
         return self.status == "ok"
 
     def to_dict(self) -> dict[str, Any]:
-        """Flat record: the README's `--json` keys plus `{component}_bytes` memory columns."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("memory", "schedule")}
-        out.update({f"{f.name}_bytes": getattr(self.memory, f.name) for f in fields(self.memory)
-                    if f.name != "peak"})
-        out.update(peak_memory_bytes=self.memory.peak, feasible=self.feasible)
-        return out
+        """Flat record: the README's `--json` keys plus `{component}_bytes` memory columns
+        (`RECORD_COLUMNS`, in that order)."""
+        values = [*(getattr(self, n) for n in _OWN_COLUMNS), *(getattr(self.memory, n) for n in MEMORY_FIELDS),
+                  self.memory.peak, self.feasible]
+        return dict(zip(RECORD_COLUMNS, values, strict=True))
+
+
+# `Prediction.to_dict`'s keys: the flat fields, each memory component's bytes, the peak and feasibility
+_OWN_COLUMNS = tuple(f.name for f in fields(Prediction) if f.name not in ("memory", "schedule"))
+RECORD_COLUMNS = (*_OWN_COLUMNS, *(f"{k}_bytes" for k in MEMORY_FIELDS), "peak_memory_bytes", "feasible")
 
 
 def _applies(key: str, training: bool) -> bool:
@@ -226,9 +230,7 @@ def predict_many(cases: Iterable[Case | str | Path | Mapping[str, Any]], engine:
         rows = [predict(c, engine).to_dict() for c in cases]
     # the same columns and dtypes whatever the cases: a field no row has (TTFT of training rows) is a float
     # NaN column, not object Nones, and no cases give an empty table with the columns
-    columns = [f.name for f in fields(Prediction) if f.name not in ("memory", "schedule")]
-    columns += [f"{k}_bytes" for k in MEMORY_FIELDS] + ["peak_memory_bytes", "feasible"]
-    return pd.DataFrame(rows, columns=columns).astype(dict.fromkeys(TIMINGS, "float64"))
+    return pd.DataFrame(rows, columns=list(RECORD_COLUMNS)).astype(dict.fromkeys(TIMINGS, "float64"))
 
 
 def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: str = "event",

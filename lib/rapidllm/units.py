@@ -6,8 +6,9 @@ Decimal prefixes (k, M, G, T, P) are powers of 1000 and binary ones (Ki, Mi, Gi,
 in Gb/s), upper-case "B" bytes. Everything returned is SI: bytes, bytes/s, seconds, Hz, FLOP/s.
 
 Every quantity is finite, none is negative and none is absurdly large (MAXIMUM); rates (bandwidth,
-frequency, FLOP/s) are also > 0, since a zero rate divides. This is the one check of a quantity's range, shared by the spec schemas and the CLI's
-flags (docs/limits.md); keys that must be > 0 beyond that say `positive: true` in their schema.
+frequency, FLOP/s) are also > 0, since a zero rate divides. This is the one check of a quantity's range,
+shared by the spec schemas and the CLI's flags (docs/limits.md); keys that must be > 0 beyond that say
+`positive: true` in their schema.
 """
 from __future__ import annotations
 

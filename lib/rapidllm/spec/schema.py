@@ -3,7 +3,8 @@
 Quantities use custom formats (bytes, bandwidth, time, frequency, flops) checked by rapidllm.units, so a
 wrong unit reads "hbm_bandwidth: '3.35 TB' is not a bandwidth; use a unit like '2.0 TB/s'". Numbers must be
 finite (NaN and infinities satisfy no JSON-schema bound, so they are refused by type), and the keyword
-`positive: true` asks a quantity to be > 0 and `at_least: "17 KiB"` at least that much. The bounds themselves live in the schemas (docs/limits.md).
+`positive: true` asks a quantity to be > 0 and `at_least: "17 KiB"` at least that much. The bounds
+themselves live in the schemas (docs/limits.md).
 
 YAML is read with the C loader, refusing duplicate keys, files over MAX_SPEC_BYTES and documents whose
 aliases expand past MAX_SPEC_VALUES values (an alias bomb is small on disk and exponential in memory).
@@ -130,7 +131,8 @@ def _validator(kind: str) -> jsonschema.protocols.Validator:
     schema = schemas[f"{kind}.schema.yaml"]
     base = jsonschema.validators.validator_for(schema)
     types = base.TYPE_CHECKER.redefine_many({"number": _finite_number, "integer": _integer})
-    cls = jsonschema.validators.extend(base, validators={"positive": _positive, "at_least": _at_least}, type_checker=types)
+    cls = jsonschema.validators.extend(base, validators={"positive": _positive, "at_least": _at_least},
+                                       type_checker=types)
     return cls(schema, registry=registry, format_checker=_format_checker())
 
 
