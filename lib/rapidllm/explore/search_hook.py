@@ -37,9 +37,10 @@ def search_function() -> tuple[SearchFn | None, str]:
 
 
 def search_spec(case: dict[str, Any], gpus: int, objective: str, space: dict[str, list] | None = None) -> dict:
-    """A search spec around a case: its model, hardware, network, precision (and FP8 recipe) and workload, on
+    """A search spec around a case: its model, hardware, network, precision (FP8 recipe, decode kernel) and workload, on
     `gpus` GPUs, over `space` (axis -> values; axes left out take every sensible value), ranked by `objective`."""
-    spec = {k: case[k] for k in ("model", "hardware", "network", "workload", "precision", "fp8_recipe") if k in case}
+    spec = {k: case[k] for k in ("model", "hardware", "network", "workload", "precision", "fp8_recipe",
+                                 "decode_attention") if k in case}
     # the case's micro-batch would be the search's only one (search/spec.py); case_axes passes it when kept
     if isinstance(spec.get("workload"), dict):
         spec["workload"] = {k: v for k, v in spec["workload"].items() if k != "micro_batch"}

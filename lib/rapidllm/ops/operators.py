@@ -24,6 +24,7 @@ class AttentionShape:
     causal: bool
     cp: int = 1               # context-parallel ranks sharing the sequence in load-balanced chunks
     kv_shared: bool = False   # V is a slice of the cached K (MLA's absorbed decode over the latent)
+    decode: bool = False      # a generation step's attention (its own kernel: `Case.decode_attention`)
 
 
 @dataclass(frozen=True)

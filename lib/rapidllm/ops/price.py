@@ -15,6 +15,7 @@ import numpy as np
 from rapidllm.caches import current
 from rapidllm.ops import workload as wl
 from rapidllm.ops.attention import attention_backward, attention_forward
+from rapidllm.ops.attention_per_head import per_head_decode
 from rapidllm.ops.gemm import kernel_params, price_gemms, roofline_gemm_time
 from rapidllm.ops.tiles import uses_warpgroup_mma
 from rapidllm.ops.operators import ATTENTION, GEMM, Operator
@@ -146,6 +147,10 @@ def operator_times(case: Case, ops: list[Operator], method: str = "tiles") -> np
     for i, o in enumerate(ops):
         if o.kind == ATTENTION and o.attention is not None:
             a = o.attention
+            if a.decode and case.decode_attention == "per_head":
+                times[i] = per_head_decode(hw, a.batch, a.q_heads, a.kv_heads, a.kv_len, a.head_dim_qk,
+                                           a.head_dim_v, dtype).time_s
+                continue
             fn = attention_backward if o.phase == "bwd" else attention_forward
             kwargs = {} if o.phase == "bwd" else {"training": case.training}
             times[i] = fn(hw, a.batch, a.q_heads, a.kv_heads, a.q_len, a.kv_len, a.head_dim_qk, a.head_dim_v,

@@ -157,7 +157,7 @@ def _core_and_output(model: ModelSpec, s: Shard, qh: int, kvh: int, d_qk: int, d
     h, b, T = model.hidden, s.dtype_bytes, s.tokens
     shape = AttentionShape(batch=s.batch, q_heads=qh, kv_heads=kvh, q_len=s.q_len, kv_len=s.kv_len,
                            head_dim_qk=d_qk, head_dim_v=d_v, causal=s.causal and not s.decode, cp=s.cp,
-                           kv_shared=kv_shared)
+                           kv_shared=kv_shared, decode=s.decode)
     attn_flops = 2.0 * s.batch * qh * s.q_len * s.kv_len * (d_qk + d_v)
     if shape.causal:
         attn_flops *= 0.5

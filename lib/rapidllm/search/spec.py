@@ -97,7 +97,7 @@ def _candidates(m: dict, source: str) -> tuple[Candidate, ...]:
                          else f"{source} (model {mi}, hardware {hi}, network {ni})")
                 case_m = {"model": model, "hardware": hw, "network": net, "workload": m["workload"],
                           "precision": m.get("precision", "bf16"), "framework": m.get("framework", "megatron"),
-                          **({"fp8_recipe": m["fp8_recipe"]} if "fp8_recipe" in m else {})}
+                          **{k: m[k] for k in ("fp8_recipe", "decode_attention") if k in m}}
                 base = resolve_case(case_m, where)
                 net_m, net_src = resolve_named("network", net, where, "network", copy_named=False)
                 label = " / ".join(x[i] for x, i in ((_labels(lists["model"], "model"), mi),

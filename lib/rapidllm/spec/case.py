@@ -217,8 +217,11 @@ class Case:
     name: str = ""
     fp8_recipe: str = "tensorwise"       # FP8 training GEMM kernels: TE per-tensor scaling, or DeepSeek-V3's
                                          # fine-grained "blockwise" kernels (docs/fp8.md)
+    decode_attention: str = "grouped"    # generation-step attention kernel: one CTA per KV head ("grouped":
+                                         # FlashAttention, FlashInfer, XQA) or per query head ("per_head":
+                                         # 2023 engines' masked MHA, ops/attention_per_head.py)
 
-    HASH_OMITTED_DEFAULTS = ("fp8_recipe",)
+    HASH_OMITTED_DEFAULTS = ("fp8_recipe", "decode_attention")
 
     @property
     def training(self) -> bool:
@@ -352,6 +355,23 @@ def check_attention(model: ModelSpec, attention_impl: str, source: str) -> None:
     if attention_impl == "flash_triton" and (model.attention == "mla" or model.head_dim > 128):
         raise SpecError.at(source, "attention_impl", f"flash_triton (the 2023 Triton FlashAttention) runs equal "
                            f"q/k/v head dims of at most 128, not {model.name}'s; allowed: flash, flash3, naive")
+
+
+def check_decode_attention(model: ModelSpec, workload: Any, kernel: str, source: str) -> None:
+    """per_head prices the generation steps of a GQA/MHA decoder's inference: training has no decode step,
+    MLA's absorbed decode runs grouped kernels only (FlashMLA), and per-query-head kernels take one query
+    token per sequence (TensorRT-LLM: only XQA runs multi_query_tokens), so no speculative drafts."""
+    if kernel == "grouped":
+        return
+    if not isinstance(workload, InferenceWorkload) or not workload.output_tokens:
+        raise SpecError.at(source, "decode_attention", "per_head is the attention kernel of inference decode "
+                           "steps, which this case has none of; allowed: grouped (the default)")
+    if model.attention == "mla":
+        raise SpecError.at(source, "decode_attention", f"{model.name} uses MLA, whose absorbed decode runs "
+                           "grouped kernels (FlashMLA); allowed: grouped")
+    if workload.draft_tokens:
+        raise SpecError.at(source, "decode_attention", "per-query-head decode kernels take one query token "
+                           "per sequence, not draft tokens; allowed with draft_tokens > 0: grouped")
 
 
 def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str) -> None:
@@ -532,6 +552,7 @@ def resolve_case(mapping: Any, source: str) -> Case:
                   mapping.get("fp8_recipe", "tensorwise"))
     check_layout(model, par, workload, source)
     check_attention(model, mapping.get("attention_impl", "flash"), source)
+    check_decode_attention(model, workload, mapping.get("decode_attention", "grouped"), source)
     par = expert_grid(par, workload)
     network = sized_network(network, par.world, source)
     extra = tuple(FaultSpec.from_mapping(f) for f in mapping.get("faults", []))
@@ -542,7 +563,8 @@ def resolve_case(mapping: Any, source: str) -> Case:
     return Case(model=model, hardware=hardware, network=network, workload=workload, parallelism=par,
                 precision=mapping.get("precision", "bf16"), attention_impl=mapping.get("attention_impl", "flash"),
                 moe_hot_expert_factor=hot, framework=mapping.get("framework", "megatron"),
-                name=mapping.get("name", ""), fp8_recipe=mapping.get("fp8_recipe", "tensorwise"))
+                name=mapping.get("name", ""), fp8_recipe=mapping.get("fp8_recipe", "tensorwise"),
+                decode_attention=mapping.get("decode_attention", "grouped"))
 
 
 def layout_case(base: Case, sized: NetworkSpec, par: Parallelism, workload: TrainingWorkload | InferenceWorkload,
