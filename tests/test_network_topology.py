@@ -45,6 +45,30 @@ def test_fat_tree_rail_optimized_leaves_and_nonblocking_uplinks():
     assert t.bandwidth[up] == pytest.approx(100e9 * 4 / 2)
 
 
+def test_partly_populated_leaf_keeps_full_rate_uplinks():
+    """A fat tree that is not a whole number of leaves (6 ranks on leaves of 4) keeps the designed uplinks on
+    its last, half-filled leaf: cables do not slow down with the ranks attached."""
+    t = build_topology(net(("fat_tree", 6, (), 4, 2)))
+    ft = t.fat_tree[0]
+    full, partial = ft["leaf_of"][0], ft["leaf_of"][5]
+    assert full != partial
+    for sp in ft["spines"]:
+        assert t.bandwidth[t.link_of[(partial, sp)]] == t.bandwidth[t.link_of[(full, sp)]] == pytest.approx(100e9 * 4 / 2)
+
+
+def test_all_gather_never_faster_on_more_nodes():
+    """superpod-hdr (20-node scalable units): a fixed all-gather over more nodes is never faster, also where
+    the last unit is partly filled (512 GPUs = 3 units + 4 nodes took 13.0 ms against 8.3 ms on 1,024)."""
+    from rapidllm.network.api import simulate_collective
+    from rapidllm.spec.case import sized_network
+    from rapidllm.spec.named import resolve_named
+    mapping, src = resolve_named("network", "superpod-hdr", "test", "network")
+    base = NetworkSpec.from_mapping(mapping, src)
+    times = [simulate_collective(sized_network(base, n, "test"), "all_gather", 4e8, n).time_s
+             for n in (128, 192, 256, 384, 512, 640, 1024)]
+    assert times == sorted(times)
+
+
 def test_faults_soft_hard_and_unknown_link():
     f = (FaultSpec((0, 1), bandwidth_factor=0.25, extra_latency_s=2e-6), FaultSpec((2, 3), failed=True))
     t = build_topology(net(("ring", 4), faults=f))

@@ -200,7 +200,7 @@ def _build_fat_tree(b: _Builder, d: int, dim: DimensionSpec, lines: list[list[in
     n_leaf = -(-n // per_leaf)
     n_spine = dim.spines or (n_leaf if n_leaf > 1 else 0)
     leaf_of: dict[int, int] = {}
-    leaf_ports: dict[int, int] = {}
+    leaves: set[int] = set()
     for li, m in enumerate(lines):
         for k, r in enumerate(m):
             key = (d, "leaf", li if rail else 0, k // per_leaf)
@@ -209,15 +209,20 @@ def _build_fat_tree(b: _Builder, d: int, dim: DimensionSpec, lines: list[list[in
                 nxt += 1
             leaf = switches[key]
             leaf_of[r] = leaf
-            leaf_ports[leaf] = leaf_ports.get(leaf, 0) + 1
+            leaves.add(leaf)
             b.both(r, leaf, dim.link_bandwidth, dim.latency_s, d)
     spines = []
     for s in range(n_spine):
         spines.append(_add_switch(switches, labels, (d, "spine", 0, s), f"{dim.name} spine {s}", nxt))
         nxt += 1
-    for leaf in sorted(leaf_ports):
+    # every uplink is a cable of the switch's design: a leaf built for `design` ranks splits their bandwidth
+    # over the spines (non-blocking when full), and a partly populated leaf (the last scalable unit of a
+    # fabric that is not a whole number of them) keeps those full-rate cables; scaling them by the ranks
+    # attached made one flow out of a 4-node leaf of a 20-spine tree run at 1/5 of its NIC rate
+    design = per_leaf * (1 if rail else n_lines)
+    for leaf in sorted(leaves):
         for sp in spines:
-            b.both(leaf, sp, dim.link_bandwidth * leaf_ports[leaf] / n_spine, dim.latency_s, d)
+            b.both(leaf, sp, dim.link_bandwidth * design / n_spine, dim.latency_s, d)
     fat[d] = {"leaf_of": leaf_of, "spines": spines}
     return nxt
 
