@@ -78,6 +78,7 @@ PREDICT = [
     case_bad("clock-negative", "hardware.clock", "-1.4 GHz", "clock: '-1.4 GHz' is out of range"),
     case_bad("clock-zero", "hardware.clock", "0 GHz", "a frequency > 0"),
     case_bad("clock-bare-nan", "hardware.clock", NAN, "not a finite frequency"),
+    case_bad("max-clock-below-clock", "hardware.max_clock", "0.9 GHz", "max_clock: 0.9 GHz is below clock 1 GHz"),
     case_bad("tensor-flops-zero", "hardware.tensor_flops.bf16", "0 TFLOP/s", "a FLOP rate > 0"),
     case_bad("tensor-flops-negative", "hardware.tensor_flops.bf16", "-1 TFLOP/s", "out of range"),
     case_bad("vector-flops-nan", "hardware.vector_flops", NAN, "vector_flops"),
@@ -112,6 +113,8 @@ PREDICT = [
     # quantities and integers of the case itself
     case_bad("case-clock-negative", "clock", "-1.4 GHz", "clock: '-1.4 GHz' is out of range"),
     case_bad("case-clock-zero", "clock", "0 Hz", "a frequency > 0"),
+    # a locked clock above the device's highest (toy-gpu: no max_clock, so its 1 GHz clock) scaled its rates up
+    case_bad("case-clock-above-max", "clock", "1.5 GHz", "case.yaml: clock: 1.5 GHz is above toy-gpu's highest SM clock"),
     case_bad("global-batch-1e30", "workload.global_batch", 1e30, "global_batch: 1e+30 is out of range"),
     case_bad("global-batch-1e9", "workload.global_batch", 10**9, "allowed: integer 1 to 1048576", "work"),
     case_bad("global-batch-text", "workload.global_batch", "1e30", "is not of type integer"),
@@ -416,6 +419,9 @@ GEMM = [
     Bad("clock-negative", (*GEMM_OK, "--m", "64", "--clock=-1.4"), "--clock", "quantity"),
     Bad("clock-overflow", (*GEMM_OK, "--m", "64", "--clock", "1e400"), "not a finite frequency", "quantity"),
     Bad("clock-wrong-unit", (*GEMM_OK, "--m", "64", "--clock", "5 GB"), "is not a frequency", "quantity"),
+    Bad("clock-above-max", (*GEMM_OK, "--m", "64", "--clock", "1.5"), "rapidllm gemm: --clock: 1.5 GHz is above "
+        "a100-sxm4-80gb's highest SM clock (config/hardware/a100-sxm4-80gb.yaml: clock); allowed: a frequency > 0 "
+        "and at most 1.41 GHz", "quantity"),
     Bad("fp8-on-a100", (*GEMM_OK, "--m", "64", "--dtype", "fp8"), "a100-sxm4-80gb has no fp8 tensor units", "message"),
     Bad("dtype-unknown", (*GEMM_OK, "--m", "64", "--dtype", "int3"), "invalid choice", "message"),
     Bad("hardware-traversal", ("gemm", "--hardware", "../../etc/passwd", "--m", "1", "--n", "1", "--k", "1"),

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from rapidllm.spec.hardware import HardwareSpec
+from rapidllm.spec.errors import SpecError
+from rapidllm.spec.hardware import HardwareSpec, locked_clock, max_clock_hz
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import NetworkSpec
 from rapidllm.spec.paths import known_names
@@ -134,3 +135,23 @@ def test_direct_networks():
     assert (torus.topology, torus.shape, torus.size) == ("torus", (8, 8), 64)
     wafer = network("wafer-mesh").dimensions[0]
     assert (wafer.topology, wafer.shape, wafer.link_bandwidth) == ("mesh", (4, 5), 750e9)
+
+
+# The highest SM clock each file states: H100 SXM5 and H800 their 1980 MHz max boost (the 67 TFLOP/s FP32
+# figure's clock; tensor rates are quoted at 1830 MHz), the others the boost their `clock` is.
+MAX_MHZ = {"a100-sxm4-40gb": 1410, "a100-sxm4-80gb": 1410, "b200": 1965, "h100-sxm5-80gb": 1980, "h200": 1830,
+           "h800": 1980}
+
+
+@pytest.mark.parametrize("name", HARDWARE)
+def test_a_locked_clock_goes_up_to_the_devices_maximum_and_no_higher(name):
+    mapping, where = resolve_named("hardware", name, "test", "hardware")
+    hw = HardwareSpec.from_mapping(mapping, where)
+    top = max_clock_hz(mapping)
+    assert top == pytest.approx(MAX_MHZ[name] * 1e6) and top >= hw.clock_hz
+    at_top = locked_clock(hw, mapping, where, f"{top / 1e6} MHz", "case.yaml", "clock")
+    assert at_top.tensor_flops["bf16"] == pytest.approx(hw.tensor_flops["bf16"] * top / hw.clock_hz)
+    with pytest.raises(SpecError, match=rf"^case.yaml: clock: {top / 1e6 + 1:g} MHz is above {name}'s highest SM "
+                                        rf"clock \(.*{name}.yaml: (max_)?clock\); allowed: a frequency > 0 and at "
+                                        rf"most {top / 1e9:g} GHz$"):
+        locked_clock(hw, mapping, where, f"{top / 1e6 + 1:g} MHz", "case.yaml", "clock")

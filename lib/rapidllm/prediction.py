@@ -13,6 +13,7 @@ tables a prediction runs with changes its run time only, never its numbers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -22,13 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rapidllm.caches import Caches
-from rapidllm.engine.engine import ENGINES, Adjust, simulate
+from rapidllm.engine.engine import ENGINES, Adjust, record_keys, simulate
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import price_case, price_table
 from rapidllm.spec.case import Case, load_case, resolve_case
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.experiment import Experiment, expand_row, load_experiment, raw_cases
+from rapidllm.spec.experiment import Experiment, case_columns, expand_row, load_experiment, raw_cases
 from rapidllm.spec.paths import spec_path
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ TIMINGS = ("step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s", "mfu",
 def memory_record(mem: MemoryResult) -> dict[str, Any]:
     """Bytes per memory component, peak and feasibility, as record columns."""
     rec: dict[str, Any] = {f"{f}_bytes": getattr(mem, f) for f in MEMORY_FIELDS}
-    rec.update(peak_memory_bytes=mem.peak, feasible=mem.feasible, infeasible_reason=mem.reason)
+    rec.update(mem.verdict())
     return rec
 
 
@@ -254,14 +255,51 @@ def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: s
         raws = list(raw_cases(exp))
         units, starts = _chunks(_raw_groups(raws), min(workers, len(raws)))
         if workers > 1 and len(units) > 1:
-            return pd.DataFrame(_sweep_parallel(exp, raws, units, starts, engine, active, progress))
+            return _sweep_table(_sweep_parallel(exp, raws, units, starts, engine, active, progress), raws, engine)
         out: list[dict[str, Any]] = [{} for _ in raws]
         with tqdm(total=len(raws), desc=exp.name, unit="case", disable=not progress) as bar:
             for unit in units:                  # a layout's cases together: they meet in small memo tables
                 for i, rec in _evaluate_unit(exp, raws, unit, engine):
                     out[i] = rec
                     bar.update(1)
-    return pd.DataFrame(out)
+    return _sweep_table(out, raws, engine)
+
+
+def sweep_columns(mode: Any, engine: str = "event") -> tuple[str, ...]:
+    """The columns a sweep row of workload mode `mode` has after its bookkeeping (`expand_row`) once its
+    case is predicted: the case (`case_columns`), then `evaluate`'s record of a case that fits. () for a
+    mode that is none."""
+    case = case_columns(mode)
+    if not case:
+        return ()
+    record = record_keys(mode == "training", engine)
+    return (*case, "device_validated", *(k for k in record if k != "infeasible_reason"))
+
+
+def _sweep_table(rows: list[dict[str, Any]], raws: list[tuple[str, dict]], engine: str) -> pd.DataFrame:
+    """The sweep's rows as one table whose columns do not depend on which rows are valid: each row's own
+    bookkeeping, then every column of its mode (`sweep_columns`, from the row's case, else its raw
+    workload's mode), in the order first met. A column no row has (the timings of a sweep whose every row
+    is invalid or infeasible) is a float NaN column, as in a sweep where some rows have it."""
+    import pandas as pd
+
+    columns: dict[str, None] = {}
+    present: set[str] = set()
+    for row, (_, raw) in zip(rows, raws, strict=True):
+        workload = raw["case"].get("workload")
+        mode = row.get("mode", workload.get("mode") if isinstance(workload, dict) else None)
+        schema = _schema(mode if isinstance(mode, str) else None, engine)
+        columns.update(dict.fromkeys(k for k in row if k not in schema[1]))
+        columns.update(dict.fromkeys(schema[0]))
+        present.update(row)
+    table = pd.DataFrame(rows, columns=list(columns))
+    return table.astype(dict.fromkeys((c for c in columns if c not in present), "float64"))
+
+
+@functools.lru_cache(maxsize=8)
+def _schema(mode: Any, engine: str) -> tuple[tuple[str, ...], frozenset[str]]:
+    columns = sweep_columns(mode, engine)
+    return columns, frozenset(columns)
 
 
 def _sweep_parallel(exp: Experiment, raws: list[tuple[str, dict]], units: list[list[int]], starts: list[int],

@@ -8,9 +8,8 @@ import argparse
 
 from rapidllm.cli.common import check_flags, print_json
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec
+from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec, locked_clock
 from rapidllm.spec.named import resolve_named
-from rapidllm.units import parse_quantity
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -64,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError(f"rapidllm gemm: --dtype: {hw.name} has no fp8 tensor units; allowed: "
                         f"{', '.join(sorted(hw.tensor_flops))}")
     if clock is not None:
-        hw = hw.at_clock(parse_quantity(clock, "frequency"))
+        hw = locked_clock(hw, mapping, where, clock, "rapidllm gemm", "--clock")
     r = price_one(hw, args.m, args.n, args.k, args.dtype, args.batch)
     if args.json:
         print_json(r, sort_keys=True)

@@ -144,5 +144,5 @@ def compose(case: Case, ops: pd.DataFrame, memory: MemoryResult, nodes: list[Com
     """Prediction plus memory as one flat record with the stable snake_case keys of the README."""
     pred = compose_training(case, ops, nodes) if case.training else compose_inference(case, ops, nodes)
     record = dict(pred.__dict__)
-    record.update(peak_memory_bytes=memory.peak, feasible=memory.feasible, infeasible_reason=memory.reason)
+    record.update(memory.verdict())
     return record

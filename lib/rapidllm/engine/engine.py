@@ -12,7 +12,7 @@ compute + exposed communication + bubble on the critical stage (docs/engine.md):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,7 +20,7 @@ import numpy as np
 from rapidllm.engine import baseline
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import TrainingPlan, training_plan
-from rapidllm.engine.inference import Adjust, inference_record
+from rapidllm.engine.inference import Adjust, InferenceRecord, inference_record
 from rapidllm.engine.metrics import hardware_flops_per_step, model_flops_per_step, utilization
 from rapidllm.engine.replay import critical_stage, longest_path, relax, relax_split
 from rapidllm.graph.comm_nodes import communication_nodes
@@ -37,7 +37,7 @@ from rapidllm.graph.pipeline_dag import (
 )
 from rapidllm.graph.templates import Template
 from rapidllm.jit import njit
-from rapidllm.memory.closed_form import MemoryResult
+from rapidllm.memory.closed_form import VERDICT_KEYS, MemoryResult
 from rapidllm.ops.price import OperatorTable, as_frame
 from rapidllm.spec.case import Case, TrainingWorkload
 
@@ -184,6 +184,27 @@ def replay_training(case: Case, ops: pd.DataFrame | OperatorTable, overlap: bool
     return TrainingReplay(case, cost, plan, g, start, finish, crit)
 
 
+@dataclass
+class TrainingRecord:
+    """A training step's record (its fields are the keys, in order, `record_keys`): the split of the step
+    on the critical stage (`_split`), utilization, throughput, the inference timings at 0 and the size of
+    the replay."""
+    step_time_s: float
+    compute_time_s: float
+    exposed_comm_s: float
+    bubble_s: float
+    critical_stage: int
+    mfu: float
+    hfu: float
+    tokens_per_s: float
+    ttft_s: float
+    itl_s: float
+    e2e_latency_s: float
+    graph_nodes: int
+    network_events_simulated: float
+    network_events_flattened: float
+
+
 def training_record(case: Case, ops: pd.DataFrame | OperatorTable, overlap: bool = True, templates: list[Template] | None = None,
                      trace: bool = False) -> dict:
     """The training record; with trace=True also the replay itself under the key "schedule" (without it,
@@ -200,11 +221,12 @@ def training_record(case: Case, ops: pd.DataFrame | OperatorTable, overlap: bool
     assert isinstance(w, TrainingWorkload)
     step = rec["step_time_s"]
     hw_flops = hardware_flops_per_step(case, plan.flops_hw, plan.flops_recompute)
-    rec.update(mfu=utilization(model_flops_per_step(case), step, case), hfu=utilization(hw_flops, step, case),
-               tokens_per_s=w.global_batch * w.seq_len / step if step > 0 else 0.0,
-               ttft_s=0.0, itl_s=0.0, e2e_latency_s=0.0, graph_nodes=nodes,
-               network_events_simulated=float(cost.simulated),
-               network_events_flattened=float(cost.flattened_events()))
+    rec = vars(TrainingRecord(**rec, mfu=utilization(model_flops_per_step(case), step, case),
+                              hfu=utilization(hw_flops, step, case),
+                              tokens_per_s=w.global_batch * w.seq_len / step if step > 0 else 0.0,
+                              ttft_s=0.0, itl_s=0.0, e2e_latency_s=0.0, graph_nodes=nodes,
+                              network_events_simulated=float(cost.simulated),
+                              network_events_flattened=float(cost.flattened_events())))
     if trace:
         rec["schedule"] = r
     return rec
@@ -226,5 +248,12 @@ def simulate(case: Case, ops: pd.DataFrame | OperatorTable, memory: MemoryResult
         raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(ENGINES)}")
     rec = training_record(case, ops, overlap, templates, trace) if case.training else \
         inference_record(case, ops, overlap, adjust, trace)
-    rec.update(peak_memory_bytes=memory.peak, feasible=memory.feasible, infeasible_reason=memory.reason)
+    rec.update(memory.verdict())
     return rec
+
+
+def record_keys(training: bool, engine: str = "event") -> tuple[str, ...]:
+    """The keys of `simulate`'s record of a case of this mode on this engine, in order: the fields of the
+    record its builder fills, then the memory verdict. What a table pads a row without a prediction to."""
+    kind = baseline.Prediction if engine == "baseline" else TrainingRecord if training else InferenceRecord
+    return (*(f.name for f in fields(kind)), *VERDICT_KEYS)

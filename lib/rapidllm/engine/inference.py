@@ -187,9 +187,27 @@ def anchor_batches(concurrency: int) -> list[int]:
     return out + [concurrency] if concurrency > 1 else out
 
 
+@dataclass
+class InferenceRecord:
+    """An inference case's record (its fields are the keys, in order): a request's end-to-end span as the
+    step, split into compute and exposed communication, the training utilizations at 0, throughput, the
+    latencies and the link events simulated."""
+    step_time_s: float
+    compute_time_s: float
+    exposed_comm_s: float
+    bubble_s: float
+    mfu: float
+    hfu: float
+    tokens_per_s: float
+    ttft_s: float
+    itl_s: float
+    e2e_latency_s: float
+    network_events_simulated: float
+
+
 def _record(ttft: np.ndarray, itl: np.ndarray, e2e: np.ndarray, rate: float, events: int) -> dict:
     """Output keys from (span, compute) pairs of TTFT, ITL and e2e latency."""
-    return dict(step_time_s=float(e2e[SPAN]), compute_time_s=float(e2e[COMPUTE]),
-                exposed_comm_s=float(e2e[SPAN] - e2e[COMPUTE]),
-                bubble_s=0.0, mfu=0.0, hfu=0.0, tokens_per_s=float(rate), ttft_s=float(ttft[SPAN]),
-                itl_s=float(itl[SPAN]), e2e_latency_s=float(e2e[SPAN]), network_events_simulated=float(events))
+    return vars(InferenceRecord(step_time_s=float(e2e[SPAN]), compute_time_s=float(e2e[COMPUTE]),
+                                exposed_comm_s=float(e2e[SPAN] - e2e[COMPUTE]), bubble_s=0.0, mfu=0.0, hfu=0.0,
+                                tokens_per_s=float(rate), ttft_s=float(ttft[SPAN]), itl_s=float(itl[SPAN]),
+                                e2e_latency_s=float(e2e[SPAN]), network_events_simulated=float(events)))

@@ -9,6 +9,7 @@ al. 2023, Table 2 (bytes per layer per micro-batch at 16-bit), with FlashAttenti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from rapidllm.ops.price import local_parameters
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
@@ -51,6 +52,14 @@ class MemoryResult:
         return (f"needs {self.peak / 2**30:.1f} GiB per GPU (weights {self.weights / 2**30:.1f}, grads "
                 f"{self.gradients / 2**30:.1f}, optimizer {self.optimizer / 2**30:.1f}, activations "
                 f"{self.activations / 2**30:.1f}, KV {self.kv_cache / 2**30:.1f}) > {self.capacity / 2**30:.1f} GiB HBM")
+
+    def verdict(self) -> dict[str, Any]:
+        """The memory columns every prediction record ends with (`VERDICT_KEYS`): peak bytes, whether they
+        fit, and why not."""
+        return dict(zip(VERDICT_KEYS, (self.peak, self.feasible, self.reason), strict=True))
+
+
+VERDICT_KEYS = ("peak_memory_bytes", "feasible", "infeasible_reason")
 
 
 def state_bytes_per_param(precision: str, fp32_grad_accum: bool) -> tuple[float, float, float]:

@@ -16,13 +16,12 @@ from typing import Any
 from rapidllm.caches import current
 from rapidllm.spec.case_id import hash_fields, json_text, key_text, plain, spec_json
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.hardware import HardwareSpec
+from rapidllm.spec.hardware import HardwareSpec, locked_clock
 from rapidllm.spec.model import ModelSpec
 from rapidllm.spec.named import resolve_named, validate_by_key
 from rapidllm.spec.network import FaultSpec, NetworkSpec
 from rapidllm.spec.paths import display, spec_path
 from rapidllm.spec.schema import load_yaml
-from rapidllm.units import parse_quantity
 
 
 @functools.lru_cache(maxsize=4096)
@@ -531,7 +530,7 @@ def resolve_case(mapping: Any, source: str) -> Case:
     model = _spec(ModelSpec, mapping["model"], model_m, model_src)
     hardware = _spec(HardwareSpec, mapping["hardware"], hw_m, hw_src)
     if "clock" in mapping:
-        hardware = hardware.at_clock(parse_quantity(mapping["clock"], "frequency"))
+        hardware = locked_clock(hardware, hw_m, hw_src, mapping["clock"], source, "clock")
     network = _spec(NetworkSpec, mapping["network"], net_m, net_src)
     w = dict(mapping["workload"])
     if w.get("draft_tokens") and "draft_acceptance" not in w:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from rapidllm.spec.case import Case, resolve_case
+from rapidllm.spec.case import Case, InferenceWorkload, Parallelism, TrainingWorkload, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import line_cables
@@ -326,20 +326,40 @@ def expand(exp: Experiment) -> list[dict]:
 
 
 def flat_columns(case: Any) -> dict[str, Any]:
-    """A row's case as columns: names, the layout axes first, then every other parallelism option (so
-    rows that differ only in, say, `tp_comm_overlap` tell apart in the table), then the workload."""
+    """A row's case as columns (`case_columns`): names, the layout axes first, then every other parallelism
+    option (so rows that differ only in, say, `tp_comm_overlap` tell apart in the table), then the workload."""
     p, w = case.parallelism, case.workload
-    cols = {"model": case.model.name, "hardware": case.hardware.name, "network": case.network.name,
-            "precision": case.precision, "mode": w.mode, "world": p.world}
-    cols.update({a: getattr(p, a) for a in AXES})
-    cols.update(sp=p.sp, zero=p.zero, fsdp=p.fsdp, recompute=p.recompute, schedule=p.schedule,
-                virtual_stages=p.virtual_stages)
-    for name in _field_names(type(p)):
-        if name not in cols:
-            v = getattr(p, name)
-            cols[name] = ",".join(v) if isinstance(v, tuple) else v
-    cols.update({k: v for k, v in w.__dict__.items() if k != "mode"})
+    cols = dict(zip(_NAMES, (case.model.name, case.hardware.name, case.network.name, case.precision, w.mode,
+                             p.world), strict=True))
+    for name in _layout_columns():
+        v = getattr(p, name)
+        cols[name] = ",".join(v) if isinstance(v, tuple) else v
+    for name in _workload_columns(type(w)):
+        cols[name] = getattr(w, name)
     return cols
+
+
+_NAMES = ("model", "hardware", "network", "precision", "mode", "world")
+WORKLOADS = {cls.mode: cls for cls in (TrainingWorkload, InferenceWorkload)}     # by `workload.mode`
+
+
+def case_columns(mode: Any) -> tuple[str, ...]:
+    """The keys of `flat_columns` of a case of workload mode `mode`, in order: what a sweep has whatever
+    its rows' validity. () for a mode that is none (a row whose workload is what is invalid)."""
+    workload = WORKLOADS.get(mode) if isinstance(mode, str) else None
+    return (*_NAMES, *_layout_columns(), *_workload_columns(workload)) if workload else ()
+
+
+@functools.lru_cache(maxsize=1)
+def _layout_columns() -> tuple[str, ...]:
+    """The parallelism's columns: the layout axes, the usual options, then every other field."""
+    first = (*AXES, "sp", "zero", "fsdp", "recompute", "schedule", "virtual_stages")
+    return (*first, *(n for n in _field_names(Parallelism) if n not in first and n not in _NAMES))
+
+
+@functools.lru_cache(maxsize=4)
+def _workload_columns(cls: type) -> tuple[str, ...]:
+    return tuple(n for n in _field_names(cls) if n != "mode")
 
 
 @functools.lru_cache(maxsize=16)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from rapidllm.spec.errors import SpecError
 from rapidllm.units import parse_quantity as q
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -75,6 +76,9 @@ class HardwareSpec:
     def from_mapping(cls, m: dict[str, Any], source: str) -> "HardwareSpec":
         lim = m["sm_limits"]
         clock = q(m["clock"], "frequency")
+        if max_clock_hz(m) < clock:
+            raise SpecError.at(source, "max_clock", f"{m['max_clock']} is below clock {m['clock']}; allowed: the "
+                               "highest SM clock the device runs (its max boost), at least clock")
         hbm_bw = q(m["hbm_bandwidth"], "bandwidth")
         smem = q(lim["max_shared_memory"], "bytes")
         util = m.get("utilization", {})
@@ -103,3 +107,25 @@ class HardwareSpec:
             memory_latency_s=q(m.get("memory_latency", 0.0), "time"),
             utilization_from=str(m.get("utilization_from", "" if util else "datasheet")),
         )
+
+
+def max_clock_hz(m: dict[str, Any]) -> float:
+    """The highest SM clock the device of hardware mapping `m` runs: `max_clock` where its file gives one (a
+    datasheet that quotes the tensor rates below the max boost, as H100's 1830 against 1980 MHz), else
+    `clock` (the files whose clock is the boost). Read from the file, not kept in `HardwareSpec`: it bounds
+    the input and changes no prediction, so it stays out of the case id."""
+    return q(m.get("max_clock", m["clock"]), "frequency")
+
+
+def locked_clock(hw: HardwareSpec, m: dict[str, Any], where: str, clock: Any, source: str,
+                 key: str) -> HardwareSpec:
+    """`hw` with its SM clock locked at `clock` (a frequency given at `source`'s `key`); a clock above the
+    device's maximum (`max_clock_hz` of its mapping `m`, from `where`) is bad input: no GPU runs there, and
+    scaling the datasheet rates up to it would predict a faster chip than exists."""
+    hz = q(clock, "frequency")
+    top = max_clock_hz(m)
+    if hz > top:
+        raise SpecError.at(source, key, f"{clock} is above {hw.name}'s highest SM clock ({where}: "
+                           f"{'max_clock' if 'max_clock' in m else 'clock'}); allowed: a frequency > 0 and at "
+                           f"most {top / 1e9:g} GHz")
+    return hw.at_clock(hz)
