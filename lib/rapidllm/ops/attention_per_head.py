@@ -35,10 +35,14 @@ def per_head_decode(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int, k
     b = DTYPE_BYTES[dtype]
     kv_head = kv_len * (head_dim_qk + head_dim_v) * b             # one sequence's cache of one KV head
     ctas = batch * q_heads
-    splits = kv_splits(hw, ctas, kv_len, block_rows(hw, max(head_dim_qk, head_dim_v), dtype, 4))
+    rows = block_rows(hw, max(head_dim_qk, head_dim_v), dtype, 4)
+    splits = kv_splits(hw, ctas, kv_len, rows)
     ctas *= splits
     l2_reads = float(batch) * q_heads * kv_head
-    kv_hbm = float(batch) * kv_heads * kv_head * _hbm_rereads(hw, ctas, group, kv_head, kv_head / splits)
+    # the group's CTAs stream their key range at the same pace: L2 holds the window between the leading
+    # and the lagging one (a key block each), not the whole range, as for the grouped kernel's query blocks
+    reads = _hbm_rereads(hw, ctas, group, kv_head / splits, kv_head * min(rows, kv_len) / kv_len)
+    kv_hbm = float(batch) * kv_heads * kv_head * reads
     hbm = kv_hbm + float(batch) * q_heads * (head_dim_qk + head_dim_v) * b
     if splits > 1:              # fp32 partial outputs and log-sum-exps, written then read back to combine
         hbm += float(batch) * q_heads * splits * (head_dim_v + 1) * 4 * 2
