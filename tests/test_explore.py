@@ -14,7 +14,8 @@ import yaml
 import rapidllm
 from rapidllm.explore import edits as E
 from rapidllm.cli.explore import APP, server_command
-from rapidllm.explore.search_hook import run_search, search_function, search_spec
+from rapidllm.explore.search_hook import case_axes, run_search, search_function, search_spec
+from rapidllm.search.spec import load_search
 from rapidllm.spec.case import load_case, resolve_case
 from rapidllm.spec.paths import project_root
 
@@ -77,6 +78,19 @@ def test_search_hook_builds_a_spec_and_reports_absence():
         assert "not available" in why
         with pytest.raises(ValueError, match="not available"):
             run_search(spec)
+
+
+def test_search_around_an_inference_case_keeps_its_decode_kernel():
+    """The page's default search (keep case A's axes) around a serving case: only axes an inference search
+    has (no recompute, ZeRO, micro-batch), and the case's decode kernel carried into the spec."""
+    serve = {"model": "llama2-70b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100", "precision": "fp16",
+             "decode_attention": "per_head", "parallelism": {"tp": 4},
+             "workload": {"mode": "inference", "batch": 64, "prompt_tokens": 128, "output_tokens": 256}}
+    spec = search_spec(serve, 4, "throughput_per_gpu", {**case_axes(serve), "tp": [4], "pp": [1]})
+    loaded = load_search(spec)
+    assert set(loaded.space) == {"schedule", "sp", "tp", "pp"}
+    assert {c.base.decode_attention for c in loaded.candidates} == {"per_head"}
+    assert {"recompute", "zero", "micro_batch"} <= set(case_axes(BASE))
 
 
 def _metric(at, label):

@@ -51,16 +51,17 @@ def search_spec(case: dict[str, Any], gpus: int, objective: str, space: dict[str
 
 
 def case_axes(case: dict[str, Any]) -> dict[str, list]:
-    """The case's own schedule, recompute, ZeRO, SP and micro-batch as one-value search axes, so that a
-    search from the page varies only the axes the user opens (a few layouts, answered in seconds, instead
-    of the thousands of the full space)."""
+    """The case's own schedule, SP and, for training, recompute, ZeRO and micro-batch as one-value search
+    axes, so that a search from the page varies only the axes the user opens (a few layouts, answered in
+    seconds, instead of the thousands of the full space). An inference search has no recompute, ZeRO or
+    micro-batch axis (search/spec.py refuses them), so an inference case keeps only the first two."""
     from rapidllm.spec.case import resolve_case
 
     resolved = resolve_case(case, "case")
     p = resolved.parallelism
-    axes: dict[str, list] = {"schedule": [p.schedule], "recompute": [p.recompute], "zero": [p.zero], "sp": [p.sp]}
+    axes: dict[str, list] = {"schedule": [p.schedule], "sp": [p.sp]}
     if resolved.training:
-        axes["micro_batch"] = [resolved.workload.micro_batch]
+        axes.update(recompute=[p.recompute], zero=[p.zero], micro_batch=[resolved.workload.micro_batch])
     return axes
 
 
