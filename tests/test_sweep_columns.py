@@ -129,3 +129,22 @@ def test_predict_many_has_its_columns_whatever_the_cases(paths: dict[str, Path])
     infeasible = {**spec["base"], "model": "llama3.1-70b", "parallelism": {"tp": 1, "pp": 1, "dp": 1}}
     table = predict_many([infeasible])
     assert list(table.columns) == list(RECORD_COLUMNS) and table.step_time_s.isna().all()
+
+
+def test_every_case_field_is_a_column_and_tells_rows_apart(tmp_path: Path):
+    """Rows that differ only in a case option (here the decode kernel) tell apart in the table, and no Case
+    field is left out of the columns (a new field must be added to CASE_OPTIONS)."""
+    import dataclasses
+
+    from rapidllm.spec.case import Case
+    from rapidllm.spec.experiment import CASE_OPTIONS, case_columns
+    specs = {"model", "hardware", "network", "workload", "parallelism", "name"}
+    assert {f.name for f in dataclasses.fields(Case)} - specs <= set(case_columns("inference"))
+    assert set(CASE_OPTIONS) <= set(case_columns("training"))
+    exp = experiment("decode-kernels", {**INFERENCE, "batch": 64, "prompt_tokens": 2048}, ["llama3.1-8b"], [1])
+    exp["cross"]["decode_attention"] = ["grouped", "per_head"]
+    path = tmp_path / "decode-kernels.yaml"
+    path.write_text(yaml.safe_dump(exp, sort_keys=False))
+    table = sweep(path)
+    assert list(table.decode_attention) == ["grouped", "per_head"]
+    assert table.itl_s.iloc[1] > table.itl_s.iloc[0]

@@ -327,7 +327,8 @@ def expand(exp: Experiment) -> list[dict]:
 
 def flat_columns(case: Any) -> dict[str, Any]:
     """A row's case as columns (`case_columns`): names, the layout axes first, then every other parallelism
-    option (so rows that differ only in, say, `tp_comm_overlap` tell apart in the table), then the workload."""
+    option (so rows that differ only in, say, `tp_comm_overlap` tell apart in the table), then the workload,
+    then the case's kernel and software options (`attention_impl`, `decode_attention`, ...)."""
     p, w = case.parallelism, case.workload
     cols = dict(zip(_NAMES, (case.model.name, case.hardware.name, case.network.name, case.precision, w.mode,
                              p.world), strict=True))
@@ -336,10 +337,14 @@ def flat_columns(case: Any) -> dict[str, Any]:
         cols[name] = ",".join(v) if isinstance(v, tuple) else v
     for name in _workload_columns(type(w)):
         cols[name] = getattr(w, name)
+    for name in CASE_OPTIONS:
+        cols[name] = getattr(case, name)
     return cols
 
 
 _NAMES = ("model", "hardware", "network", "precision", "mode", "world")
+# the Case fields a sweep may cross besides the specs, the workload and the layout
+CASE_OPTIONS = ("attention_impl", "decode_attention", "framework", "fp8_recipe", "moe_hot_expert_factor")
 WORKLOADS = {cls.mode: cls for cls in (TrainingWorkload, InferenceWorkload)}     # by `workload.mode`
 
 
@@ -347,7 +352,7 @@ def case_columns(mode: Any) -> tuple[str, ...]:
     """The keys of `flat_columns` of a case of workload mode `mode`, in order: what a sweep has whatever
     its rows' validity. () for a mode that is none (a row whose workload is what is invalid)."""
     workload = WORKLOADS.get(mode) if isinstance(mode, str) else None
-    return (*_NAMES, *_layout_columns(), *_workload_columns(workload)) if workload else ()
+    return (*_NAMES, *_layout_columns(), *_workload_columns(workload), *CASE_OPTIONS) if workload else ()
 
 
 @functools.lru_cache(maxsize=1)
