@@ -82,14 +82,17 @@ def test_search_hook_builds_a_spec_and_reports_absence():
 
 def test_search_around_an_inference_case_keeps_its_decode_kernel():
     """The page's default search (keep case A's axes) around a serving case: only axes an inference search
-    has (no recompute, ZeRO, micro-batch), and the case's decode kernel carried into the spec."""
+    has (no recompute, ZeRO, micro-batch), and the case's decode kernel, framework and attention kernel
+    carried into the spec."""
     serve = {"model": "llama2-70b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100", "precision": "fp16",
-             "decode_attention": "per_head", "parallelism": {"tp": 4},
+             "decode_attention": "per_head", "framework": "tensorrt-llm", "attention_impl": "flash3",
+             "parallelism": {"tp": 4},
              "workload": {"mode": "inference", "batch": 64, "prompt_tokens": 128, "output_tokens": 256}}
     spec = search_spec(serve, 4, "throughput_per_gpu", {**case_axes(serve), "tp": [4], "pp": [1]})
     loaded = load_search(spec)
-    assert set(loaded.space) == {"schedule", "sp", "tp", "pp"}
-    assert {c.base.decode_attention for c in loaded.candidates} == {"per_head"}
+    assert set(loaded.space) == {"schedule", "sp", "attention_impl", "tp", "pp"}
+    assert loaded.space["attention_impl"] == ["flash3"]
+    assert {(c.base.decode_attention, c.base.framework) for c in loaded.candidates} == {("per_head", "tensorrt-llm")}
     assert {"recompute", "zero", "micro_batch"} <= set(case_axes(BASE))
 
 

@@ -37,10 +37,11 @@ def search_function() -> tuple[SearchFn | None, str]:
 
 
 def search_spec(case: dict[str, Any], gpus: int, objective: str, space: dict[str, list] | None = None) -> dict:
-    """A search spec around a case: its model, hardware, network, precision (FP8 recipe, decode kernel) and workload, on
-    `gpus` GPUs, over `space` (axis -> values; axes left out take every sensible value), ranked by `objective`."""
+    """A search spec around a case: its model, hardware, network, precision (FP8 recipe, decode kernel),
+    framework and workload, on `gpus` GPUs, over `space` (axis -> values; axes left out take every sensible
+    value), ranked by `objective`."""
     spec = {k: case[k] for k in ("model", "hardware", "network", "workload", "precision", "fp8_recipe",
-                                 "decode_attention") if k in case}
+                                 "decode_attention", "framework") if k in case}
     # the case's micro-batch would be the search's only one (search/spec.py); case_axes passes it when kept
     if isinstance(spec.get("workload"), dict):
         spec["workload"] = {k: v for k, v in spec["workload"].items() if k != "micro_batch"}
@@ -51,15 +52,15 @@ def search_spec(case: dict[str, Any], gpus: int, objective: str, space: dict[str
 
 
 def case_axes(case: dict[str, Any]) -> dict[str, list]:
-    """The case's own schedule, SP and, for training, recompute, ZeRO and micro-batch as one-value search
-    axes, so that a search from the page varies only the axes the user opens (a few layouts, answered in
+    """The case's own schedule, SP, attention kernel and, for training, recompute, ZeRO and micro-batch as
+    one-value search axes, so that a search from the page varies only the axes the user opens (a few layouts, answered in
     seconds, instead of the thousands of the full space). An inference search has no recompute, ZeRO or
-    micro-batch axis (search/spec.py refuses them), so an inference case keeps only the first two."""
+    micro-batch axis (search/spec.py refuses them), so an inference case keeps only the first three."""
     from rapidllm.spec.case import resolve_case
 
     resolved = resolve_case(case, "case")
     p = resolved.parallelism
-    axes: dict[str, list] = {"schedule": [p.schedule], "sp": [p.sp]}
+    axes: dict[str, list] = {"schedule": [p.schedule], "sp": [p.sp], "attention_impl": [resolved.attention_impl]}
     if resolved.training:
         axes.update(recompute=[p.recompute], zero=[p.zero], micro_batch=[resolved.workload.micro_batch])
     return axes
