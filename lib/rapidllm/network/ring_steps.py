@@ -11,11 +11,11 @@ number of nodes (NVIDIA/nccl v2.30.7-1, commit 73cf1122):
 - src/graph/tuning.cc, `ncclTopoTuneModel`: `nsteps = nRanks - 1` for AllGather / ReduceScatter (lines
   289-290), `nInterSteps = nNodes - 1` (line 411) and latency = base + (nsteps - nInterSteps) x intraLat +
   nInterSteps x interLat (line 412): NCCL's own cost model charges every one of the N - 1 steps.
-  Tree is an all-reduce algorithm only (line 295 keeps Ring, PAT, NVLS and CollNet for these two); PAT
+  Tree is an all-reduce algorithm only (lines 295-297 keep Ring, PAT, NVLS and CollNet for these two); PAT
   needs one rank per node (line 220, `nNodes != nRanks` disables it; since 2.23.4), and NVLS / CollNet
-  across nodes need CollNet (SHARP) support (line 505).
+  across nodes need CollNet (SHARP) support (lines 503-505).
 
-The hierarchical schedule (network/hierarchical.py) moves the same bytes per link as NCCL's parallel,
+The hierarchical schedule (network/hierarchical.py) moves about the bytes per link of NCCL's parallel,
 rail-aligned rings, but a chunk's path in it has only sum_d (n_d - 1) steps for a group spanning dimensions
 of sizes n_0 (innermost) ... n_k: 7 + 127 = 134 on 1,024 GPUs of 8 per node, where NCCL takes 1,023. A
 ring in innermost-first order over all N = prod n_d ranks moves along dimension d on (n_d - 1) x
