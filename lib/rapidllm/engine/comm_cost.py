@@ -187,9 +187,10 @@ class CommCost:
         algorithm = self._algorithm(topo, op, groups[0])
         nccl = algorithm == "auto"          # TensorRT-LLM's own all-reduce kernel pays no NCCL per-call base
         algorithm = resolve_algorithm(topo, op, nbytes, list(groups[0]), algorithm, None, self.util, router)
-        # equivalent groups span the same dimensions, so the first one's set-up is everyone's
-        setup = router.remembered(("setup", algorithm, groups[0]), len(groups[0]),
-                                  lambda: setup_latency(topo, algorithm, list(groups[0]))) if nccl else 0.0
+        # equivalent groups span the same dimensions, so the first one's set-up is everyone's (with the ring
+        # steps NCCL takes beyond a hierarchical all-gather / reduce-scatter: network/ring_steps.py)
+        setup = router.remembered(("setup", op, algorithm, groups[0]), len(groups[0]),
+                                  lambda: setup_latency(topo, algorithm, list(groups[0]), op, router)) if nccl else 0.0
         chunks = tuple(chunk_count(topo, op, nbytes, n, algorithm) for n in sorted({len(g) for g in groups}))
         pkey = (net, self.util, op, algorithm, chunks, tuple(groups))
         plans = current().collective_plans

@@ -12,6 +12,7 @@ from rapidllm.network.collectives import ALGORITHMS, SUPPORTED, Schedule, concat
 from rapidllm.network.decompose import simulate
 from rapidllm.network.hierarchical import hierarchical, spanned
 from rapidllm.network.in_switch import NAME as IN_SWITCH, in_switch, reducing_dimension
+from rapidllm.network.ring_steps import OPS as RING_GAP_OPS, ring_gap_latency
 from rapidllm.network.routing import Router
 from rapidllm.network.topology import Topology, build_topology
 from rapidllm.spec.errors import SpecError
@@ -72,14 +73,19 @@ def choose_algorithm(topo: Topology, op: str, ranks: list[int]) -> str:
     return "ring"
 
 
-def setup_latency(topo: Topology, algorithm: str, ranks: list[int]) -> float:
+def setup_latency(topo: Topology, algorithm: str, ranks: list[int], nccl_op: str | None = None,
+                  router: Router | None = None) -> float:
     """Seconds before the first transfer of a collective may start: the largest per-call
     `collective_latency` of the dimensions it spans (NCCL's base latency), plus the switch's set-up when
-    it reduces in the switch."""
+    it reduces in the switch. `nccl_op`: the collective, when it runs as NCCL runs it (`auto`); then a
+    hierarchical all-gather or reduce-scatter also waits for the ring steps NCCL's flat ring takes and the
+    hierarchical schedule does not (network/ring_steps.py). An explicit algorithm replays its own schedule."""
     dims = spanned(topo, ranks)
     base = max((topo.dims[d].collective_latency_s for d in dims), default=0.0)
     if algorithm == IN_SWITCH:             # the switch's own set-up, on its one (reducing) dimension
         base += topo.dims[dims[0]].in_switch_reduction_s or 0.0
+    if algorithm == "hierarchical" and nccl_op in RING_GAP_OPS:
+        base += ring_gap_latency(topo, router or Router(topo), ranks)
     return base
 
 
@@ -205,9 +211,12 @@ def simulate_collective(network: NetworkSpec, op: str, nbytes: float, ranks: int
     topo = topology or build_topology(network)
     group = _ranks(network, ranks)
     util = network.utilization if utilization is None else utilization
+    nccl_op = op if algorithm == "auto" else None
+    router = Router(topo)
     algorithm = resolve_algorithm(topo, op, float(nbytes), group, algorithm, chunks, util)
     sched, chunks, algo = build_schedule(topo, op, float(nbytes), group, algorithm, chunks)
-    finish, busy, events = run_schedule(topo, sched, np.full(len(sched), setup_latency(topo, algo, group)), util)
+    setup = setup_latency(topo, algo, group, nccl_op, router)
+    finish, busy, events = run_schedule(topo, sched, np.full(len(sched), setup), util, router)
     t = float(finish.max()) if len(finish) else 0.0
     return _result(topo, op, float(nbytes), len(group), t, busy, algo, chunks, events)
 
@@ -216,6 +225,7 @@ def simulate_concurrent(network: NetworkSpec, requests: Sequence[CollectiveReque
                         utilization: float | None = None) -> tuple[list[float], np.ndarray, int]:
     """Several collectives sharing the links; returns (completion time of each, busy per link, link events)."""
     topo = build_topology(network)
+    router = Router(topo)
     util = network.utilization if utilization is None else utilization
     parts, owner, release = [], [], []
     for k, req in enumerate(requests):
@@ -224,9 +234,11 @@ def simulate_concurrent(network: NetworkSpec, requests: Sequence[CollectiveReque
         s, _, algo = build_schedule(topo, req.op, float(req.nbytes), group, algorithm, req.chunks)
         parts.append(s)
         owner.append(np.full(len(s), k))
-        release.append(np.full(len(s), req.start_s + setup_latency(topo, algo, group)))
+        nccl_op = req.op if req.algorithm == "auto" else None
+        release.append(np.full(len(s), req.start_s + setup_latency(topo, algo, group, nccl_op, router)))
     sched = concat(parts)
-    finish, busy, events = run_schedule(topo, sched, np.concatenate(release) if release else np.zeros(0), util)
+    finish, busy, events = run_schedule(topo, sched, np.concatenate(release) if release else np.zeros(0), util,
+                                        router)
     who = np.concatenate(owner) if owner else np.zeros(0, int)
     times = [float(finish[who == k].max()) if np.any(who == k) else req.start_s for k, req in enumerate(requests)]
     return times, busy, events
