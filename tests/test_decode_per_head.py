@@ -3,6 +3,7 @@ engines' masked MHA streams a GQA group's KV cache once per query head through L
 the case key is checked like every other: inference decode steps of non-MLA models without drafts."""
 import copy
 import random
+from pathlib import Path
 
 import pytest
 
@@ -98,6 +99,25 @@ def test_case_key_is_checked_and_hashed_only_when_set():
         resolve_case(mla, "test")
     with pytest.raises(SpecError, match="decode_attention"):
         resolve_case({**copy.deepcopy(SERVE), "decode_attention": "mmha"}, "test")
+    encoder = {**copy.deepcopy(SERVE), "model": "dinov3-vit7b16", "parallelism": {"tp": 1},
+               "workload": {"mode": "inference", "batch": 8, "prompt_tokens": 256, "output_tokens": 0},
+               "decode_attention": "per_head"}
+    with pytest.raises(SpecError, match="test: decode_attention: per_head is the attention kernel of inference"):
+        resolve_case(encoder, "test")
+
+
+def test_draft_tokens_need_the_grouped_kernel():
+    """A GQA model with an MTP module (inline mapping) verifying a draft per step: per-query-head kernels
+    take one query token per sequence, so the case is refused in one line; grouped is accepted."""
+    import yaml
+
+    model = yaml.safe_load((Path(__file__).parents[1] / "config/models/llama3.1-8b.yaml").read_text())
+    drafted = {**copy.deepcopy(SERVE), "model": {**model, "mtp_depth": 1}, "parallelism": {"tp": 1},
+               "workload": {"mode": "inference", "batch": 8, "prompt_tokens": 128, "output_tokens": 64,
+                            "draft_tokens": 1, "draft_acceptance": 0.8}}
+    assert resolve_case(drafted, "test").decode_attention == "grouped"
+    with pytest.raises(SpecError, match="test: decode_attention: per-query-head decode kernels take one query"):
+        resolve_case({**drafted, "decode_attention": "per_head"}, "test")
 
 
 def test_search_specs_carry_the_key():
