@@ -1,11 +1,23 @@
 """ZeRO-3 (DeepSpeed) and FSDP full_shard carry the same per-layer bytes in different numbers of
 collectives (engine/sharding.py): FSDP one all-gather and one reduce-scatter per wrapped block, DeepSpeed
-one all-gather per module holding weights and reduce-scatters in 5e8-element buckets."""
+one all-gather per module holding weights and reduce-scatters in 5e8-element buckets. Either way the
+collectives that overlap a layer's compute hold NCCL's channels' SMs, which the compute then runs without."""
+import numpy as np
 import pytest
 
+from rapidllm.engine import composer
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import sharded_layer_bytes, sharded_layer_params
-from rapidllm.engine.sharding import DS_REDUCE_BUCKET, gather_groups, layer_comm_seconds, scatter_groups
+from rapidllm.engine.sharding import (
+    DS_REDUCE_BUCKET,
+    NCCL_MULTINODE_CHANNELS,
+    NCCL_NODE_CHANNELS,
+    gather_groups,
+    layer_comm_seconds,
+    nccl_sm_share,
+    overlapped_layer_seconds,
+    scatter_groups,
+)
 from rapidllm.prediction import evaluate
 from rapidllm.spec.case import resolve_case
 
@@ -40,3 +52,57 @@ def test_deepspeed_pays_a_latency_per_module():
     r_ds, r_fsdp = evaluate(ds), evaluate(fsdp)
     assert r_ds["compute_time_s"] == pytest.approx(r_fsdp["compute_time_s"])
     assert r_ds["step_time_s"] >= r_fsdp["step_time_s"]
+
+
+def test_overlapped_layer_closed_form():
+    """Compute beside a collective holding a share s of the SMs runs at 1 - s: a layer of span 10 (compute
+    8) beside a 4-unit gather at s = 0.25 is delayed by 0.25 x 4 (the compute outlasts the gather); beside a
+    40-unit gather the compute all runs beside it and the gather bounds the layer."""
+    assert overlapped_layer_seconds(10.0, 8.0, 4.0, 0.25) == pytest.approx(11.0)
+    assert overlapped_layer_seconds(10.0, 8.0, 40.0, 0.25) == pytest.approx(40.0)
+    # 8 / 0.75 = 10.67 of compute beside an 11-unit gather, then the 2 units of the span that are not compute
+    assert overlapped_layer_seconds(10.0, 8.0, 11.0, 0.25) == pytest.approx(8.0 / 0.75 + 2.0)
+    assert overlapped_layer_seconds(10.0, 8.0, 4.0, 0.0) == max(10.0, 4.0)
+
+
+def test_overlap_never_faster_and_monotone_in_share():
+    rng = np.random.default_rng(7)
+    compute = rng.uniform(0.0, 5.0, 500)
+    span = compute + rng.uniform(0.0, 2.0, 500)
+    comm = rng.uniform(0.0, 10.0, 500)
+    previous = overlapped_layer_seconds(span, compute, comm, 0.0)
+    assert np.array_equal(previous, np.maximum(span, comm))
+    for share in (0.05, 0.12, 0.2, 0.5):
+        t = overlapped_layer_seconds(span, compute, comm, share)
+        assert np.all(t >= previous) and np.all(t >= comm)
+        # never more than the whole collective at the share, nor than running the two back to back
+        assert np.all(t <= np.maximum(span, comm) + share * comm + 1e-12)
+        assert np.all(t <= span + comm + 1e-12)
+        previous = t
+
+
+def test_nccl_share_from_channels():
+    """24 collective channels inside an NVLink node, 16 across nodes (one CTA, so one SM, each)."""
+    inside = resolve_case({"model": TINY, "hardware": "h100-sxm5-80gb", "network": "superpod-ndr",
+                           "workload": {"mode": "training", "seq_len": 1024, "global_batch": 32, "micro_batch": 1},
+                           "parallelism": {"dp": 8, "fsdp": "full_shard"}}, "test")
+    across = _case({"fsdp": "full_shard"})
+    assert nccl_sm_share(inside, CommCost(inside)) == pytest.approx(NCCL_NODE_CHANNELS / 132)
+    assert nccl_sm_share(across, CommCost(across)) == pytest.approx(NCCL_MULTINODE_CHANNELS / 132)
+
+
+def test_step_pays_the_gathers_share_of_sms(monkeypatch):
+    """The whole step: at least the step without the SM share, and at most that plus the share of every
+    overlapped per-layer collective (two gathers and a reduce-scatter per layer and micro-batch)."""
+    case = resolve_case({"model": TINY, "hardware": "h100-sxm5-80gb", "network": "superpod-ndr",
+                         "workload": {"mode": "training", "seq_len": 2048, "global_batch": 512, "micro_batch": 8},
+                         "parallelism": {"dp": 32, "fsdp": "full_shard"}}, "test")    # compute outlasts gathers
+    with_share = evaluate(case)
+    monkeypatch.setattr(composer, "nccl_sm_share", lambda case, cost: 0.0)
+    without = evaluate(case)
+    gather, scatter = sharded_layer_bytes(case)
+    g, rs = layer_comm_seconds(case, CommCost(case), -1, gather, scatter, sharded_layer_params(case))
+    m = case.workload.microbatches(case.parallelism.dp)
+    bound = NCCL_MULTINODE_CHANNELS / 132 * (2 * g + rs) * case.model.layers * m
+    assert with_share["compute_time_s"] == without["compute_time_s"]
+    assert without["step_time_s"] < with_share["step_time_s"] <= without["step_time_s"] + bound + 1e-12

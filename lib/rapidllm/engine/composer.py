@@ -2,7 +2,8 @@
 
 Layers of a kind are identical, so a chunk's forward is (layers of each kind) x (replayed template span);
 ZeRO-3/FSDP gathers the next layer's weights while the current one computes (one-layer prefetch), so a
-layer costs max(span, gather) and only the first gather of a chunk is exposed. Chunks hold the layers the
+layer costs max(span, gather), plus the compute the gather's NCCL CTAs slow by holding SMs
+(`sharding.overlapped_layer_seconds`), and only the first gather of a chunk is exposed. Chunks hold the layers the
 case's pipeline split gives them (`Parallelism.stage_chunk_layers`, uneven when pp x v does not divide
 the layers), each kind in its model-wide proportion; a stage's optimizer step scales with its parameters,
 and the data-parallel gradient and parameter collectives are sized for the heaviest stage, routed-expert
@@ -22,7 +23,8 @@ import numpy as np
 from rapidllm.caches import current
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.replay import TemplateResult, replay_template
-from rapidllm.engine.sharding import layer_collectives, layer_comm_seconds
+from rapidllm.engine.sharding import (layer_collectives, layer_comm_seconds, nccl_sm_share,
+                                      overlapped_layer_seconds)
 from rapidllm.engine.tp_overlap import overlap_durations
 from rapidllm.graph.comm_nodes import dp_reduced_parameters
 from rapidllm.graph.pipeline_dag import PipelineInputs
@@ -265,8 +267,7 @@ def _chunk_times(case: Case, replayed: list[Replayed], cost: CommCost, v: int
     if sharded:
         comm = np.array([_sharded_layer_comm(case, cost, s) for s in range(p.pp)], dtype=float).reshape(p.pp, 2)
         gather, scatter = comm[:, :1], comm[:, 1:]
-    else:
-        gather = scatter = 0.0
+        share = nccl_sm_share(case, cost)
     if cost.symmetric:          # every stage replays the same templates: one value per column
         column = lambda get: float(get(per_stage[0]))     # noqa: E731
     else:
@@ -276,12 +277,16 @@ def _chunk_times(case: Case, replayed: list[Replayed], cost: CommCost, v: int
         # an empty chunk gathers nothing
         exposed = np.where((gather != 0) & (n_chunk != 0), gather, 0.0) if sharded else 0.0
         fs, bs = column(lambda r: r.span(section, "fwd")), column(lambda r: r.span(section, "bwd"))
-        held = gather + scatter
-        f_span += n_chunk * np.where(gather > fs, gather, fs) + exposed
-        b_span += n_chunk * np.where(held > bs, held, bs) + (np.where(exposed != 0, exposed + scatter, 0.0)
-                                                             if sharded else 0.0)
-        f_comp += n_chunk * column(lambda r: r.compute(section, "fwd"))
-        b_comp += n_chunk * column(lambda r: r.compute(section, "bwd"))
+        fc, bc = column(lambda r: r.compute(section, "fwd")), column(lambda r: r.compute(section, "bwd"))
+        if sharded:
+            f_span += n_chunk * overlapped_layer_seconds(fs, fc, gather, share) + exposed
+            b_span += n_chunk * overlapped_layer_seconds(bs, bc, gather + scatter, share) + np.where(
+                exposed != 0, exposed + scatter, 0.0)
+        else:
+            f_span += n_chunk * fs
+            b_span += n_chunk * bs
+        f_comp += n_chunk * fc
+        b_comp += n_chunk * bc
     for section, (s, c) in (("first_stage", (0, 0)), ("last_stage", (p.pp - 1, v - 1))):
         r = per_stage[s]
         f_span[s, c] += r.span(section, "extra_fwd")

@@ -14,8 +14,14 @@ multiplies:
   configuration docs), so a layer pays its share of a bucket's reduce-scatter, or several of them.
 Norm weights are below DeepSpeed's persistence threshold (1e5 elements) and small either way; their bytes
 stay in the layer's total.
+
+The prefetched collectives overlap the layer's compute, but not for free: an NCCL collective is a kernel
+with one CTA per channel, resident on its SM for the whole call (it spins on its peers' flags), so the
+compute that overlaps it runs on the remaining SMs (`nccl_sm_share`, `overlapped_layer_seconds`).
 """
 from __future__ import annotations
+
+import numpy as np
 
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.memory.model import layer_kinds
@@ -24,6 +30,14 @@ from rapidllm.ops.operators import GEMM
 from rapidllm.spec.case import Case
 
 DS_REDUCE_BUCKET = 5e8        # DeepSpeed reduce_bucket_size default, elements
+# NCCL collective channels (one CTA each) of a communicator on 8-GPU NVSwitch nodes with a NIC per GPU: 24
+# within a node, 16 across nodes. NCCL's ring search (src/graph/search.cc, ncclTopoCompute) takes one
+# channel per NIC across nodes (8, not duplicated: ncclTopoDupChannels skips per-channel bandwidths under
+# 50 GB/s on sm > 80) and 6 NVLink channels within a node (duplicated to 12); connect.cc (ncclTopoPostset)
+# doubles both. The NCCL INIT lines of 8 x H100 (p5.48xlarge) read "24 coll channels" on one node and "16
+# coll channels" on two (aws-samples awsome-distributed-training, nccl-tests expected results).
+NCCL_NODE_CHANNELS = 24
+NCCL_MULTINODE_CHANNELS = 16
 
 
 def gather_groups(case: Case) -> float:
@@ -55,3 +69,26 @@ def layer_comm_seconds(case: Case, cost: CommCost, stage: int, gather_bytes: flo
     """(all-gather, reduce-scatter) seconds per layer: the collectives back to back on the DP stream."""
     (g, gb), (s, sb) = layer_collectives(case, gather_bytes, scatter_bytes, layer_params)
     return g * cost.time("dp", "all_gather", gb, stage), s * cost.time("dp", "reduce_scatter", sb, stage)
+
+
+def nccl_sm_share(case: Case, cost: CommCost) -> float:
+    """Fraction of a GPU's SMs the data-parallel collectives hold while they run: their channels (one
+    resident CTA each, NCCL_NODE_CHANNELS inside an NVLink node, NCCL_MULTINODE_CHANNELS across nodes) over
+    the device's SMs. A GEMM CTA needs most of an SM's registers and shared memory, so it does not share
+    an SM with an NCCL CTA: overlapped compute proceeds on the rest."""
+    spans_nodes = any(d > 0 for d in cost.dims("dp"))
+    channels = NCCL_MULTINODE_CHANNELS if spans_nodes else NCCL_NODE_CHANNELS
+    return min(channels / case.hardware.sm_count, 1.0)
+
+
+def overlapped_layer_seconds(span: np.ndarray | float, compute: np.ndarray | float, comm: np.ndarray | float,
+                             share: float) -> np.ndarray | float:
+    """Seconds of a layer whose `compute` (inside a replayed `span`) overlaps `comm` seconds of collectives
+    started with it that hold `share` of the SMs: while they run the compute progresses at 1 - share, so it
+    is delayed by share x (the time it spends beside them, at most comm), and the layer ends no earlier
+    than the collectives: max(comm, span + share x min(comm, compute / (1 - share))). Exact when the
+    layer's compute runs first beside them and the rest of its span (exposed TP collectives) after; an
+    upper bound otherwise. share 0 gives max(comm, span)."""
+    beside = np.minimum(comm, np.asarray(compute) / max(1.0 - share, 1e-3))
+    slowed = span + share * beside
+    return np.where(comm > slowed, comm, slowed)
