@@ -12,7 +12,9 @@ operators, collectives and overlaps reach ASTRA-sim:
   group file ASTRA-sim reads with `--comm-group-configuration`); group members come from the same rank
   mapping our collectives are simulated on (`engine.comm_cost.CommCost.groups`);
 - the first and last stages carry the embedding, LM head and loss; ZeRO-3 / FSDP gathers each layer's
-  weights one layer ahead and reduce-scatters its gradients after its backward; the data-parallel gradient
+  weights one layer ahead, in the calls the engine prices (`engine.sharding`: one per layer under FSDP, one
+  per module holding weights under ZeRO-3), and reduce-scatters its gradients after its backward (FSDP) or
+  in DeepSpeed's buckets, the partial one at the end of each backward pass; the data-parallel gradient
   buckets are launched during the last micro-batch's backward of each chunk (after the whole backward with
   `overlap_grad_reduce: false`); then each stage's own
   optimizer step (its share of the parameters) and, for a sharded optimizer, the parameter all-gather.
