@@ -12,7 +12,9 @@ operators, collectives and overlaps reach ASTRA-sim:
   group file ASTRA-sim reads with `--comm-group-configuration`); group members come from the same rank
   mapping our collectives are simulated on (`engine.comm_cost.CommCost.groups`);
 - the first and last stages carry the embedding, LM head and loss; ZeRO-3 / FSDP gathers each layer's
-  weights one layer ahead and reduce-scatters its gradients after its backward; the data-parallel gradient
+  weights one layer ahead, in the calls the engine prices (`engine.sharding`: one per layer under FSDP, one
+  per module holding weights under ZeRO-3), and reduce-scatters its gradients after its backward (FSDP) or
+  in DeepSpeed's buckets, the partial one at the end of each backward pass; the data-parallel gradient
   buckets are launched during the last micro-batch's backward of each chunk (after the whole backward with
   `overlap_grad_reduce: false`); then each stage's own
   optimizer step (its share of the parameters) and, for a sharded optimizer, the parameter all-gather.
@@ -36,8 +38,10 @@ from rapidllm.engine.composer import (
     chunk_scale,
     p2p_bytes,
     sharded_layer_bytes,
+    sharded_layer_params,
     training_plan,
 )
+from rapidllm.engine.sharding import layer_collectives, layer_gathers, scatter_calls
 from rapidllm.graph.pipeline_dag import consumer_of
 from rapidllm.graph.schedules import stage_actions
 from rapidllm.graph.templates import COMPUTE, Template, case_templates, compute_durations, layer_counts, ops_view
@@ -175,6 +179,10 @@ def rank_trace(case: Case, ops: pd.DataFrame, rank: int, plan: TrainingPlan | No
     scale = chunk_scale(case, x.v)
     counts = layer_counts(case)
     gather_b, scatter_b = sharded_layer_bytes(case)
+    if gather_b:        # the engine's calls per layer and bytes per call (`sharding.layer_collectives`)
+        (_, gather_each), (_, bucket) = layer_collectives(case, gather_b, scatter_b, sharded_layer_params(case))
+        module_gathers = {section: int(round(layer_gathers(case, section.endswith("layer_moe"))))
+                          for section in counts}
     act = p2p_bytes(case)
     out = _RankTrace(rank, table, pg_of)
     grad_deps: list[int] = []
@@ -184,24 +192,27 @@ def rank_trace(case: Case, ops: pd.DataFrame, rank: int, plan: TrainingPlan | No
         return out.template("", t, durations[(section, part)], 1.0, list(wait_for)) if t else []
 
     def layers(c: int, part: str, wait_for: list[int], label: str) -> list[int]:
+        """The chunk's layers in one pass; under ZeRO-3 / FSDP each layer's weight gathers (`layer_gathers`
+        calls of the engine's size, back to back, one layer ahead: launched when the previous layer starts
+        computing) and, in the backward, the reduce-scatters `sharding.scatter_calls` places after it."""
         computes: list[int] = []
         prev_gather, prev_start = -1, out.last_compute
-        for section, n in counts.items():
-            n_chunk = n / x.v * scale[s, c]
-            t = templates[(section, part)]
-            for k in range(math.ceil(n_chunk - 1e-9)):
-                share = min(1.0, n_chunk - k)
-                waits = list(wait_for) if not computes else []
-                if gather_b:            # one layer ahead: launched when the previous layer starts computing
-                    prev_gather = out.collective(f"{label}.dp.all_gather", "dp", "all_gather", gather_b * share,
+        instances = [(section, min(1.0, n / x.v * scale[s, c] - k)) for section, n in counts.items()
+                     for k in range(math.ceil(n / x.v * scale[s, c] - 1e-9))]
+        scatters = scatter_calls(case, [scatter_b * share for _, share in instances], bucket) \
+            if gather_b and part == "bwd" else [[] for _ in instances]
+        for (section, share), reduce in zip(instances, scatters):
+            waits = list(wait_for) if not computes else []
+            if gather_b:
+                for _ in range(module_gathers[section]):
+                    prev_gather = out.collective(f"{label}.dp.all_gather", "dp", "all_gather", gather_each * share,
                                                  [prev_start, prev_gather])
-                    waits.append(prev_gather)
-                layer = out.template(f"{label}.", t, durations[(section, part)], share, waits)
-                prev_start = layer[0] if layer else prev_start
-                computes += layer
-                if scatter_b and part == "bwd":
-                    grad_deps.append(out.collective(f"{label}.dp.reduce_scatter", "dp", "reduce_scatter",
-                                                    scatter_b * share, [computes[-1]]))
+                waits.append(prev_gather)
+            layer = out.template(f"{label}.", templates[(section, part)], durations[(section, part)], share, waits)
+            prev_start = layer[0] if layer else prev_start
+            computes += layer
+            grad_deps.extend(out.collective(f"{label}.dp.reduce_scatter", "dp", "reduce_scatter", nbytes,
+                                            [computes[-1]]) for nbytes in reduce)
         return computes
 
     for kind, c, i in stage_actions(x.schedule, x.pp, s, x.m, x.v):

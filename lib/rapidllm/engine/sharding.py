@@ -21,6 +21,8 @@ compute that overlaps it runs on the remaining SMs (`nccl_sm_share`, `overlapped
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from rapidllm.engine.comm_cost import CommCost
@@ -40,15 +42,21 @@ NCCL_NODE_CHANNELS = 24
 NCCL_MULTINODE_CHANNELS = 16
 
 
-def gather_groups(case: Case) -> float:
-    """All-gathers per layer (averaged over layer kinds): 1 under FSDP, the modules holding weights under
-    DeepSpeed ZeRO-3 (the layer's forward weight GEMMs; a grouped expert GEMM counts each expert)."""
+def layer_gathers(case: Case, is_moe: bool) -> float:
+    """All-gathers one layer of a kind issues per pass (a whole number): 1 under FSDP, the modules holding
+    weights under DeepSpeed ZeRO-3 (the layer's forward weight GEMMs; a grouped expert GEMM counts each
+    expert)."""
     if case.parallelism.fsdp == "full_shard":
         return 1.0
     shard = wl.training_shard(case)
-    return sum(share * sum(o.gemm[0] * o.count for o in wl.layer_forward(case.model, shard, is_moe)
-                           if o.kind == GEMM and o.gemm)
-               for is_moe, share in layer_kinds(case))
+    return sum(o.gemm[0] * o.count for o in wl.layer_forward(case.model, shard, is_moe) if o.kind == GEMM and o.gemm)
+
+
+def gather_groups(case: Case) -> float:
+    """All-gathers per layer, `layer_gathers` averaged over the layer kinds (exactly 1 under FSDP)."""
+    if case.parallelism.fsdp == "full_shard":
+        return 1.0
+    return sum(share * layer_gathers(case, is_moe) for is_moe, share in layer_kinds(case))
 
 
 def scatter_groups(case: Case, layer_params: float) -> float:
@@ -62,6 +70,34 @@ def layer_collectives(case: Case, gather_bytes: float, scatter_bytes: float, lay
     """((collectives, bytes each) of the all-gather, (collectives, bytes each) of the reduce-scatter) per layer."""
     g, s = gather_groups(case), scatter_groups(case, layer_params)
     return (g, gather_bytes / g), (s, scatter_bytes / s)
+
+
+def scatter_calls(case: Case, grads: Sequence[float], bucket: float) -> list[list[float]]:
+    """Bytes of the reduce-scatters one backward pass launches after each of its layers, given the layers'
+    gradient bytes in the order the backward produces them and `bucket`, the bytes of one reduce-scatter as
+    `layer_collectives` prices it (what a Chakra trace of the pass writes, `engine/chakra.py`).
+
+    FSDP reduce-scatters each layer's gradients after the layer's backward: one call per layer, of its own
+    bytes. DeepSpeed fills buckets in gradient order and reduces one as soon as it is full, after the layer
+    that fills it (several after a layer larger than a bucket); its backward epilogue reduces the partial
+    bucket left after the pass's last layer (ZeRO stage >= 2 reduces at every micro-batch, not only at the
+    accumulation boundary: DeepSpeedEngine.allreduce_gradients). So the bytes are the engine's and every full
+    call has the size the engine prices; a pass of n layers makes ceil(n x s) calls, where the engine counts
+    n x s (the partial bucket as its fraction of a full call)."""
+    if case.parallelism.fsdp == "full_shard":
+        return [[b] for b in grads]
+    calls: list[list[float]] = []
+    held = 0.0
+    for b in grads:
+        held += b
+        here: list[float] = []
+        while held >= bucket * (1 - 1e-9):
+            here.append(bucket)
+            held -= bucket
+        calls.append(here)
+    if calls and held > bucket * 1e-9:
+        calls[-1].append(held)
+    return calls
 
 
 def layer_comm_seconds(case: Case, cost: CommCost, stage: int, gather_bytes: float, scatter_bytes: float,
