@@ -277,23 +277,34 @@ def sweep_columns(mode: Any, engine: str = "event") -> tuple[str, ...]:
 
 
 def _sweep_table(rows: list[dict[str, Any]], raws: list[tuple[str, dict]], engine: str) -> pd.DataFrame:
-    """The sweep's rows as one table whose columns do not depend on which rows are valid: each row's own
-    bookkeeping, then every column of its mode (`sweep_columns`, from the row's case, else its raw
-    workload's mode), in the order first met. A column no row has (the timings of a sweep whose every row
-    is invalid or infeasible) is a float NaN column, as in a sweep where some rows have it."""
+    """The sweep's rows as one table (`sweep_frame`), each row's mode from its case, else its raw one's."""
     import pandas as pd
 
+    modes = (row.get("mode", workload_mode(raw["case"])) for row, (_, raw) in zip(rows, raws, strict=True))
+    return sweep_frame(pd.DataFrame(rows), rows, modes, engine)
+
+
+def sweep_frame(table: pd.DataFrame, keys: Iterable[Iterable[str]], modes: Iterable[Any],
+                engine: str = "event") -> pd.DataFrame:
+    """A sweep's rows (`table`, one per combination, with each row's own `keys` and workload mode) as a
+    table whose columns do not depend on which rows are valid: each row's own keys that its mode's
+    `sweep_columns` lack (bookkeeping, meta), then those columns, in the order first met. A column no row
+    has (the timings of a sweep whose every row is invalid or infeasible) is a float NaN column, as in a
+    sweep where some rows have it. What `sweep` returns and the pipeline's collect writes
+    (pipeline/stages.py), so both give one experiment the same columns."""
     columns: dict[str, None] = {}
-    present: set[str] = set()
-    for row, (_, raw) in zip(rows, raws, strict=True):
-        workload = raw["case"].get("workload")
-        mode = row.get("mode", workload.get("mode") if isinstance(workload, dict) else None)
+    for row, mode in zip(keys, modes, strict=True):
         schema = _schema(mode if isinstance(mode, str) else None, engine)
         columns.update(dict.fromkeys(k for k in row if k not in schema[1]))
         columns.update(dict.fromkeys(schema[0]))
-        present.update(row)
-    table = pd.DataFrame(rows, columns=list(columns))
-    return table.astype(dict.fromkeys((c for c in columns if c not in present), "float64"))
+    absent = [c for c in columns if c not in table.columns]
+    return table.reindex(columns=list(columns)).astype(dict.fromkeys(absent, "float64"))
+
+
+def workload_mode(raw_case: Mapping[str, Any]) -> Any:
+    """A raw case mapping's `workload.mode` (what an invalid row's columns follow), None without one."""
+    workload = raw_case.get("workload")
+    return workload.get("mode") if isinstance(workload, dict) else None
 
 
 @functools.lru_cache(maxsize=8)

@@ -1,12 +1,13 @@
 """The pipeline stages (docs/architecture.md, data flow) as functions of paths: expand, price, memory, trace, simulate, collect."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 
 from rapidllm.engine.engine import simulate
-from rapidllm.prediction import MEMORY_FIELDS, device_record, memory_record
+from rapidllm.prediction import MEMORY_FIELDS, device_record, memory_record, sweep_frame, workload_mode
 from rapidllm.pipeline.graph_store import read_graphs, write_graphs
 from rapidllm.graph.schedules import interleaving
 from rapidllm.graph.templates import case_templates, operator_frame
@@ -73,9 +74,15 @@ def run_simulate(cases: str | Path, ops: str | Path, memory: str | Path, graphs:
     write_table(pd.DataFrame(rows), out)
 
 
-def run_collect(cases: str | Path, sims: list[str], out_parquet: str | Path, out_csv: str | Path) -> pd.DataFrame:
-    """One row per expanded case: the case columns plus the prediction (or why there is none)."""
-    base = pd.read_parquet(cases).drop(columns=["case_json"])
+def run_collect(cases: str | Path, sims: list[str], out_parquet: str | Path, out_csv: str | Path,
+                engine: str = "event") -> pd.DataFrame:
+    """One row per expanded case: the case columns plus the prediction (or why there is none), with the
+    columns, in order, that `prediction.sweep` gives the same experiment on `engine` (`sweep_frame`): they
+    follow each row's workload mode, not which rows are valid or which shard came first, so a study whose
+    every row is invalid or infeasible, or one of both modes, has the columns of a valid one. A row's own
+    keys are its non-null values (parquet keeps no absent-or-null difference; a null meta value counts as
+    absent), its mode its `mode` column, else its raw case's (`case_json`)."""
+    base = pd.read_parquet(cases)
     sim = pd.concat([pd.read_parquet(s) for s in sims], ignore_index=True) if sims else pd.DataFrame()
     if len(sim):
         sim = sim.drop_duplicates("case_id")
@@ -87,6 +94,12 @@ def run_collect(cases: str | Path, sims: list[str], out_parquet: str | Path, out
         base.loc[ok, "status"] = base.loc[ok, "sim_status"].fillna("ok")
         base = base.drop(columns=["sim_status", "sim_reason"])
     base = base.sort_values("index").reset_index(drop=True)
+    raw = base.pop("case_json")
+    own = base["mode"] if "mode" in base else [None] * len(base)       # no mode column: every row invalid
+    modes = [m if isinstance(m, str) else workload_mode(json.loads(j)) for m, j in zip(own, raw, strict=True)]
+    names = list(base.columns)
+    keys = ([c for c, has in zip(names, row) if has] for row in base.notna().to_numpy())
+    base = sweep_frame(base, keys, modes, engine)
     write_table(base, out_parquet)
     write_table(base, out_csv)
     return base
