@@ -44,7 +44,8 @@ DS_REDUCE_BUCKET = 5e8        # DeepSpeed reduce_bucket_size default, elements
 # channels" on two (aws-samples awsome-distributed-training, nccl-tests expected results).
 NCCL_NODE_CHANNELS = 24
 NCCL_MAX_CHANNELS = 32
-NCCL_DUP_NIC = 30e9           # NIC bytes/s from which a channel's speed step is >= 25 GB/s (30; 24 below it)
+NCCL_DUP_NIC = 30e9           # NIC bytes/s from which a channel's speed step is >= 25 GB/s (30; 24 below it;
+                              # sm_80's array also has a 28 step, which NICs of 28-30 GB/s would reach)
 NCCL_FAST_NIC = 80e9          # NIC bytes/s from which an sm_100 channel runs at >= 50 GB/s (sm_80/90 stop at 48)
 
 
