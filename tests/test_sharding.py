@@ -18,6 +18,7 @@ from rapidllm.engine.sharding import (
     overlapped_layer_seconds,
     scatter_groups,
 )
+from rapidllm.ops.price import price_case
 from rapidllm.prediction import evaluate
 from rapidllm.spec.case import resolve_case
 
@@ -122,3 +123,36 @@ def test_step_pays_the_gathers_share_of_sms(monkeypatch):
     bound = nccl_sm_share(case, CommCost(case)) * (2 * g + rs) * case.model.layers * m
     assert with_share["compute_time_s"] == without["compute_time_s"]
     assert without["step_time_s"] < with_share["step_time_s"] <= without["step_time_s"] + bound + 1e-12
+
+
+TINY_MOE = {**TINY, "name": "tiny-moe",
+            "moe": {"experts": 8, "top_k": 2, "expert_ffn": 1024, "first_dense_layers": 1, "layer_freq": 1}}
+
+
+@pytest.mark.parametrize("model,parallelism,faults", [
+    (TINY_MOE, {"pp": 2, "dp": 16, "ep": 4, "zero": 3}, [{"link": [1, 32], "bandwidth_factor": 0.25}]),
+    (TINY, {"pp": 2, "dp": 8, "fsdp": "full_shard", "schedule": "interleaved", "virtual_stages": 3,
+            "embedding_in_split": True, "loss_in_split": True}, []),
+], ids=["moe-faulty-stages", "empty-chunks"])
+def test_share_per_stage_and_chunk(monkeypatch, model, parallelism, faults):
+    """Stages that differ (a degraded link: every stage priced on its own) and chunks without layers (4 layers
+    with the embedding and loss in a 2 x 3 split: the first and last chunks hold none): every chunk's span
+    is finite and at least its span without the share, a chunk without layers exactly that (nothing
+    overlaps in it), and the compute is the same."""
+    case = resolve_case({"model": model, "hardware": "h100-sxm5-80gb", "network": "superpod-ndr", "faults": faults,
+                         "workload": {"mode": "training", "seq_len": 2048, "global_batch": 1024, "micro_batch": 16},
+                         "parallelism": parallelism}, "test")
+
+    def inputs():
+        return composer.training_plan(case, price_case(case), CommCost(case)).inputs
+    with_share = inputs()
+    monkeypatch.setattr(composer, "nccl_sm_share", lambda case, cost: 0.0)
+    without = inputs()
+    assert CommCost(case).symmetric == (not faults)
+    empty = np.array(case.parallelism.stage_chunk_layers(case.model.layers)) == 0
+    assert empty.any() == (not faults)
+    for a, b in ((with_share.f_span, without.f_span), (with_share.b_span, without.b_span)):
+        assert np.isfinite(a).all() and (a >= b).all() and (a > b).any()
+        assert (a[empty] == b[empty]).all()
+    assert np.array_equal(with_share.f_compute, without.f_compute)
+    assert np.array_equal(with_share.b_compute, without.b_compute)
