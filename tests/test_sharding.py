@@ -10,14 +10,15 @@ from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import sharded_layer_bytes, sharded_layer_params
 from rapidllm.engine.sharding import (
     DS_REDUCE_BUCKET,
-    NCCL_MULTINODE_CHANNELS,
     NCCL_NODE_CHANNELS,
     gather_groups,
     layer_comm_seconds,
+    nccl_channels,
     nccl_sm_share,
     overlapped_layer_seconds,
     scatter_groups,
 )
+from rapidllm.ops.price import price_case
 from rapidllm.prediction import evaluate
 from rapidllm.spec.case import resolve_case
 
@@ -81,14 +82,30 @@ def test_overlap_never_faster_and_monotone_in_share():
         previous = t
 
 
-def test_nccl_share_from_channels():
-    """24 collective channels inside an NVLink node, 16 across nodes (one CTA, so one SM, each)."""
-    inside = resolve_case({"model": TINY, "hardware": "h100-sxm5-80gb", "network": "superpod-ndr",
-                           "workload": {"mode": "training", "seq_len": 1024, "global_batch": 32, "micro_batch": 1},
-                           "parallelism": {"dp": 8, "fsdp": "full_shard"}}, "test")
-    across = _case({"fsdp": "full_shard"})
-    assert nccl_sm_share(inside, CommCost(inside)) == pytest.approx(NCCL_NODE_CHANNELS / 132)
-    assert nccl_sm_share(across, CommCost(across)) == pytest.approx(NCCL_MULTINODE_CHANNELS / 132)
+def _layout(hardware: str, network: str, tp: int, dp: int):
+    return resolve_case({"model": TINY, "hardware": hardware, "network": network,
+                         "workload": {"mode": "training", "seq_len": 1024, "global_batch": dp, "micro_batch": 1},
+                         "parallelism": {"tp": tp, "dp": dp, "fsdp": "full_shard"}}, "test")
+
+
+@pytest.mark.parametrize("hardware,network,tp,dp,channels", [
+    ("h100-sxm5-80gb", "superpod-ndr", 1, 8, NCCL_NODE_CHANNELS),   # one node: NVLink channels
+    ("h100-sxm5-80gb", "superpod-ndr", 1, 32, 2 * 8),       # 8 NICs at 48 GB/s: sm_90 keeps > 4 channels
+    ("h100-sxm5-80gb", "superpod-ndr", 2, 16, 2 * 2 * 4),   # 4 NICs: duplicated, then doubled
+    ("h100-sxm5-80gb", "superpod-ndr", 8, 4, 2 * 2 * 1),    # tp fills the node: dp on one NIC per node
+    ("a100-sxm4-80gb", "superpod-hdr", 1, 16, 2 * 8),       # 24 GB/s channels are never duplicated
+    ("a100-sxm4-80gb", "superpod-hdr", 8, 4, 2 * 1),
+    ("a100-sxm4-80gb", "superpod-ndr", 1, 16, 2 * 2 * 8),   # sm_80 duplicates 48 GB/s channels whatever their count
+    ("b200", "superpod-b200-ndr", 1, 16, 2 * 8),            # 50 GB/s NICs: 48 GB/s steps, as Hopper
+], ids=["h100-node", "h100-8nic", "h100-tp2", "h100-tp8", "a100-8nic", "a100-tp8", "a100-ndr", "b200-8nic"])
+def test_nccl_channels_from_the_groups_nics(hardware, network, tp, dp, channels):
+    """Inside a node NCCL's 24 NVLink channels; across nodes one ring channel per NIC the DP group's GPUs bring
+    to a node, duplicated when a channel runs at >= 25 GB/s (not on sm > 80 below 50 GB/s with more than 4),
+    then doubled; the share is the channels over the SMs."""
+    case = _layout(hardware, network, tp, dp)
+    cost = CommCost(case)
+    assert nccl_channels(case, cost) == channels
+    assert nccl_sm_share(case, cost) == pytest.approx(channels / case.hardware.sm_count)
 
 
 def test_step_pays_the_gathers_share_of_sms(monkeypatch):
@@ -103,6 +120,39 @@ def test_step_pays_the_gathers_share_of_sms(monkeypatch):
     gather, scatter = sharded_layer_bytes(case)
     g, rs = layer_comm_seconds(case, CommCost(case), -1, gather, scatter, sharded_layer_params(case))
     m = case.workload.microbatches(case.parallelism.dp)
-    bound = NCCL_MULTINODE_CHANNELS / 132 * (2 * g + rs) * case.model.layers * m
+    bound = nccl_sm_share(case, CommCost(case)) * (2 * g + rs) * case.model.layers * m
     assert with_share["compute_time_s"] == without["compute_time_s"]
     assert without["step_time_s"] < with_share["step_time_s"] <= without["step_time_s"] + bound + 1e-12
+
+
+TINY_MOE = {**TINY, "name": "tiny-moe",
+            "moe": {"experts": 8, "top_k": 2, "expert_ffn": 1024, "first_dense_layers": 1, "layer_freq": 1}}
+
+
+@pytest.mark.parametrize("model,parallelism,faults", [
+    (TINY_MOE, {"pp": 2, "dp": 16, "ep": 4, "zero": 3}, [{"link": [1, 32], "bandwidth_factor": 0.25}]),
+    (TINY, {"pp": 2, "dp": 8, "fsdp": "full_shard", "schedule": "interleaved", "virtual_stages": 3,
+            "embedding_in_split": True, "loss_in_split": True}, []),
+], ids=["moe-faulty-stages", "empty-chunks"])
+def test_share_per_stage_and_chunk(monkeypatch, model, parallelism, faults):
+    """Stages that differ (a degraded link: every stage priced on its own) and chunks without layers (4 layers
+    with the embedding and loss in a 2 x 3 split: the first and last chunks hold none): every chunk's span
+    is finite and at least its span without the share, a chunk without layers exactly that (nothing
+    overlaps in it), and the compute is the same."""
+    case = resolve_case({"model": model, "hardware": "h100-sxm5-80gb", "network": "superpod-ndr", "faults": faults,
+                         "workload": {"mode": "training", "seq_len": 2048, "global_batch": 1024, "micro_batch": 16},
+                         "parallelism": parallelism}, "test")
+
+    def inputs():
+        return composer.training_plan(case, price_case(case), CommCost(case)).inputs
+    with_share = inputs()
+    monkeypatch.setattr(composer, "nccl_sm_share", lambda case, cost: 0.0)
+    without = inputs()
+    assert CommCost(case).symmetric == (not faults)
+    empty = np.array(case.parallelism.stage_chunk_layers(case.model.layers)) == 0
+    assert empty.any() == (not faults)
+    for a, b in ((with_share.f_span, without.f_span), (with_share.b_span, without.b_span)):
+        assert np.isfinite(a).all() and (a >= b).all() and (a > b).any()
+        assert (a[empty] == b[empty]).all()
+    assert np.array_equal(with_share.f_compute, without.f_compute)
+    assert np.array_equal(with_share.b_compute, without.b_compute)

@@ -7,7 +7,10 @@ Inference: prefill, then decode steps whose attention grows linearly with the co
 first and last step and averaged, exact for a linear cost). This is the "before" model of the paper's
 ablations; the event-driven engine replaces it. It deliberately prices no overlap option
 (`tp_comm_overlap`, `overlap_p2p_comm`, `microbatch_overlap`, ...): it is the ablation's no-overlap
-reference, so such a case gets the same baseline time as without the option.
+reference, so such a case gets the same baseline time as without the option. For the same reason ZeRO-3 /
+FSDP's per-layer gathers and reduce-scatters add to the step whole, and the SMs that NCCL's CTAs hold while
+the event engine overlaps them with compute (`engine/sharding.py: nccl_sm_share`) are not charged: no
+compute runs beside them here.
 """
 from __future__ import annotations
 

@@ -19,7 +19,9 @@ operators, collectives and overlaps reach ASTRA-sim:
   `overlap_grad_reduce: false`); then each stage's own
   optimizer step (its share of the parameters) and, for a sharded optimizer, the parameter all-gather.
 Sizes are ASTRA-sim's (`astra_comm_size`: an all-gather carries one rank's input). Not expressed: the merged forward/backward
-pairs of `moe_a2a_overlap` (the trace runs them one after the other). Needs the optional `mlc-chakra`
+pairs of `moe_a2a_overlap` (the trace runs them one after the other), and the SMs that the ZeRO-3 / FSDP
+collectives' NCCL CTAs hold (`engine.sharding.nccl_sm_share`): a Chakra compute node has a fixed duration,
+so ASTRA-sim runs the overlapped layer compute at full speed where the engine slows it. Needs the optional `mlc-chakra`
 package (extra `chakra`). docs/engine.md says how to replay the files in ASTRA-sim.
 """
 from __future__ import annotations

@@ -32,14 +32,21 @@ from rapidllm.ops.operators import GEMM
 from rapidllm.spec.case import Case
 
 DS_REDUCE_BUCKET = 5e8        # DeepSpeed reduce_bucket_size default, elements
-# NCCL collective channels (one CTA each) of a communicator on 8-GPU NVSwitch nodes with a NIC per GPU: 24
-# within a node, 16 across nodes. NCCL's ring search (src/graph/search.cc, ncclTopoCompute) takes one
-# channel per NIC across nodes (8, not duplicated: ncclTopoDupChannels skips per-channel bandwidths under
-# 50 GB/s on sm > 80) and 6 NVLink channels within a node (duplicated to 12); connect.cc (ncclTopoPostset)
-# doubles both. The NCCL INIT lines of 8 x H100 (p5.48xlarge) read "24 coll channels" on one node and "16
-# coll channels" on two (aws-samples awsome-distributed-training, nccl-tests expected results).
+# NCCL collective channels (one CTA each) of a communicator on NVSwitch nodes with a NIC per GPU. Within a
+# node 24: NCCL's ring search (src/graph/search.cc, ncclTopoCompute) finds 6 NVLink channels, which
+# ncclTopoDupChannels duplicates to 12 and connect.cc (ncclTopoPostset) doubles. Across nodes the search
+# finds one channel per NIC that the communicator's GPUs on a node bring; ncclTopoDupChannels duplicates them
+# when a channel runs at 25 GB/s or more, except on sm > 80 below 50 GB/s with more than 4 channels; then
+# connect.cc doubles them (at most MAXCHANNELS, 32). A channel's speed is the step of NCCL's inter-node speed
+# array at or below the NIC's bandwidth: 24 GB/s on HDR (no duplication), 48 on NDR, and on sm_100 80 or more
+# from an 80 GB/s NIC. So 8 GPUs of a DGX node in the group give 16 (HDR or NDR), 1 gives 2 (HDR) or 4 (NDR on
+# Hopper). The NCCL INIT lines of 8 x H100 (p5.48xlarge) read "24 coll channels" on one node and "16 coll
+# channels" on two (aws-samples awsome-distributed-training, nccl-tests expected results).
 NCCL_NODE_CHANNELS = 24
-NCCL_MULTINODE_CHANNELS = 16
+NCCL_MAX_CHANNELS = 32
+NCCL_DUP_NIC = 30e9           # NIC bytes/s from which a channel's speed step is >= 25 GB/s (30; 24 below it;
+                              # sm_80's array also has a 28 step, which NICs of 28-30 GB/s would reach)
+NCCL_FAST_NIC = 80e9          # NIC bytes/s from which an sm_100 channel runs at >= 50 GB/s (sm_80/90 stop at 48)
 
 
 def layer_gathers(case: Case, is_moe: bool) -> float:
@@ -107,14 +114,28 @@ def layer_comm_seconds(case: Case, cost: CommCost, stage: int, gather_bytes: flo
     return g * cost.time("dp", "all_gather", gb, stage), s * cost.time("dp", "reduce_scatter", sb, stage)
 
 
+def nccl_channels(case: Case, cost: CommCost) -> int:
+    """Collective channels of the data-parallel communicator: NCCL_NODE_CHANNELS when it stays inside a node
+    (the network's first dimension), else as NCCL's search, duplication and connect steps give them from
+    the NICs its GPUs bring to a node (one per GPU: fewer than the node's when tp, cp or ep ranks fill it)
+    and the NICs' bandwidth (the constants above)."""
+    dims = cost.dims("dp")
+    if not any(d > 0 for d in dims):
+        return NCCL_NODE_CHANNELS
+    net = case.network
+    group, node = cost.groups("dp", 0)[0], net.dimensions[0].size
+    nics = sum(r // node == group[0] // node for r in group)
+    nic_bw = min(net.dimensions[d].link_bandwidth for d in dims if d > 0)
+    cc = float(case.hardware.compute_capability or 9.0)          # unknown: as Hopper
+    dup = nic_bw >= NCCL_DUP_NIC and (cc <= 8.0 or nics <= 4 or (cc >= 10.0 and nic_bw >= NCCL_FAST_NIC))
+    return min(2 * nics * (2 if dup else 1), NCCL_MAX_CHANNELS)
+
+
 def nccl_sm_share(case: Case, cost: CommCost) -> float:
     """Fraction of a GPU's SMs the data-parallel collectives hold while they run: their channels (one
-    resident CTA each, NCCL_NODE_CHANNELS inside an NVLink node, NCCL_MULTINODE_CHANNELS across nodes) over
-    the device's SMs. A GEMM CTA needs most of an SM's registers and shared memory, so it does not share
-    an SM with an NCCL CTA: overlapped compute proceeds on the rest."""
-    spans_nodes = any(d > 0 for d in cost.dims("dp"))
-    channels = NCCL_MULTINODE_CHANNELS if spans_nodes else NCCL_NODE_CHANNELS
-    return min(channels / case.hardware.sm_count, 1.0)
+    resident CTA each, `nccl_channels`) over the device's SMs. A GEMM CTA needs most of an SM's registers
+    and shared memory, so it does not share an SM with an NCCL CTA: overlapped compute proceeds on the rest."""
+    return min(nccl_channels(case, cost) / case.hardware.sm_count, 1.0)
 
 
 def overlapped_layer_seconds(span: np.ndarray | float, compute: np.ndarray | float, comm: np.ndarray | float,

@@ -67,7 +67,9 @@ def stage_compute(case: Case, work: ShardWork, floor: tuple[float, float] = (0.0
     share, embedding on the first chunk, LM head on the last). `floor` = (forward, backward) seconds a layer
     takes at least besides its compute (ZeRO-3 / FSDP full_shard: the next layer's parameter gather, and the
     gather plus the gradient reduce-scatter; `layer_floor`): a layer costs max(compute, floor) and each kind
-    present in a chunk exposes one floor more (the chunk's first gather), as the composer charges."""
+    present in a chunk exposes one floor more (the chunk's first gather), as the composer charges at least
+    (it adds the compute the collectives' NCCL CTAs slow, `sharding.overlapped_layer_seconds`, which only
+    lengthens a layer, so this stays a lower bound)."""
     p, layers = case.parallelism, case.model.layers
     split = np.array(p.stage_chunk_layers(layers), dtype=float)
     if split.shape[1] != chunks_used(case):        # the engine runs a stage's chunks as one

@@ -15,8 +15,9 @@ simulated), placed where the pipeline graph (`graph/pipeline_dag.py`) puts them:
   overlap_grad_reduce);
 - the optimizer runs for its priced time scaled by the stage's share of the parameters, and the parameter
   all-gather of a sharded optimizer (without overlap_param_gather) follows it whole;
-- a ZeRO-3 layer costs max(its span, the gather) forward and max(span, gather + reduce-scatter) backward,
-  plus one exposed gather per chunk (`engine/composer.py: _chunk_times`);
+- a ZeRO-3 layer costs at least max(its span, the gather) forward and max(span, gather + reduce-scatter)
+  backward, plus one exposed gather per chunk (`engine/composer.py: _chunk_times`, which also charges the
+  compute the collectives' SMs slow: `sharding.overlapped_layer_seconds`, never below this max);
 - a layer's span is its template replayed with its collectives (exposed TP / CP / EP communication), which
   is what the pipeline's tasks last.
 The gradient buckets and gather are `engine/composer.gradient_buckets`, the engine's own sizing; tests/test_search.py
