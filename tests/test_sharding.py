@@ -18,6 +18,7 @@ from rapidllm.engine.sharding import (
     overlapped_layer_seconds,
     scatter_groups,
 )
+from rapidllm.graph.templates import layer_counts
 from rapidllm.ops.price import price_case
 from rapidllm.prediction import evaluate
 from rapidllm.spec.case import resolve_case
@@ -156,3 +157,27 @@ def test_share_per_stage_and_chunk(monkeypatch, model, parallelism, faults):
         assert (a[empty] == b[empty]).all()
     assert np.array_equal(with_share.f_compute, without.f_compute)
     assert np.array_equal(with_share.b_compute, without.b_compute)
+
+
+def test_a_chunk_of_two_layer_kinds_exposes_one_gather():
+    """DeepSeek-V2-Lite (one dense layer, 26 MoE layers) under full_shard: the forward of its only chunk
+    is its layers, each beside the next one's gather, plus ONE exposed gather (the chunk's first),
+    whatever the number of layer kinds."""
+    case = resolve_case({"model": "deepseek-v2-lite", "hardware": "h100-sxm5-80gb", "network": "superpod-ndr",
+                         "workload": {"mode": "training", "seq_len": 2048, "global_batch": 64, "micro_batch": 1},
+                         "parallelism": {"dp": 16, "fsdp": "full_shard"}}, "test")
+    cost = CommCost(case)
+    plan = composer.training_plan(case, price_case(case), cost)
+    gather, scatter = sharded_layer_bytes(case)
+    g, rs = layer_comm_seconds(case, cost, 0, gather, scatter, sharded_layer_params(case))
+    share, r = nccl_sm_share(case, cost), plan.replayed[0]
+    counts = layer_counts(case)
+    assert len(counts) == 2
+    layers_f = sum(n * overlapped_layer_seconds(r.span(k, "fwd"), r.compute(k, "fwd"), g, share)
+                   for k, n in counts.items())
+    layers_b = sum(n * overlapped_layer_seconds(r.span(k, "bwd"), r.compute(k, "bwd"), g + rs, share)
+                   for k, n in counts.items())
+    extra_f = r.span("first_stage", "extra_fwd") + r.span("last_stage", "extra_fwd")
+    extra_b = r.span("first_stage", "extra_bwd") + r.span("last_stage", "extra_bwd")
+    assert plan.inputs.f_span[0, 0] - layers_f - extra_f == pytest.approx(g, rel=1e-9)
+    assert plan.inputs.b_span[0, 0] - layers_b - extra_b == pytest.approx(g + rs, rel=1e-9)

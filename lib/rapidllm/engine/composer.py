@@ -272,21 +272,23 @@ def _chunk_times(case: Case, replayed: list[Replayed], cost: CommCost, v: int
         column = lambda get: float(get(per_stage[0]))     # noqa: E731
     else:
         column = lambda get: np.array([get(r) for r in per_stage], dtype=float)[:, None]     # noqa: E731
-    for section, n in layer_counts(case).items():
+    counts = layer_counts(case)
+    for section, n in counts.items():
         n_chunk = n / v * scale
-        # an empty chunk gathers nothing
-        exposed = np.where((gather != 0) & (n_chunk != 0), gather, 0.0) if sharded else 0.0
         fs, bs = column(lambda r: r.span(section, "fwd")), column(lambda r: r.span(section, "bwd"))
         fc, bc = column(lambda r: r.compute(section, "fwd")), column(lambda r: r.compute(section, "bwd"))
         if sharded:
-            f_span += n_chunk * overlapped_layer_seconds(fs, fc, gather, share) + exposed
-            b_span += n_chunk * overlapped_layer_seconds(bs, bc, gather + scatter, share) + np.where(
-                exposed != 0, exposed + scatter, 0.0)
+            f_span += n_chunk * overlapped_layer_seconds(fs, fc, gather, share)
+            b_span += n_chunk * overlapped_layer_seconds(bs, bc, gather + scatter, share)
         else:
             f_span += n_chunk * fs
             b_span += n_chunk * bs
         f_comp += n_chunk * fc
         b_comp += n_chunk * bc
+    if sharded:     # once per chunk, whatever its layer kinds: the first gather and the last reduce-scatter
+        exposed = np.where((gather != 0) & (sum(counts.values()) / v * scale != 0), gather, 0.0)   # empty: none
+        f_span += exposed
+        b_span += np.where(exposed != 0, exposed + scatter, 0.0)
     for section, (s, c) in (("first_stage", (0, 0)), ("last_stage", (p.pp - 1, v - 1))):
         r = per_stage[s]
         f_span[s, c] += r.span(section, "extra_fwd")
