@@ -27,9 +27,9 @@ mosaicml/pytorch:2.1.0_cu121; `_runtime_utils.py`, functions named as there):
 - The layer's gradient is assembled into its FlatParameter's: the parameters are views of the flat
   parameter (`FlatParamHandle._use_unsharded_views` splits it), so autograd's split backward concatenates
   their gradients, one read and one write of the layer's gradient in the parameter dtype.
-- With a float32 reduce dtype (Composer 0.16 `get_mixed_precision` 'DEFAULT': param bf16, reduce fp32,
-  composer/trainer/mosaic_fsdp_utils.py L87-90; the benchmark's mp_mode; `parallelism.fp32_grad_accum`)
-  `_post_backward_hook` casts the bf16 gradient to fp32 before the reduce-scatter.
+- Composer reduces the gradients in fp32 (`REDUCE_BYTES`), so `_post_backward_hook` casts the bf16
+  gradient to fp32 before the reduce-scatter, which carries 4 B per parameter (engine/composer.py
+  `sharded_layer_bytes` asks `reduce_bytes`).
 - `_reduce_grad` divides the unsharded gradient in place by `_get_gradient_predivide_factor(world)` (> 1
   for every world size >= 2) before the reduce-scatter: one read and one write at the reduce dtype.
 The cast and the division run on FSDP's post-backward stream; they are priced in line because the next
@@ -45,6 +45,12 @@ from rapidllm.ops.params import attention_params, mlp_params, moe_layer_params, 
 from rapidllm.spec.case import Case
 from rapidllm.spec.hardware import DTYPE_BYTES
 
+# Composer 0.16's FSDP mixed precision by default (`fsdp_config.setdefault('mixed_precision', 'DEFAULT')`,
+# composer/trainer/dist_strategy.py L143 at v0.16.4; llm-foundry v0.3.0 requires composer >= 0.16.3, < 0.17,
+# setup.py L50) maps 'DEFAULT' to bf16 parameters and an fp32 reduce dtype (mosaic_fsdp_utils.py L87-90).
+# The H100 benchmark ran it (its table's mp_mode column; the launcher writes 'DEFAULT', submit_benchmarks.py
+# L268 and L335 at b2a43a14). 'PURE' (bf16 reduce) is another run and is not modelled.
+REDUCE_BYTES = 4
 # the layer's projections with a bias when the model has biases (the QKV one also with `qkv_bias`)
 BIASED = ("qkv", "o_proj", "mlp_up", "mlp_down")
 REDUCE_FLOPS = 1.0      # one add per element read
@@ -102,8 +108,14 @@ def fsdp_gradient_passes(case: Case, is_moe: bool) -> list[Operator]:
     if p.fsdp == "none" or p.dp < 2:
         return []
     n, wb = layer_parameters(case, is_moe), DTYPE_BYTES[case.weight_precision]
-    reduce_b = 4 if p.fp32_grad_accum else wb
+    reduce_b = reduce_bytes(case)
     out = [_pass("fsdp_grad_flatten", n, wb, 1, 1)]
     if reduce_b != wb:
         out.append(replace(_pass("fsdp_grad_cast", n, 1, wb, reduce_b), dtype_bytes=reduce_b))
     return out + [replace(_pass("fsdp_grad_predivide", n, reduce_b, 1, 1), dtype_bytes=reduce_b)]
+
+
+def reduce_bytes(case: Case) -> int:
+    """Bytes per gradient element llm-foundry's FSDP reduce-scatters: Composer's fp32 reduce dtype, or the
+    weights' own dtype when they are fp32 already."""
+    return max(REDUCE_BYTES, DTYPE_BYTES[case.weight_precision])
