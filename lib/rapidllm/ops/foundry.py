@@ -32,9 +32,12 @@ mosaicml/pytorch:2.1.0_cu121; `_runtime_utils.py`, functions named as there):
   `sharded_layer_bytes` asks `reduce_bytes`).
 - `_reduce_grad` divides the unsharded gradient in place by `_get_gradient_predivide_factor(world)` (> 1
   for every world size >= 2) before the reduce-scatter: one read and one write at the reduce dtype.
-The cast and the division run on FSDP's post-backward stream; they are priced in line because the next
-layer's backward GEMMs fill every SM (one CTA per SM), so the two streams' kernels take turns on the SMs
-rather than sharing them.
+The cast and the division run on FSDP's post-backward stream; they are priced in series with the compute:
+the next layer's Hopper GEMM kernels hold one CTA per SM with most of its shared memory, so the other
+stream's kernels take the SMs in turns between GEMM CTAs rather than beside them (an upper bound where
+they find idle SMs). torch's code is cited by function (torch 2.1's files were not at hand; the functions
+are the same in the later versions read). Smaller passes are left out: FSDP's bf16 copy of the fp32 shard
+before each all-gather and the post-divide and accumulation of the gradient shard (1/dp of a layer each).
 """
 from __future__ import annotations
 
