@@ -22,10 +22,25 @@ def test_backward_on_a_partial_grid_takes_sms_over_programs_longer():
     args = (8192, 8192, 128, 128, True, "bf16", 1)
     part = ft._backward(hw, 1, 33, *args, sequence_parallel=False)
     full = ft._backward(hw, 4, 33, *args, sequence_parallel=False)
-    launches = 3 * hw.launch_overhead_s
-    assert part.hbm_s < part.time_s - launches                           # math and loads bind, not HBM
+    bw = hw.hbm_bandwidth * hw.utilization.hbm
+    # the launches and the three kernels around the backward kernel (their bytes scale with the batch)
+    part_main = part.time_s - 4 * hw.launch_overhead_s - ft.side_kernel_bytes(1, 33, 8192, 128, 128, 2) / bw
+    full_main = full.time_s - 4 * hw.launch_overhead_s - ft.side_kernel_bytes(4, 33, 8192, 128, 128, 2) / bw
+    assert part.hbm_s < part_main                                        # math and loads bind, not HBM
     assert full.flops == pytest.approx(4 * part.flops, rel=1e-12)
-    assert (part.time_s - launches) == pytest.approx(full.time_s - launches, rel=1e-9)
+    assert part_main == pytest.approx(full_main, rel=1e-9)
+
+
+def test_backward_side_kernels_add_their_passes():
+    """D = rowsum(dO * O) (reads O, dO; writes fp32 D), zeroing the fp32 dQ accumulator and copying it to
+    bf16 dQ run as their own kernels (flash_attn_triton.py L667-673, L485-492, L720 at v0.3.0): per query
+    row and head 2·2d + 4 + 4d + (4 + 2)d bytes, added to the backward kernel with one launch each."""
+    hw = make_hw(l2_size=1e12)
+    rows, d = 2 * 16 * 2048, 128
+    assert ft.side_kernel_bytes(2, 16, 2048, d, d, 2) == rows * (4 * d + 4 + 4 * d + 6 * d)
+    p = ft._backward(hw, 2, 16, 2048, 2048, d, d, True, "bf16", 1, sequence_parallel=True)
+    no_side = p.time_s - ft.side_kernel_bytes(2, 16, 2048, d, d, 2) / (hw.hbm_bandwidth * hw.utilization.hbm)
+    assert p.time_s > no_side > 4 * hw.launch_overhead_s + max(p.compute_s, p.hbm_s)
 
 
 def test_autotuner_keeps_the_sequence_parallel_backward_at_long_sequence():

@@ -40,6 +40,7 @@ from rapidllm.graph.templates import (
 )
 from rapidllm.memory.closed_form import state_bytes_per_param
 from rapidllm.memory.state import all_stage_params, conventions, stage_layer_counts
+from rapidllm.ops import foundry
 from rapidllm.ops.price import OperatorTable, local_parameters
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -179,6 +180,8 @@ def sharded_layer_bytes(case: Case) -> tuple[float, float]:
         return 0.0, 0.0
     per_layer = sharded_layer_params(case)
     w, g, _ = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)
+    if case.framework == "llm-foundry":          # Composer's FSDP reduces in fp32 (ops/foundry.py)
+        g = foundry.reduce_bytes(case)
     return per_layer * w, per_layer * g
 
 

@@ -23,6 +23,9 @@ with `triton_pre_mlir` imports), compiled by the legacy (pre-MLIR) Triton of vch
   global loads with its MMAs: the tile stream adds to the math instead of hiding behind it, and every load
   an MMA waits for costs one memory latency per tile (K and V forward; Q and dO backward, and the dQ read
   without atomics).
+- Three more kernels run one after another around the backward kernel (`side_kernel_bytes`): D =
+  rowsum(dO * O) (L667-673), the zeroing of the fp32 dQ accumulator by both configs' pre-hook (L485-492)
+  and its copy into dQ (L720); each is its own pass over HBM and adds to the backward.
 - GQA/MQA: llm-foundry repeats K and V to every query head before the call (llmfoundry/models/layers/
   attention.py L403-413 at v0.3.0), so the kernel runs as multi-head attention.
 
@@ -100,9 +103,7 @@ def _backward(hw: HardwareSpec, batch: int, q_heads: int, q_len: int, kv_len: in
         passes = 1.0 if min(programs, hw.sm_count) * q_head <= hw.l2_size else float(n_kb)
     q_hbm = batch * q_heads * q_head * vis * passes
     kv_once = float(batch) * q_heads * kv_len * (dqk + dv) * b * 2       # read K, V; write dK, dV
-    pre = float(batch) * q_heads * q_len * (2 * dv * b + 4)               # D = rowsum(dO * O), L237-258
-    dq_out = float(batch) * q_heads * q_len * dqk * b                      # dq.copy_(dq_accum), L720
-    hbm = q_hbm + kv_once + pre + dq_out
+    hbm = q_hbm + kv_once
     run = batch * q_heads * executed
     compute = 2.0 * run * (2 * dqk + 3 * dv) / fa.flash_mma_flops(hw, dtype, "flash")
     smem = run * fa.fa2_bwd_smem_elements(dqk, dv) * b
@@ -110,8 +111,18 @@ def _backward(hw: HardwareSpec, batch: int, q_heads: int, q_len: int, kv_len: in
     waited = BWD_WAITED_LOADS + (0 if sequence_parallel else 1)
     load_s = _exposed_s(hw, run / BLOCK**2, programs, reread + hbm - q_hbm, waited)
     hbm_s = hbm / (hw.hbm_bandwidth * hw.utilization.hbm)
-    t = 3 * hw.launch_overhead_s + max(math_s + load_s, hbm_s)
-    return fa.AttentionPrice(t, flops, hbm, compute, hbm_s, BLOCK, reread)
+    side = side_kernel_bytes(batch, q_heads, q_len, dqk, dv, b)
+    t = 4 * hw.launch_overhead_s + side / (hw.hbm_bandwidth * hw.utilization.hbm) + max(math_s + load_s, hbm_s)
+    return fa.AttentionPrice(t, flops, hbm + side, compute, hbm_s, BLOCK, reread)
+
+
+def side_kernel_bytes(batch: int, q_heads: int, q_len: int, dqk: int, dv: int, b: int) -> float:
+    """HBM bytes of the three kernels `_flash_attn_backward` launches around the backward kernel, one after
+    another on the stream, so they add to it: D = rowsum(dO * O) (`_bwd_preprocess_do_o_dot`, L667-673,
+    reads O and dO, writes D in fp32), the autotuner's pre-hook zeroing the fp32 dQ accumulator
+    (`init_to_zero('DQ')`, L485-492) and `dq.copy_(dq_accum)` (L720: reads fp32, writes the input dtype)."""
+    rows = float(batch) * q_heads * q_len
+    return rows * (2 * dv * b + 4) + rows * dqk * 4 + rows * dqk * (4 + b)
 
 
 def triton_backward(hw: HardwareSpec, batch: int, q_heads: int, q_len: int, kv_len: int, dqk: int, dv: int,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rapidllm.caches import current
+from rapidllm.ops import foundry
 from rapidllm.ops import workload as wl
 from rapidllm.ops.attention import attention_backward, attention_forward
 from rapidllm.ops.attention_per_head import per_head_decode
@@ -58,6 +59,8 @@ def _layer_sections(case: Case, shard: wl.Shard, prefix: str, training: bool) ->
         if training:
             par = case.parallelism
             ops = _scaled(case, wl.layer_training(model, shard, is_moe, par.recompute, par.recompute_modules))
+            if case.framework == "llm-foundry":
+                ops = foundry.layer_kernels(case, ops, is_moe)
         else:
             ops = wl.layer_forward(model, shard, is_moe)
         out += [(f"{prefix}layer_{kind}", o) for o in ops]
