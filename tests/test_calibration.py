@@ -29,6 +29,26 @@ def test_recovers_known_constants_on_synthetic_data():
     assert np.array_equal(u, again)          # deterministic
 
 
+def test_entries_missed_by_more_than_2x_do_not_steer_the_fit():
+    """The synthetic engine of the test above with +-5% measurement noise, and five of its 24 entries
+    measured at a third of what the engine predicts at the truth (a mechanism the engine lacks). Uncapped,
+    the MAPE fit runs the compute constant to its bound to shrink those five; capped at 100% each, they
+    have no say and the fit stays within 0.05 of the truth."""
+    rng = np.random.default_rng(0)
+    parts = rng.uniform(0.1, 1.0, size=(24, 3)) * rng.choice([0.05, 1.0], size=(24, 3))
+    truth = np.array([0.85, 0.7, 0.6])
+    predict = lambda u: (parts / u).sum(axis=1)  # noqa: E731
+    measured = predict(truth) * np.random.default_rng(1).uniform(0.95, 1.05, 24)   # any seed: 0.02-0.04 / 0.15
+    measured[:5] /= 3.0
+    u, _ = fit_constants(mape_objective(predict, measured), grid=5, iters=300)
+    assert np.max(np.abs(u - truth)) < 0.05
+
+    def uncapped(x: np.ndarray) -> float:
+        return float(np.mean(np.abs(predict(x) - measured) / measured) * 100.0)
+    dragged, _ = fit_constants(uncapped, grid=5, iters=300)
+    assert np.max(np.abs(dragged - truth)) > 0.1
+
+
 def test_write_constants_changes_only_the_values(tmp_path: Path):
     src = project_root() / "config" / "hardware" / "a100-sxm4-80gb.yaml"
     dst = tmp_path / "hw.yaml"
