@@ -66,9 +66,9 @@ def stage_compute(case: Case, work: ShardWork, floor: tuple[float, float] = (0.0
     places them (`engine/composer.py: _chunk_times`: layers by the pipeline split, each kind in its model-wide
     share, embedding on the first chunk, LM head on the last). `floor` = (forward, backward) seconds a layer
     takes at least besides its compute (ZeRO-3 / FSDP full_shard: the next layer's parameter gather, and the
-    gather plus the gradient reduce-scatter; `layer_floor`): a layer costs max(compute, floor) and each kind
-    present in a chunk exposes one floor more (the chunk's first gather), as the composer charges at least
-    (it adds the compute the collectives' NCCL CTAs slow, `sharding.overlapped_layer_seconds`, which only
+    gather plus the gradient reduce-scatter; `layer_floor`): a layer costs max(compute, floor) and a chunk
+    with layers exposes one floor more, whatever its layer kinds (the chunk's first gather), as the composer
+    charges at least (it adds the compute the collectives' NCCL CTAs slow, `sharding.overlapped_layer_seconds`, which only
     lengthens a layer, so this stays a lower bound)."""
     p, layers = case.parallelism, case.model.layers
     split = np.array(p.stage_chunk_layers(layers), dtype=float)
@@ -79,8 +79,10 @@ def stage_compute(case: Case, work: ShardWork, floor: tuple[float, float] = (0.0
         if not n:
             continue
         share = split * (n / layers)
-        f += share * max(work.fwd.get(f"layer_{kind}", 0.0), floor[0]) + (share > 0) * floor[0]
-        b += share * max(work.bwd.get(f"layer_{kind}", 0.0), floor[1]) + (share > 0) * floor[1]
+        f += share * max(work.fwd.get(f"layer_{kind}", 0.0), floor[0])
+        b += share * max(work.bwd.get(f"layer_{kind}", 0.0), floor[1])
+    f += (split > 0) * floor[0]
+    b += (split > 0) * floor[1]
     f[0, 0] += work.fwd.get("first_stage", 0.0)
     b[0, 0] += work.bwd.get("first_stage", 0.0)
     f[-1, -1] += work.fwd.get("last_stage", 0.0)
