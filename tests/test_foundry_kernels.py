@@ -1,8 +1,10 @@
 """llm-foundry's eager backward kernels and torch FSDP's gradient passes (ops/foundry.py), in closed form on
 a small MPT-shaped model: biases on, LayerNorm, plain GELU MLP of 4h, MHA, one FlatParameter per block."""
+from dataclasses import replace
+
 import pytest
 
-from rapidllm.engine.composer import sharded_layer_bytes
+from rapidllm.engine.composer import gradient_buckets, sharded_layer_bytes
 from rapidllm.ops.price import price_case
 from rapidllm.prediction import evaluate
 from rapidllm.spec.case import resolve_case
@@ -63,3 +65,16 @@ def test_no_fsdp_passes_without_sharding():
     """On one rank nothing is sharded or reduced: the eager kernels stay, the FSDP passes go."""
     got = _layer(_case("llm-foundry", dp=1))
     assert "qkv_grad_cat" in got and not {n for n in got if n.startswith("fsdp_")}
+
+
+def test_shard_grad_op_reduces_in_fp32_too():
+    """Composer's 'DEFAULT' mixed precision sets FSDP's reduce dtype whatever the sharding strategy, so under
+    shard_grad_op (no per-layer gathers: the gradients go in buckets) the buckets carry 4 B per parameter,
+    twice a Megatron case's bf16, as the fp32 cast the layer prices implies."""
+    def buckets(framework: str):
+        case = _case(framework)
+        case = replace(case, parallelism=replace(case.parallelism, fsdp="shard_grad_op"))
+        return gradient_buckets(case, 1)
+    mg, fd = buckets("megatron"), buckets("llm-foundry")
+    assert mg.op == fd.op == "reduce_scatter" and fd.count == mg.count
+    assert fd.nbytes == 2 * mg.nbytes and fd.gather_bytes == mg.gather_bytes

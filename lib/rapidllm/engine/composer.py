@@ -179,10 +179,17 @@ def sharded_layer_bytes(case: Case) -> tuple[float, float]:
     if p.dp <= 1 or not (p.zero == 3 or p.fsdp == "full_shard"):
         return 0.0, 0.0
     per_layer = sharded_layer_params(case)
-    w, g, _ = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)
-    if case.framework == "llm-foundry":          # Composer's FSDP reduces in fp32 (ops/foundry.py)
-        g = foundry.reduce_bytes(case)
-    return per_layer * w, per_layer * g
+    w = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)[0]
+    return per_layer * w, per_layer * reduced_gradient_bytes(case)
+
+
+def reduced_gradient_bytes(case: Case) -> float:
+    """Bytes per parameter of the data-parallel gradient reduction: the gradient's own, except under
+    llm-foundry's FSDP (any sharding strategy), which Composer reduces in fp32 (ops/foundry.py)."""
+    p = case.parallelism
+    if case.framework == "llm-foundry" and p.fsdp != "none":
+        return float(foundry.reduce_bytes(case))
+    return state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)[1]
 
 
 def p2p_bytes(case: Case) -> float:
@@ -234,7 +241,7 @@ def gradient_buckets(case: Case, v: int, stage_params: tuple[np.ndarray, np.ndar
     params, expert_params = stage_params if stage_params is not None else stage_parameters(case)
     heavy = int(params.argmax())
     heaviest = dp_reduced_parameters(case, float(params[heavy]), float(expert_params[heavy]))
-    wb, gb, _ = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)
+    wb, gb = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)[0], reduced_gradient_bytes(case)
     sharded = p.zero in (1, 2) or p.fsdp == "shard_grad_op"
     chunk_params = heaviest / v
     buckets = max(1, math.ceil(chunk_params / max(BUCKET_PARAMS, 1e6 * p.dp)))
