@@ -187,7 +187,8 @@ def write_constants(device: str, u: np.ndarray, path: Path | None = None) -> Pat
 
 def fit_device(device: str, entries: list[Entry], grid: int = 5, iters: int = 120) -> dict:
     """The three constants of one device fitted on its calibration entries (network from its collective
-    table where it has one), with the MAPE of those entries at 1.0 and at the fit."""
+    table where it has one), with the objective at 1.0 and at the fit: the MAPE of those entries, each capped
+    at MISS_CAP (below an entry's true error where it is over 100%)."""
     measured = np.array([e.measured for e in entries])
     objective = mape_objective(lambda u: predict_entries(entries, u), measured)
     before = objective(np.array([1.0, 1.0, 1.0]))
@@ -215,7 +216,7 @@ def calibrate(suite_paths: list[Path], grid: int = 5, iters: int = 120, write: b
         u = np.array([fit[k] for k in CONSTANTS])
         source = "" if device not in TABLES else \
             f" (network from the {TABLES[device].path.name} collective table)"
-        log(f"{device}: {fit['rows']} calibration rows ({fit['entries']} entries): MAPE {fit['mape_before_pct']:.2f}% "
+        log(f"{device}: {fit['rows']} calibration rows ({fit['entries']} entries): capped MAPE {fit['mape_before_pct']:.2f}% "
             f"at 1.0 -> {fit['mape_pct']:.2f}% at " + ", ".join(f"{k} {v:.3f}" for k, v in zip(CONSTANTS, u)) + source)
         if write:
             write_constants(device, u)
