@@ -38,9 +38,8 @@ from rapidllm.graph.templates import (
     ops_view,
     shared_case_templates,
 )
-from rapidllm.memory.closed_form import state_bytes_per_param
+from rapidllm.memory.closed_form import reduced_gradient_bytes, state_bytes_per_param
 from rapidllm.memory.state import all_stage_params, conventions, stage_layer_counts
-from rapidllm.ops import foundry
 from rapidllm.ops.price import OperatorTable, local_parameters
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -181,15 +180,6 @@ def sharded_layer_bytes(case: Case) -> tuple[float, float]:
     per_layer = sharded_layer_params(case)
     w = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)[0]
     return per_layer * w, per_layer * reduced_gradient_bytes(case)
-
-
-def reduced_gradient_bytes(case: Case) -> float:
-    """Bytes per parameter of the data-parallel gradient reduction: the gradient's own, except under
-    llm-foundry's FSDP (any sharding strategy), which Composer reduces in fp32 (ops/foundry.py)."""
-    p = case.parallelism
-    if case.framework == "llm-foundry" and p.fsdp != "none":
-        return float(foundry.reduce_bytes(case))
-    return state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)[1]
 
 
 def p2p_bytes(case: Case) -> float:

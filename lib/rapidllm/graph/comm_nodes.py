@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rapidllm.memory.closed_form import state_bytes_per_param
+from rapidllm.memory.closed_form import reduced_gradient_bytes
 from rapidllm.ops.moe_routing import expected_units
 from rapidllm.network.mapping import RankMapping
 from rapidllm.ops.price import local_expert_parameters, local_parameters
@@ -153,7 +153,7 @@ def communication_nodes(case: Case) -> list[CommNode]:
         nodes.append(CommNode("pp", "pp", "send_recv", tokens * m.hidden * b / (p.tp if p.sp else 1), 2))
     if isinstance(w, TrainingWorkload) and p.dp > 1:
         reduced = dp_reduced_parameters(case, local_parameters(case), local_expert_parameters(case))
-        grads = reduced * state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)[1]
+        grads = reduced * reduced_gradient_bytes(case)
         if p.zero >= 2 or p.fsdp != "none":
             nodes += [CommNode("dp", "dp", "reduce_scatter", grads, 1), CommNode("dp", "dp", "all_gather", grads, 1)]
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rapidllm.ops import foundry
 from rapidllm.ops.price import local_parameters
 from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -67,6 +68,16 @@ def state_bytes_per_param(precision: str, fp32_grad_accum: bool) -> tuple[float,
     if precision in ("fp32", "tf32"):
         return 4.0, 4.0, 8.0
     return float(DTYPE_BYTES[precision]), 4.0 if fp32_grad_accum else 2.0, 12.0
+
+
+def reduced_gradient_bytes(case: Case) -> float:
+    """Bytes per parameter of the data-parallel gradient reduction: the gradient's own, except under
+    llm-foundry's FSDP (any sharding strategy), which Composer reduces in fp32 (ops/foundry.py). One home
+    for the engine's collectives and the alpha-beta baseline's (graph/comm_nodes.py)."""
+    p = case.parallelism
+    if case.framework == "llm-foundry" and p.fsdp != "none":
+        return float(foundry.reduce_bytes(case))
+    return state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)[1]
 
 
 def korthikanti_layer_activations(s: int, b: int, h: int, a: int, t: int, sp: bool, recompute: str,
