@@ -5,7 +5,8 @@ from dataclasses import replace
 import pytest
 
 from rapidllm.engine.composer import gradient_buckets, sharded_layer_bytes
-from rapidllm.ops.price import price_case
+from rapidllm.graph.comm_nodes import communication_nodes
+from rapidllm.ops.price import local_parameters, price_case
 from rapidllm.prediction import evaluate
 from rapidllm.spec.case import resolve_case
 
@@ -78,3 +79,13 @@ def test_shard_grad_op_reduces_in_fp32_too():
     mg, fd = buckets("megatron"), buckets("llm-foundry")
     assert mg.op == fd.op == "reduce_scatter" and fd.count == mg.count
     assert fd.nbytes == 2 * mg.nbytes and fd.gather_bytes == mg.gather_bytes
+
+
+def test_baseline_dp_nodes_reduce_in_fp32_too():
+    """The alpha-beta baseline's DP reduce-scatter (graph/comm_nodes.py) carries 4 B per parameter for
+    llm-foundry under FSDP, as the engine's per-layer reduce-scatters do, and 2 B for Megatron."""
+    def dp_reduce(case) -> float:
+        return sum(n.nbytes for n in communication_nodes(case) if n.axis == "dp" and n.op == "reduce_scatter")
+    foundry, megatron = _case("llm-foundry"), _case("megatron")
+    assert dp_reduce(foundry) == pytest.approx(2.0 * dp_reduce(megatron))
+    assert dp_reduce(foundry) == pytest.approx(4.0 * local_parameters(foundry))
