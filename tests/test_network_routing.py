@@ -51,6 +51,19 @@ def test_fat_tree_spreads_over_spines():
     assert len(r.route(0, 1)) == 2
 
 
+def test_rail_fat_tree_routes_a_shift_permutation_without_blocking():
+    """Pipeline sends from every node of one scalable unit to the same GPU of the node 4 further on (the next
+    unit) take as long together as one alone: the spine is chosen by the destination's leaf port
+    (destination-mod-k), so one leaf's flows climb distinct spines. Choosing it by (a + b) mod spines sent
+    every flow of a rail through one spine here (rank ids 4n + k), 4x slower."""
+    from rapidllm.network.api import CollectiveRequest, simulate_concurrent
+    spec = net(("switch", 4), ("fat_tree", 8, (), 4, 4, True))
+    sends = [CollectiveRequest("send_recv", 64e6, (4 * n + k, 4 * (n + 4) + k)) for n in range(4) for k in range(4)]
+    alone, _, _ = simulate_concurrent(spec, sends[:1])
+    together, _, _ = simulate_concurrent(spec, sends)
+    assert max(together) == pytest.approx(alone[0], rel=1e-9)
+
+
 def test_reroute_around_dead_ring_link():
     t = build_topology(net(("ring", 6), faults=[FaultSpec((0, 1), failed=True)]))
     assert nodes(t, Router(t).route(0, 1)) == [0, 5, 4, 3, 2, 1]

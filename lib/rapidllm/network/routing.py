@@ -2,8 +2,8 @@
 
 A route from rank a to rank b corrects one dimension at a time, innermost first, with the dimension's own
 rule (ring and torus: shorter direction, ties go +1; mesh: axis by axis; kingmesh: diagonal while several
-axes differ; switch: up and down; fat tree: up, spine chosen by (a + b) mod spines, down). When a hop of that
-path is dead the dimension is re-routed by breadth-first search over surviving links of the same dimension,
+axes differ; switch: up and down; fat tree: up, spine chosen by the destination's leaf port mod spines, down).
+When a hop of that path is dead the dimension is re-routed by breadth-first search over surviving links of the same dimension,
 then over any surviving link; BFS visits links in id order, so ties break deterministically. If the target
 is unreachable a SpecError names the failed links that cut it off.
 """
@@ -137,7 +137,9 @@ class Router:
             if la == lb:
                 return [[a, la, b]]
             sp = ft["spines"]
-            first = (a + b) % len(sp) if sp else 0
+            # destination-mod-k (OpenSM's fat-tree routing): the destinations of one leaf go up through
+            # distinct spines, so a shift permutation (pipeline sends, ring neighbours) is non-blocking
+            first = ft["port_of"][b] % len(sp) if sp else 0
             return ([a, la, sp[(first + k) % len(sp)], lb, b] for k in range(len(sp)))
         shape = grid_shape(dim)
         cur = _unflat(ia, shape)

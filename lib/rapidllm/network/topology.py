@@ -39,7 +39,8 @@ class Topology:
     alive: np.ndarray
     switches: dict[tuple[int, str, int, int], int] = field(default_factory=dict)
     switch_labels: dict[int, str] = field(default_factory=dict)
-    fat_tree: dict[int, dict] = field(default_factory=dict)   # dim -> {leaf_of: {rank: leaf}, spines: [...]}
+    fat_tree: dict[int, dict] = field(default_factory=dict)   # dim -> {leaf_of: {rank: leaf},
+    #                                                                port_of: {rank: down-port of its leaf}, spines: [...]}
     link_of: dict[tuple[int, int], int] = field(default_factory=dict)
     chunk_bytes: float = DEFAULT_CHUNK_BYTES   # the network's collective chunk size (NetworkSpec.chunk_bytes)
     # rank -> coordinates asked so far (routing asks them several times per route)
@@ -200,6 +201,7 @@ def _build_fat_tree(b: _Builder, d: int, dim: DimensionSpec, lines: list[list[in
     n_leaf = -(-n // per_leaf)
     n_spine = dim.spines or (n_leaf if n_leaf > 1 else 0)
     leaf_of: dict[int, int] = {}
+    port_of: dict[int, int] = {}
     leaves: set[int] = set()
     for li, m in enumerate(lines):
         for k, r in enumerate(m):
@@ -209,6 +211,7 @@ def _build_fat_tree(b: _Builder, d: int, dim: DimensionSpec, lines: list[list[in
                 nxt += 1
             leaf = switches[key]
             leaf_of[r] = leaf
+            port_of[r] = k % per_leaf if rail else (k % per_leaf) * n_lines + li
             leaves.add(leaf)
             b.both(r, leaf, dim.link_bandwidth, dim.latency_s, d)
     spines = []
@@ -223,7 +226,7 @@ def _build_fat_tree(b: _Builder, d: int, dim: DimensionSpec, lines: list[list[in
     for leaf in sorted(leaves):
         for sp in spines:
             b.both(leaf, sp, dim.link_bandwidth * design / n_spine, dim.latency_s, d)
-    fat[d] = {"leaf_of": leaf_of, "spines": spines}
+    fat[d] = {"leaf_of": leaf_of, "port_of": port_of, "spines": spines}
     return nxt
 
 

@@ -96,7 +96,7 @@ def _sw(t: Topology) -> int:
 
 
 def _spine_link(t: Topology) -> tuple[int, int]:
-    return t.fat_tree[0]["leaf_of"][0], t.fat_tree[0]["spines"][1]
+    return t.fat_tree[0]["leaf_of"][0], t.fat_tree[0]["spines"][0]
 
 
 BASES = [
