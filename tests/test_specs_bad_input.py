@@ -144,3 +144,13 @@ def test_bad_collective_latencies_name_the_key(tmp_path, gpt_case, capsys, key, 
     case["network"] = {**case["network"], "dimensions": dims}
     code, err = _run(tmp_path, case, capsys)
     assert code == 2 and message in err and len(err.splitlines()) == 1
+
+
+def test_virtual_stages_alone_select_the_interleaved_schedule(gpt_case) -> None:
+    """A virtual pipeline size implies the interleaved schedule (Megatron-LM infers it from
+    --num-layers-per-virtual-pipeline-stage); before, the key was kept and silently priced as 1F1B."""
+    par = {**gpt_case["parallelism"], "pp": 4, "dp": 1, "tp": 8, "virtual_stages": 2}
+    case = resolve_case({**gpt_case, "parallelism": par}, "case.yaml")
+    assert case.parallelism.schedule == "interleaved" and case.parallelism.chunks_per_stage == 2
+    with pytest.raises(SpecError, match="need schedule 'interleaved'"):
+        resolve_case({**gpt_case, "parallelism": {**par, "schedule": "1f1b"}}, "case.yaml")

@@ -388,6 +388,9 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
                   f"layer slots of {model.name} (layers, plus embedding / loss when they count in the split)")
     if par.schedule == "interleaved" and par.virtual_stages < 2 and par.pp > 1:
         raise bad("parallelism.virtual_stages", "schedule 'interleaved' needs virtual_stages >= 2")
+    if par.virtual_stages > 1 and (par.schedule != "interleaved" or par.pp == 1):
+        raise bad("parallelism.virtual_stages", f"{par.virtual_stages} model chunks per stage need schedule "
+                  f"'interleaved' and pp > 1 (schedule {par.schedule!r}, pp {par.pp}); allowed: 1 otherwise")
     if par.ep > 1:
         if not model.moe:
             raise bad("parallelism.ep", f"ep {par.ep} needs a MoE model; {model.name} is dense")
@@ -544,6 +547,8 @@ def resolve_case(mapping: Any, source: str) -> Case:
         w.setdefault("concurrency", w.get("batch", 1))
         workload = InferenceWorkload(**w)
     par_m = dict(mapping.get("parallelism", {}))
+    if par_m.get("virtual_stages", 1) > 1 and "schedule" not in par_m:
+        par_m["schedule"] = "interleaved"   # as Megatron-LM infers it from a virtual pipeline size
     if "recompute_modules" in par_m:
         par_m["recompute_modules"] = tuple(par_m["recompute_modules"])
     par = Parallelism(**par_m)
