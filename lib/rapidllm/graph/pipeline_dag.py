@@ -7,7 +7,8 @@ buckets of the last micro-batch (overlapped with the rest of backward, Megatron'
 the optimizer step and the parameter all-gather of a sharded optimizer are nodes of their own.
 Streams: one compute stream per stage; channels per (stage, network dimension[, direction]).
 Sends are asynchronous (Megatron-Core's interleaved schedule with overlap_p2p_comm) or, with
-`p2p_blocking`, a rendezvous that holds both the sender and the receiver (its batched send/recv).
+`p2p_blocking`, a rendezvous that holds both the sender and the receiver (its batched send/recv);
+`p2p_serial` adds DeepSpeed's order of the two transfers between a stage's actions (docs/deepspeed.md).
 With moe_a2a_overlap, steady-state forward/backward pairs run merged (`merged_partners`) and each action
 of a pair is shortened by the EP all-to-all time its partner's compute hides.
 """
@@ -63,6 +64,11 @@ class PipelineInputs:
     # non-interleaved schedule batches that receive with the preceding action's send). The interleaved
     # schedule posts its receives ahead of time in its own batches: there only the sender is held.
     p2p_blocking: bool = False
+    # DeepSpeed's PipelineEngine (one chunk, blocking): between two actions X and Y a stage sends X's output
+    # and receives Y's input one after the other, each a blocking dist.send / dist.recv, in TrainSchedule's
+    # order: the receive first when X is a backward and Y a forward, the send first otherwise. The later
+    # transfer waits for the earlier one (`serial_edges`).
+    p2p_serial: bool = False
 
 
 @dataclass
@@ -135,6 +141,7 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
     entry: dict[tuple[str, int, int, int], int] = {}
     incoming: dict[tuple[str, int, int, int], int] = {}
     posted: dict[tuple[str, int, int, int], int] = {}     # task after which the receive is posted
+    before: dict[tuple[str, int, int, int], tuple[int, bool]] = {}   # the previous action's send, its direction
 
     def add(d: float, c: float, k: int, s: int, dp: list[int]) -> int:
         dur.append(d), comp.append(c), kind.append(k), stage.append(s), deps.append(dp)
@@ -165,6 +172,7 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
             pieces = x.buckets if grads else 1
             first = -1
             posted[(a, s, c, i)] = prev
+            before[(a, s, c, i)] = (sent, k > 0 and actions[k - 1][0] == "B")
             for _ in range(pieces):
                 prev = add(span / pieces, cpu / pieces, TASK, s, ([prev] if prev >= 0 else [])
                            + ([sent] if first < 0 and sent >= 0 else []))
@@ -190,6 +198,12 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
         deps[entry[key]].append(node)
         if x.p2p_blocking and x.v == 1 and posted[key] >= 0:
             deps[node].append(posted[key])
+    if x.p2p_serial:
+        for send_waits in (True, False):
+            for key, node in incoming.items():
+                out, after_b = before[key]
+                if out >= 0 and send_waits == (after_b and key[0] == "F"):
+                    (deps[out] if send_waits else deps[node]).append(node if send_waits else out)
     ptr = np.zeros(len(dur) + 1, np.int64)
     ptr[1:] = np.cumsum([len(d) for d in deps])
     idx = np.fromiter((j for d in deps for j in d), np.int64, count=int(ptr[-1]))
@@ -216,7 +230,7 @@ def _add_node(n, v, c, k, s, prev, channel_last, repeats, src, csrc, kind, stage
 
 @njit(cache=True, work=lambda code, pp, v, m, *rest: 8 * pp * v * m)
 def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims, merge, grad_overlap, blocking,
-                     has_param):
+                     has_param, serial):
     """`build_pipeline_reference`'s nodes and dependencies, without their durations: same node numbering,
     same dependency lists and order. Each node names the slots of the flat value vector (`_values`)
     its duration and compute time come from, the pieces they are split into (gradient buckets) and, for a
@@ -233,7 +247,7 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
     F_HID, B_HID = 4 * pv + 3 * pp + 3, 5 * pv + 3 * pp + 3
     split = buckets if (buckets and has_buckets) else 1
     cap = pp * (4 * v * m + 2 * v * split + 2)
-    width = 2 + max(2, n_pp_dims, n_dp_dims)
+    width = 4 + max(2, n_pp_dims, n_dp_dims)
     src = np.empty(cap, np.int64)
     csrc = np.empty(cap, np.int64)
     pieces_of = np.ones(cap, np.int64)
@@ -246,6 +260,8 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
     entry = np.full((2, pp, v, m), -1, np.int64)
     incoming = np.full((2, pp, v, m), -1, np.int64)
     posted = np.full((2, pp, v, m), -1, np.int64)
+    before = np.full((2, pp, v, m), -1, np.int64)      # p2p_serial: the previous action's send
+    after_b = np.zeros((2, pp, v, m), np.bool_)        # ... and whether that action was a backward
     n = 0
     for s in range(pp):
         prev = -1
@@ -263,6 +279,8 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
             pieces = buckets if grads else 1
             first = -1
             posted[a, s, c, i] = prev
+            before[a, s, c, i] = sent
+            after_b[a, s, c, i] = k > 0 and ad[k - 1] == 1
             for _ in range(pieces):
                 src[n] = (F_SPAN if fwd else B_SPAN) + s * v + c
                 csrc[n] = (F_COMP if fwd else B_COMP) + s * v + c
@@ -340,6 +358,20 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
                         if blocking and v == 1 and posted[a, s, c, i] >= 0:
                             deps[origin, ndep[origin]] = posted[a, s, c, i]
                             ndep[origin] += 1
+    if serial:      # build_pipeline_reference's two passes, in its order: the sends first
+        for send_waits in (True, False):
+            for a in range(2):
+                for s in range(pp):
+                    for c in range(v):
+                        for i in range(m):
+                            node, out = incoming[a, s, c, i], before[a, s, c, i]
+                            if node >= 0 and out >= 0 and send_waits == (after_b[a, s, c, i] and a == 0):
+                                if send_waits:
+                                    deps[out, ndep[out]] = node
+                                    ndep[out] += 1
+                                else:
+                                    deps[node, ndep[node]] = out
+                                    ndep[node] += 1
     ptr = np.zeros(n + 1, np.int64)
     for j in range(n):
         ptr[j + 1] = ptr[j] + ndep[j]
@@ -580,7 +612,7 @@ def pipeline_shape(x: PipelineInputs, share_buckets: bool = False) -> tuple[Pipe
     reps = buckets if share_buckets and buckets > 1 and bucketed and x.grad_overlap else 1
     shape = _shape((code, int(x.pp), int(x.v), int(x.m), buckets if reps == 1 else 1, bucketed,
                     len(x.pp_dims), len(x.dp_dims), merge, bool(x.grad_overlap), bool(x.p2p_blocking),
-                    bool(float(x.param_gather_s) > 0)))
+                    bool(float(x.param_gather_s) > 0), bool(x.p2p_serial)))
     return shape, _values(x, merge), reps
 
 
