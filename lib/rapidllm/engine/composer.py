@@ -371,7 +371,8 @@ def training_plan(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, cost:
     opt = float(timed[view.sections.get("optimizer", [])].sum()) * (params / params.mean())   # each stage by its share
     inputs = PipelineInputs(p.schedule, p.pp, v, m, f_span, f_comp, b_span, b_comp, p2p_f, p2p_b, buckets,
                             bucket_s, opt, gather_s, cost.dims("pp"), cost.dims("dp"), f_hidden, b_hidden,
-                            grad_overlap=p.overlap_grad_reduce, p2p_blocking=not p.p2p_overlapped, p2p_serial=ds)
+                            grad_overlap=p.overlap_grad_reduce, p2p_blocking=not p.p2p_overlapped,
+                            p2p_serial=ds and v == 1 and not p.p2p_overlapped)
     extras = tuple(sorted(view.sections.get("first_stage", []) + view.sections.get("last_stage", [])))
 
     def step_flops(recompute_only: bool) -> float:

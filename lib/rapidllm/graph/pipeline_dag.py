@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rapidllm.caches import current
+from rapidllm.graph.kahn import kahn_order
 from rapidllm.graph.schedules import (
     INTERLEAVED,
     ONE_STAGE,
@@ -67,7 +68,7 @@ class PipelineInputs:
     # DeepSpeed's PipelineEngine (one chunk, blocking): between two actions X and Y a stage sends X's output
     # and receives Y's input one after the other, each a blocking dist.send / dist.recv, in TrainSchedule's
     # order: the receive first when X is a backward and Y a forward, the send first otherwise. The later
-    # transfer waits for the earlier one (`serial_edges`).
+    # transfer waits for the earlier one. Needs p2p_blocking and one chunk per stage (ignored otherwise).
     p2p_serial: bool = False
 
 
@@ -198,7 +199,7 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
         deps[entry[key]].append(node)
         if x.p2p_blocking and x.v == 1 and posted[key] >= 0:
             deps[node].append(posted[key])
-    if x.p2p_serial:
+    if x.p2p_serial and x.p2p_blocking and x.v == 1:
         for send_waits in (True, False):
             for key, node in incoming.items():
                 out, after_b = before[key]
@@ -358,7 +359,7 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
                         if blocking and v == 1 and posted[a, s, c, i] >= 0:
                             deps[origin, ndep[origin]] = posted[a, s, c, i]
                             ndep[origin] += 1
-    if serial:      # build_pipeline_reference's two passes, in its order: the sends first
+    if serial and blocking and v == 1:      # build_pipeline_reference's two passes, the sends first
         for send_waits in (True, False):
             for a in range(2):
                 for s in range(pp):
@@ -396,51 +397,6 @@ def _fill(values, src, csrc, pieces, hid, oth):
         dur[j] = span / pieces[j]
         comp[j] = values[csrc[j]] / pieces[j]
     return dur, comp
-
-
-@njit(cache=True)
-def kahn_order(dep_ptr: np.ndarray, dep_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Successor lists (CSR, in the order the dependency lists name them) and the Kahn order (first-in
-    first-out from the sources in index order) of a DAG: what a longest-path pass visits, which depends
-    on the edges only. The count is below the node count when there is a cycle.
-
-    A dependency a node lists twice in a row (the pipeline builder names a channel's last node once per
-    network dimension) is one successor entry: copies of a dependency always sit side by side in the
-    successor list, where the order loses nothing without them (the node is queued at the same point) and
-    `relax` finds its start already set by the first (copies elsewhere in a list are kept: same result)."""
-    n = len(dep_ptr) - 1
-    indeg = np.zeros(n, np.int64)
-    succ_cnt = np.zeros(n + 1, np.int64)
-    for i in range(n):
-        for k in range(dep_ptr[i], dep_ptr[i + 1]):
-            if k == dep_ptr[i] or dep_idx[k] != dep_idx[k - 1]:
-                indeg[i] += 1
-                succ_cnt[dep_idx[k] + 1] += 1
-    succ_ptr = np.cumsum(succ_cnt)
-    fill = succ_ptr[:-1].copy()
-    succ = np.empty(succ_ptr[n], np.int64)
-    for i in range(n):
-        for k in range(dep_ptr[i], dep_ptr[i + 1]):
-            if k == dep_ptr[i] or dep_idx[k] != dep_idx[k - 1]:
-                d = dep_idx[k]
-                succ[fill[d]] = i
-                fill[d] += 1
-    queue = np.empty(n, np.int64)
-    head = tail = 0
-    for i in range(n):
-        if indeg[i] == 0:
-            queue[tail] = i
-            tail += 1
-    while head < tail:
-        i = queue[head]
-        head += 1
-        for k in range(succ_ptr[i], succ_ptr[i + 1]):
-            j = succ[k]
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                queue[tail] = j
-                tail += 1
-    return succ_ptr, succ, queue, tail
 
 
 @njit(cache=True, work=lambda order, count, succ_ptr, succ, *rest: len(order) + len(succ))
