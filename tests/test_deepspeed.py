@@ -113,7 +113,8 @@ def test_transfers_in_a_row_when_nothing_overlaps() -> None:
 
 def test_serial_order_never_shortens_and_is_free_on_an_idle_network() -> None:
     for m, p in ((8, 4), (3, 6), (12, 3)):
-        serial, batched = (pipeline_split(_inputs(m, p, 1.0, 2.5, 0.2, 0.3, s))[0]["step_time_s"] for s in (True, False))
+        serial, batched = (pipeline_split(_inputs(m, p, 1.0, 2.5, 0.2, 0.3, s))[0]["step_time_s"]
+                           for s in (True, False))
         assert serial >= batched
         idle = pipeline_split(_inputs(m, p, 1.0, 2.5, 0.0, 0.0))[0]["step_time_s"]
         assert idle == pytest.approx((m + p - 1) * 3.5)           # the closed-form 1F1B step

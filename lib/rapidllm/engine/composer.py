@@ -344,7 +344,8 @@ def training_plan(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, cost:
     if regather and p.pp > 1:
         cost.count("tp", "all_gather", regather, 2 * m * v)
     if ds and p.pp > 1:         # the own output re-gathered before each backward, all stages but the last
-        b_span = b_span + np.array([[deepspeed.backward_regather_seconds(case, cost, regather, s)] for s in range(p.pp)])
+        b_span = b_span + np.array([[deepspeed.backward_regather_seconds(case, cost, regather, s)]
+                                    for s in range(p.pp)])
         if regather:
             cost.count("tp", "all_gather", regather, m)
         if p.tp > 1:
