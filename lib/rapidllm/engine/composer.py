@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rapidllm.caches import current
+from rapidllm.engine import deepspeed
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.replay import TemplateResult, replay_template
 from rapidllm.engine.sharding import (layer_collectives, layer_comm_seconds, nccl_sm_share,
@@ -234,7 +235,8 @@ def gradient_buckets(case: Case, v: int, stage_params: tuple[np.ndarray, np.ndar
     wb, gb = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)[0], reduced_gradient_bytes(case)
     sharded = p.zero in (1, 2) or p.fsdp == "shard_grad_op"
     chunk_params = heaviest / v
-    buckets = max(1, math.ceil(chunk_params / max(BUCKET_PARAMS, 1e6 * p.dp)))
+    size = deepspeed.BUCKET_ELEMENTS if deepspeed.runs_pipeline_engine(case) else max(BUCKET_PARAMS, 1e6 * p.dp)
+    buckets = max(1, math.ceil(chunk_params / size))
     return GradientBuckets("reduce_scatter" if sharded else "all_reduce", buckets, chunk_params * gb / buckets,
                            sharded, heaviest * wb, heavy)
 
@@ -326,9 +328,12 @@ def training_plan(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, cost:
         f_hidden = share * np.maximum(f_span - f_quiet, 0.0)
         b_hidden = share * np.maximum(b_span - b_quiet, 0.0)
     act, regather = p2p_bytes(case), p2p_gather_bytes(case)
+    ds = deepspeed.runs_pipeline_engine(case)
 
     def send(s: int) -> float:
         gather = cost.time("tp", "all_gather", regather, s) if regather else 0.0
+        if ds:                                  # its metadata send first (engine/deepspeed.py)
+            return deepspeed.meta_send_seconds(case, cost, s) + cost.time("pp", "send_recv", act, s) + gather
         return cost.time("pp", "send_recv", act, s) + gather
     # a stage's backward send is the one before it: `send` of the same stage (once when every stage is alike)
     senders = [s for s in range(p.pp) if s + 1 < p.pp or v > 1]
@@ -338,6 +343,13 @@ def training_plan(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, cost:
     cost.count("pp", "send_recv", act, 2 * m * v)
     if regather and p.pp > 1:
         cost.count("tp", "all_gather", regather, 2 * m * v)
+    if ds and p.pp > 1:         # the own output re-gathered before each backward, all stages but the last
+        b_span = b_span + np.array([[deepspeed.backward_regather_seconds(case, cost, regather, s)]
+                                    for s in range(p.pp)])
+        if regather:
+            cost.count("tp", "all_gather", regather, m)
+        if p.tp > 1:
+            cost.count("pp", "send_recv", deepspeed.meta_bytes(p.tp), 2 * m)
     stage_params = stage_parameters(case)
     params = stage_params[0]
     grads = gradient_buckets(case, v, stage_params)
@@ -360,7 +372,8 @@ def training_plan(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, cost:
     opt = float(timed[view.sections.get("optimizer", [])].sum()) * (params / params.mean())   # each stage by its share
     inputs = PipelineInputs(p.schedule, p.pp, v, m, f_span, f_comp, b_span, b_comp, p2p_f, p2p_b, buckets,
                             bucket_s, opt, gather_s, cost.dims("pp"), cost.dims("dp"), f_hidden, b_hidden,
-                            grad_overlap=p.overlap_grad_reduce, p2p_blocking=not p.p2p_overlapped)
+                            grad_overlap=p.overlap_grad_reduce, p2p_blocking=not p.p2p_overlapped,
+                            p2p_serial=ds and v == 1 and not p.p2p_overlapped)
     extras = tuple(sorted(view.sections.get("first_stage", []) + view.sections.get("last_stage", [])))
 
     def step_flops(recompute_only: bool) -> float:

@@ -7,7 +7,8 @@ buckets of the last micro-batch (overlapped with the rest of backward, Megatron'
 the optimizer step and the parameter all-gather of a sharded optimizer are nodes of their own.
 Streams: one compute stream per stage; channels per (stage, network dimension[, direction]).
 Sends are asynchronous (Megatron-Core's interleaved schedule with overlap_p2p_comm) or, with
-`p2p_blocking`, a rendezvous that holds both the sender and the receiver (its batched send/recv).
+`p2p_blocking`, a rendezvous that holds both the sender and the receiver (its batched send/recv);
+`p2p_serial` adds DeepSpeed's order of the two transfers between a stage's actions (docs/deepspeed.md).
 With moe_a2a_overlap, steady-state forward/backward pairs run merged (`merged_partners`) and each action
 of a pair is shortened by the EP all-to-all time its partner's compute hides.
 """
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rapidllm.caches import current
+from rapidllm.graph.kahn import kahn_order
 from rapidllm.graph.schedules import (
     INTERLEAVED,
     ONE_STAGE,
@@ -63,6 +65,11 @@ class PipelineInputs:
     # non-interleaved schedule batches that receive with the preceding action's send). The interleaved
     # schedule posts its receives ahead of time in its own batches: there only the sender is held.
     p2p_blocking: bool = False
+    # DeepSpeed's PipelineEngine (one chunk, blocking): between two actions X and Y a stage sends X's output
+    # and receives Y's input one after the other, each a blocking dist.send / dist.recv, in TrainSchedule's
+    # order: the receive first when X is a backward and Y a forward, the send first otherwise. The later
+    # transfer waits for the earlier one. Needs p2p_blocking and one chunk per stage (ignored otherwise).
+    p2p_serial: bool = False
 
 
 @dataclass
@@ -135,6 +142,7 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
     entry: dict[tuple[str, int, int, int], int] = {}
     incoming: dict[tuple[str, int, int, int], int] = {}
     posted: dict[tuple[str, int, int, int], int] = {}     # task after which the receive is posted
+    before: dict[tuple[str, int, int, int], tuple[int, bool]] = {}   # the previous action's send, its direction
 
     def add(d: float, c: float, k: int, s: int, dp: list[int]) -> int:
         dur.append(d), comp.append(c), kind.append(k), stage.append(s), deps.append(dp)
@@ -165,6 +173,7 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
             pieces = x.buckets if grads else 1
             first = -1
             posted[(a, s, c, i)] = prev
+            before[(a, s, c, i)] = (sent, k > 0 and actions[k - 1][0] == "B")
             for _ in range(pieces):
                 prev = add(span / pieces, cpu / pieces, TASK, s, ([prev] if prev >= 0 else [])
                            + ([sent] if first < 0 and sent >= 0 else []))
@@ -190,6 +199,12 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
         deps[entry[key]].append(node)
         if x.p2p_blocking and x.v == 1 and posted[key] >= 0:
             deps[node].append(posted[key])
+    if x.p2p_serial and x.p2p_blocking and x.v == 1:
+        for send_waits in (True, False):
+            for key, node in incoming.items():
+                out, after_b = before[key]
+                if out >= 0 and send_waits == (after_b and key[0] == "F"):
+                    (deps[out] if send_waits else deps[node]).append(node if send_waits else out)
     ptr = np.zeros(len(dur) + 1, np.int64)
     ptr[1:] = np.cumsum([len(d) for d in deps])
     idx = np.fromiter((j for d in deps for j in d), np.int64, count=int(ptr[-1]))
@@ -216,7 +231,7 @@ def _add_node(n, v, c, k, s, prev, channel_last, repeats, src, csrc, kind, stage
 
 @njit(cache=True, work=lambda code, pp, v, m, *rest: 8 * pp * v * m)
 def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims, merge, grad_overlap, blocking,
-                     has_param):
+                     has_param, serial):
     """`build_pipeline_reference`'s nodes and dependencies, without their durations: same node numbering,
     same dependency lists and order. Each node names the slots of the flat value vector (`_values`)
     its duration and compute time come from, the pieces they are split into (gradient buckets) and, for a
@@ -233,7 +248,7 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
     F_HID, B_HID = 4 * pv + 3 * pp + 3, 5 * pv + 3 * pp + 3
     split = buckets if (buckets and has_buckets) else 1
     cap = pp * (4 * v * m + 2 * v * split + 2)
-    width = 2 + max(2, n_pp_dims, n_dp_dims)
+    width = 4 + max(2, n_pp_dims, n_dp_dims)
     src = np.empty(cap, np.int64)
     csrc = np.empty(cap, np.int64)
     pieces_of = np.ones(cap, np.int64)
@@ -246,6 +261,8 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
     entry = np.full((2, pp, v, m), -1, np.int64)
     incoming = np.full((2, pp, v, m), -1, np.int64)
     posted = np.full((2, pp, v, m), -1, np.int64)
+    before = np.full((2, pp, v, m), -1, np.int64)      # p2p_serial: the previous action's send
+    after_b = np.zeros((2, pp, v, m), np.bool_)        # ... and whether that action was a backward
     n = 0
     for s in range(pp):
         prev = -1
@@ -263,6 +280,8 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
             pieces = buckets if grads else 1
             first = -1
             posted[a, s, c, i] = prev
+            before[a, s, c, i] = sent
+            after_b[a, s, c, i] = k > 0 and ad[k - 1] == 1
             for _ in range(pieces):
                 src[n] = (F_SPAN if fwd else B_SPAN) + s * v + c
                 csrc[n] = (F_COMP if fwd else B_COMP) + s * v + c
@@ -340,6 +359,20 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
                         if blocking and v == 1 and posted[a, s, c, i] >= 0:
                             deps[origin, ndep[origin]] = posted[a, s, c, i]
                             ndep[origin] += 1
+    if serial and blocking and v == 1:      # build_pipeline_reference's two passes, the sends first
+        for send_waits in (True, False):
+            for a in range(2):
+                for s in range(pp):
+                    for c in range(v):
+                        for i in range(m):
+                            node, out = incoming[a, s, c, i], before[a, s, c, i]
+                            if node >= 0 and out >= 0 and send_waits == (after_b[a, s, c, i] and a == 0):
+                                if send_waits:
+                                    deps[out, ndep[out]] = node
+                                    ndep[out] += 1
+                                else:
+                                    deps[node, ndep[node]] = out
+                                    ndep[node] += 1
     ptr = np.zeros(n + 1, np.int64)
     for j in range(n):
         ptr[j + 1] = ptr[j] + ndep[j]
@@ -364,51 +397,6 @@ def _fill(values, src, csrc, pieces, hid, oth):
         dur[j] = span / pieces[j]
         comp[j] = values[csrc[j]] / pieces[j]
     return dur, comp
-
-
-@njit(cache=True)
-def kahn_order(dep_ptr: np.ndarray, dep_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Successor lists (CSR, in the order the dependency lists name them) and the Kahn order (first-in
-    first-out from the sources in index order) of a DAG: what a longest-path pass visits, which depends
-    on the edges only. The count is below the node count when there is a cycle.
-
-    A dependency a node lists twice in a row (the pipeline builder names a channel's last node once per
-    network dimension) is one successor entry: copies of a dependency always sit side by side in the
-    successor list, where the order loses nothing without them (the node is queued at the same point) and
-    `relax` finds its start already set by the first (copies elsewhere in a list are kept: same result)."""
-    n = len(dep_ptr) - 1
-    indeg = np.zeros(n, np.int64)
-    succ_cnt = np.zeros(n + 1, np.int64)
-    for i in range(n):
-        for k in range(dep_ptr[i], dep_ptr[i + 1]):
-            if k == dep_ptr[i] or dep_idx[k] != dep_idx[k - 1]:
-                indeg[i] += 1
-                succ_cnt[dep_idx[k] + 1] += 1
-    succ_ptr = np.cumsum(succ_cnt)
-    fill = succ_ptr[:-1].copy()
-    succ = np.empty(succ_ptr[n], np.int64)
-    for i in range(n):
-        for k in range(dep_ptr[i], dep_ptr[i + 1]):
-            if k == dep_ptr[i] or dep_idx[k] != dep_idx[k - 1]:
-                d = dep_idx[k]
-                succ[fill[d]] = i
-                fill[d] += 1
-    queue = np.empty(n, np.int64)
-    head = tail = 0
-    for i in range(n):
-        if indeg[i] == 0:
-            queue[tail] = i
-            tail += 1
-    while head < tail:
-        i = queue[head]
-        head += 1
-        for k in range(succ_ptr[i], succ_ptr[i + 1]):
-            j = succ[k]
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                queue[tail] = j
-                tail += 1
-    return succ_ptr, succ, queue, tail
 
 
 @njit(cache=True, work=lambda order, count, succ_ptr, succ, *rest: len(order) + len(succ))
@@ -580,7 +568,7 @@ def pipeline_shape(x: PipelineInputs, share_buckets: bool = False) -> tuple[Pipe
     reps = buckets if share_buckets and buckets > 1 and bucketed and x.grad_overlap else 1
     shape = _shape((code, int(x.pp), int(x.v), int(x.m), buckets if reps == 1 else 1, bucketed,
                     len(x.pp_dims), len(x.dp_dims), merge, bool(x.grad_overlap), bool(x.p2p_blocking),
-                    bool(float(x.param_gather_s) > 0)))
+                    bool(float(x.param_gather_s) > 0), bool(x.p2p_serial)))
     return shape, _values(x, merge), reps
 
 

@@ -65,8 +65,9 @@ NANOTRON = Conventions(master_shard_stage=3, ddp_half_grads=True, loss_fp32_copi
                        communicator_bytes=(544 * 2**20, 688 * 2**20),
                        zero_step_bytes=6.050759395974681, step_hidden_bytes=4.017121051172019,
                        runtime_allocated=70553281.27234423)
+# DeepSpeed's ZeRO-1 keeps the ZeRO paper's state (it is that paper's implementation; docs/deepspeed.md).
 FRAMEWORKS = {"megatron": ZERO_PAPER, "llm-foundry": Conventions(fused_loss=True), "tensorrt-llm": ZERO_PAPER,
-              "nanotron": NANOTRON}
+              "nanotron": NANOTRON, "deepspeed": ZERO_PAPER}
 
 
 def nanotron_stage_layers(m: ModelSpec, pp: int, close_on_tie: bool = False) -> tuple[int, ...]:

@@ -16,6 +16,7 @@ from typing import Any
 from rapidllm.caches import current
 from rapidllm.spec.case_id import hash_fields, json_text, key_text, plain, spec_json
 from rapidllm.spec.errors import SpecError
+from rapidllm.spec.frameworks import framework_parallelism
 from rapidllm.spec.hardware import HardwareSpec, locked_clock
 from rapidllm.spec.model import ModelSpec
 from rapidllm.spec.named import resolve_named, validate_by_key
@@ -211,8 +212,7 @@ class Case:
     precision: str = "bf16"
     attention_impl: str = "flash"
     moe_hot_expert_factor: float = 1.0   # 1.0 = balanced routing
-    framework: str = "megatron"          # software stack: memory conventions (memory/state.py), collectives
-                                         # (engine/comm_cost.py: tensorrt-llm's NVLink custom all-reduce)
+    framework: str = "megatron"          # software stack: what each one changes, spec/frameworks.py
     name: str = ""
     fp8_recipe: str = "tensorwise"       # FP8 training GEMM kernels: TE per-tensor scaling, or DeepSeek-V3's
                                          # fine-grained "blockwise" kernels (docs/fp8.md)
@@ -557,7 +557,7 @@ def resolve_case(mapping: Any, source: str) -> Case:
     check_layout(model, par, workload, source)
     check_attention(model, mapping.get("attention_impl", "flash"), source)
     check_decode_attention(model, workload, mapping.get("decode_attention", "grouped"), source)
-    par = expert_grid(par, workload)
+    par = framework_parallelism(mapping, expert_grid(par, workload), source)
     network = sized_network(network, par.world, source)
     extra = tuple(FaultSpec.from_mapping(f) for f in mapping.get("faults", []))
     if extra:
