@@ -133,9 +133,9 @@ PREDICT = [
     case_bad("tp-comm-overlap-without-sp", "parallelism", dict(tp=2, tp_comm_overlap=True),
              "parallelism.tp_comm_overlap", "message"),
     case_bad("virtual-stages-under-1f1b", "parallelism", {"pp": 2, "dp": 1, "virtual_stages": 2, "schedule": "1f1b"},
-             "parallelism.virtual_stages: 2 model chunks per stage need schedule 'interleaved'", "message"),
+             "parallelism.virtual_stages: 2 model chunks per stage with schedule '1f1b' and pp 2; allowed: >= 2", "message"),
     case_bad("virtual-stages-without-pp", "parallelism", {"pp": 1, "dp": 1, "virtual_stages": 2},
-             "need schedule 'interleaved' and pp > 1", "message"),
+             "with schedule 'interleaved' and pp 1; allowed", "message"),
     case_bad("overlap-p2p-not-bool", "parallelism.overlap_p2p_comm", "sometimes", "overlap_p2p_comm"),
     # the serving keys of issue 24 / the two-micro-batch overlap: absurd values and combinations that were
     # silently ignored (disaggregated without in-flight sequences, replicas with ep 1) or pessimal (drafts

@@ -152,5 +152,5 @@ def test_virtual_stages_alone_select_the_interleaved_schedule(gpt_case) -> None:
     par = {**gpt_case["parallelism"], "pp": 4, "dp": 1, "tp": 8, "virtual_stages": 2}
     case = resolve_case({**gpt_case, "parallelism": par}, "case.yaml")
     assert case.parallelism.schedule == "interleaved" and case.parallelism.chunks_per_stage == 2
-    with pytest.raises(SpecError, match="need schedule 'interleaved'"):
+    with pytest.raises(SpecError, match="with schedule '1f1b' and pp 4; allowed: >= 2 with schedule 'interleaved'"):
         resolve_case({**gpt_case, "parallelism": {**par, "schedule": "1f1b"}}, "case.yaml")

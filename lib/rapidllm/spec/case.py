@@ -386,11 +386,10 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
     if par.pp * par.chunks_per_stage > slots:
         raise bad("parallelism.pp", f"pp x virtual_stages = {par.pp * par.chunks_per_stage} exceeds the {slots} "
                   f"layer slots of {model.name} (layers, plus embedding / loss when they count in the split)")
-    if par.schedule == "interleaved" and par.virtual_stages < 2 and par.pp > 1:
-        raise bad("parallelism.virtual_stages", "schedule 'interleaved' needs virtual_stages >= 2")
-    if par.virtual_stages > 1 and (par.schedule != "interleaved" or par.pp == 1):
-        raise bad("parallelism.virtual_stages", f"{par.virtual_stages} model chunks per stage need schedule "
-                  f"'interleaved' and pp > 1 (schedule {par.schedule!r}, pp {par.pp}); allowed: 1 otherwise")
+    chunked = par.virtual_stages > 1
+    if chunked != (par.schedule == "interleaved" and par.pp > 1) and (chunked or par.pp > 1):
+        raise bad("parallelism.virtual_stages", f"{par.virtual_stages} model chunks per stage with schedule "
+                  f"{par.schedule!r} and pp {par.pp}; allowed: >= 2 with schedule 'interleaved' and pp > 1, else 1")
     if par.ep > 1:
         if not model.moe:
             raise bad("parallelism.ep", f"ep {par.ep} needs a MoE model; {model.name} is dense")
