@@ -149,12 +149,16 @@ def _with_cost(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def pareto(cost: np.ndarray, time: np.ndarray) -> np.ndarray:
-    """True where no other point is at most as costly and at most as slow, and better in one (NaN: False)."""
+def pareto(cost: np.ndarray, time: np.ndarray, rel: float = 1e-9) -> np.ndarray:
+    """True where no other point is at most as costly and at most as slow, and better in one (NaN: False).
+    Values within `rel` of each other count as equal: two designs with the same memory system, written in
+    different units, time the same up to the last bits, which must not put the dearer one on the front."""
     ok = ~(np.isnan(cost) | np.isnan(time))
     front = np.zeros(len(cost), bool)
     for i in np.flatnonzero(ok):
-        dominated = ok & (cost <= cost[i]) & (time <= time[i]) & ((cost < cost[i]) | (time < time[i]))
+        c_tol, t_tol = rel * abs(cost[i]), rel * abs(time[i])
+        dominated = (ok & (cost <= cost[i] + c_tol) & (time <= time[i] + t_tol)
+                     & ((cost < cost[i] - c_tol) | (time < time[i] - t_tol)))
         front[i] = not dominated.any()
     return front
 
