@@ -30,7 +30,8 @@ from rapidllm.ops.price import price_case, price_table
 from rapidllm.spec.case import Case, load_case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.experiment import Experiment, case_columns, expand_row, load_experiment, raw_cases
-from rapidllm.spec.paths import spec_path
+from rapidllm.spec.named import NAME
+from rapidllm.spec.paths import config_dir, spec_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,13 +58,23 @@ def device_record(case: Case) -> dict[str, Any]:
     device without rows (constants transferred from another, validate/transfer.py, or none given) warns
     once per process on stderr: its predictions carry the donor's error and more."""
     hw = case.hardware
-    if not hw.validated and (hw.name, hw.utilization_from) not in _WARNED:
+    shipped = _shipped_device(hw.name)
+    validated = hw.validated and shipped
+    if not validated and (hw.name, hw.utilization_from) not in _WARNED:
         _WARNED.add((hw.name, hw.utilization_from))
         origin = ("no utilization given: datasheet peaks (1.0)" if hw.utilization_from == "datasheet"
-                  else f"constants transferred from {hw.utilization_from} (docs/transfer.md)")
+                  else f"constants transferred from {hw.utilization_from} (docs/transfer.md)" if hw.utilization_from
+                  else "its utilization is the case's own, not fitted (docs/transfer.md)")
         print(f"rapidllm: warning: device {hw.name} has no validation rows of its own; {origin}",
               file=sys.stderr)
-    return {"device_validated": hw.validated}
+    return {"device_validated": validated}
+
+
+def _shipped_device(name: str) -> bool:
+    """Whether `name` is a device of config/hardware. Only those files' constants can have been fitted
+    (tests/test_transfer.py holds every such file to its rows or its stated donor); an inline device of
+    another name (a made-up future GPU) with a `utilization` of its own was reported as validated."""
+    return NAME.fullmatch(name) is not None and os.path.isfile(os.path.join(config_dir("hardware"), f"{name}.yaml"))
 
 
 def evaluate(case: Case | str | Path | Mapping[str, Any], engine: str = "event", adjust: Adjust | None = None,

@@ -162,6 +162,7 @@ def table(case, pred, variant: str = "") -> list[str]:
         lines += [f"  {'time':28s} {'':>13s} {'share':>7s}", f"  {name:28s} {_seconds(total)} {100.0:6.1f}%"]
         for label, value in (("compute", pred.compute_time_s), ("exposed communication", pred.exposed_comm_s),
                              ("pipeline bubble", pred.bubble_s)):
+            value = value if abs(value) > 1e-9 * total else 0.0   # float residue of the split: "2.292e-07 us"
             share = 100.0 * value / total if total else 0.0
             lines.append(f"    {label:26s} {_seconds(value)} {share:6.1f}%")
         if pred.mode == "inference":

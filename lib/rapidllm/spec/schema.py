@@ -190,6 +190,8 @@ def _describe(error: jsonschema.ValidationError) -> str:
             finite = f" (write {int(error.instance)}, without a decimal point)"
         if finite and isinstance(error.instance, str) and _numeric_text(error.instance):
             value = float(error.instance)
+            if not error.schema.get("minimum", -math.inf) <= value <= error.schema.get("maximum", math.inf):
+                return f"{short(error.instance)} is out of range; allowed: {_range(error.schema)}"   # not "write 10^30"
             spelt = int(value) if "number" not in kinds and value.is_integer() else _yaml_number(error.instance)
             finite += f"; YAML reads it as text: write {spelt}"
         return f"{short(error.instance)} is not of type {kinds}{finite}"
