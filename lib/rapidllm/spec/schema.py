@@ -286,7 +286,39 @@ def validate(mapping: Any, kind: str, source: str) -> None:
                 lines.append(f"{source}: {_key(deepest) or '(top level)'}: {_describe(deepest)}")
             else:
                 lines.append(f"{source}: {_key(error) or '(top level)'}: {_describe(error)}")
+        other = _other_kind(mapping, kind) if any(not e.absolute_path for e in errors) else None
+        if other is not None:
+            article = "an" if kind[0] in "aeiou" else "a"
+            raise SpecError(f"{source}: (top level): this is {_OTHER_KINDS[other]}, not {article} {kind} spec")
         raise SpecError(list(dict.fromkeys(lines)))
+
+
+# What each kind of spec file is and where it goes, for a file given where another kind is expected (a
+# model file to `rapidllm predict`, a case to `rapidllm sweep`: a screenful of "missing key" and "unknown
+# key(s)" lines that never said the file was the wrong kind).
+_OTHER_KINDS = {
+    "case": "a case file (rapidllm predict CASE, rapidllm.predict)",
+    "experiment": "an experiment file (rapidllm sweep EXPERIMENT, rapidllm.sweep)",
+    "search": "a search spec (rapidllm search SPEC, rapidllm.search)",
+    "model": "a model spec (a case names it under `model:` by its file stem in config/models/, or inline)",
+    "hardware": "a hardware spec (a case names it under `hardware:` by its file stem in config/hardware/, or inline)",
+    "network": "a network spec (a case names it under `network:` by its file stem in config/networks/, or inline)",
+}
+
+
+def _other_kind(mapping: Any, kind: str) -> str | None:
+    """The other kind of spec whose top level `mapping` has: every key one of its keys and every key it
+    requires present (`name` aside for named specs, whose file stem gives it); None when there is none."""
+    if not isinstance(mapping, dict) or not mapping:
+        return None
+    for other in _OTHER_KINDS:
+        if other == kind:
+            continue
+        schema = schema_of(other)
+        required = set(schema.get("required", ())) - ({"name"} if other in ("model", "hardware", "network") else set())
+        if set(mapping) <= set(schema.get("properties", {})) and required <= set(mapping):
+            return other
+    return None
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]

@@ -1,0 +1,94 @@
+"""A second newcomer's pass (README, api.md, search.md, cost.md, limits.md, network.md): a Llama-3.1-70B step
+on 64 H100s, a made-up future GPU with its own hardware and network specs, bad input. What tripped the
+newcomer, each kept fixed here.
+
+The refusals run through the bad-input harness of tests/test_bad_inputs.py (exit 2, nothing on stdout, no
+traceback, no file written, the expected fragment in the message).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bad_input_corpus import CASE, EXPERIMENT, SEARCH_SPEC, Bad, with_key
+from conftest import ROOT
+from rapidllm.cli import main
+from test_bad_inputs import _check, _materialize
+
+MODEL_FILE = yaml.safe_load((ROOT / "config" / "models" / "llama2-7b.yaml").read_text())
+SWEEP_ARGS = ("sweep", "{tmp}/f.yaml", "--out", "{tmp}/o.csv", "--quiet")
+
+REFUSED = [
+    # a file of one's own given by path: was "unknown hardware 'x300.yaml'; known: ..." with no way forward
+    Bad("hardware-given-as-a-file", ("predict", "{tmp}/case.yaml"),
+        "unknown hardware 'x300.yaml': a name is a file stem inside", "message",
+        {"case.yaml": with_key(CASE, "hardware", "x300.yaml")}),
+    Bad("network-given-as-a-relative-path", ("predict", "{tmp}/case.yaml"),
+        "a spec of your own: give it inline as a mapping", "message",
+        {"case.yaml": with_key(CASE, "network", "./pod.yaml")}),
+    # a file of the wrong kind: was a screenful of "missing key" / "unknown key(s)" lines per key
+    Bad("model-file-to-predict", ("predict", "{tmp}/f.yaml"),
+        "f.yaml: (top level): this is a model spec (a case names it under `model:`", "message",
+        {"f.yaml": MODEL_FILE}),
+    Bad("case-file-to-sweep", SWEEP_ARGS,
+        "f.yaml: (top level): this is a case file (rapidllm predict CASE, rapidllm.predict), not an experiment spec",
+        "message", {"f.yaml": {**CASE, "hardware": "a100-sxm4-80gb", "network": "dgx-a100"}}),
+    Bad("search-spec-to-predict", ("predict", "{tmp}/f.yaml"), "this is a search spec (rapidllm search SPEC",
+        "message", {"f.yaml": SEARCH_SPEC}),
+    Bad("experiment-to-search", ("search", "{tmp}/f.yaml", "--quiet", "--out", "{tmp}/out"),
+        "this is an experiment file (rapidllm sweep EXPERIMENT", "message", {"f.yaml": EXPERIMENT}),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("bad", REFUSED, ids=[b.id for b in REFUSED])
+def test_refused(bad: Bad, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    argv = _materialize(bad, tmp_path)
+    before = set(tmp_path.rglob("*"))
+    code = main(argv)
+    captured = capsys.readouterr()
+    _check(bad, code, captured.out, captured.err, tmp_path, before)
+
+
+def test_a_wrong_key_in_a_file_of_the_right_kind_still_names_the_key(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture) -> None:
+    """The wrong-kind line replaces the per-key lines only when the file is wholly another kind."""
+    path = tmp_path / "case.yaml"
+    path.write_text(yaml.safe_dump({**CASE, "modle": "llama2-7b"}))
+    assert main(["predict", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key(s) 'modle'" in err and "this is" not in err
+
+
+INLINE_DEVICE = {**CASE["hardware"], "name": "x300-test", "utilization": {"compute": 0.7, "hbm": 0.7, "network": 0.7}}
+INFERENCE = {"model": "llama2-7b", "network": "dgx-h100", "precision": "bf16", "parallelism": {"tp": 1},
+             "workload": {"mode": "inference", "batch": 1, "concurrency": 1, "prompt_tokens": 64, "output_tokens": 4}}
+
+
+def test_a_made_up_device_with_its_own_utilization_is_not_validated(capsys: pytest.CaptureFixture) -> None:
+    """An inline device that is no file of config/hardware, given utilization constants of its own, carried
+    `device_validated: true` and no warning, as if fitted on validation rows (docs/transfer.md)."""
+    from rapidllm import predict, prediction
+    prediction._WARNED.discard(("x300-test", ""))
+    made_up = predict({**INFERENCE, "hardware": INLINE_DEVICE})
+    assert made_up.device_validated is False
+    assert "device x300-test has no validation rows of its own; its utilization is the case's own" \
+        in capsys.readouterr().err
+    h100 = predict({**INFERENCE, "hardware": "h100-sxm5-80gb"})
+    assert h100.device_validated is True and "warning" not in capsys.readouterr().err
+
+
+def test_a_float_residue_in_the_breakdown_prints_as_zero() -> None:
+    """A failed NVLink cable's step printed 'pipeline bubble 2.292e-07 us' (2.3e-13 s of a 205 s step, the
+    split's float residue); the JSON keeps the engine's number, the table shows 0."""
+    from rapidllm import load_case, predict
+    from rapidllm.cli.predict import table
+    case = load_case(ROOT / "examples" / "gpt175b-tp8-pp8.yaml")
+    pred = predict(case)
+    for residue in (2.292e-13, -2.292e-13):
+        lines = table(case, dataclasses.replace(pred, bubble_s=residue))
+        bubble = next(line for line in lines if "pipeline bubble" in line)
+        assert bubble.split()[2:] == ["0", "s", "0.0%"], bubble
