@@ -40,6 +40,10 @@ REFUSED = [
         "message", {"f.yaml": SEARCH_SPEC}),
     Bad("experiment-to-search", ("search", "{tmp}/f.yaml", "--quiet", "--out", "{tmp}/out"),
         "this is an experiment file (rapidllm sweep EXPERIMENT", "message", {"f.yaml": EXPERIMENT}),
+    # a rank count above the fabric's printed every id it asked for: 5 kB on one line for --ranks 1000
+    Bad("collective-rank-count-above-the-network", ("collective", "--network", "dgx-a100", "--bytes", "1 GiB",
+                                                    "--ranks", "1000"),
+        "network 'dgx-a100': ranks: a count of 1000; allowed: 1 to 8", "message"),
 ]
 
 
