@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,11 +30,13 @@ from rapidllm.ops.price import price_case, price_table
 from rapidllm.spec.case import Case, load_case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.experiment import Experiment, case_columns, expand_row, load_experiment, raw_cases
-from rapidllm.spec.named import NAME
+from rapidllm.spec.named import NAME, resolve_named
 from rapidllm.spec.paths import config_dir, spec_path
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from rapidllm.spec.hardware import HardwareSpec
 
 MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "framework", "capacity")
 TRAINING_ONLY = ("mfu", "hfu")
@@ -58,8 +60,7 @@ def device_record(case: Case) -> dict[str, Any]:
     device without rows (constants transferred from another, validate/transfer.py, or none given) warns
     once per process on stderr: its predictions carry the donor's error and more."""
     hw = case.hardware
-    shipped = _shipped_device(hw.name)
-    validated = hw.validated and shipped
+    validated = hw.validated and _fitted_on_shipped_device(hw)
     if not validated and (hw.name, hw.utilization_from) not in _WARNED:
         _WARNED.add((hw.name, hw.utilization_from))
         origin = ("no utilization given: datasheet peaks (1.0)" if hw.utilization_from == "datasheet"
@@ -70,11 +71,17 @@ def device_record(case: Case) -> dict[str, Any]:
     return {"device_validated": validated}
 
 
-def _shipped_device(name: str) -> bool:
-    """Whether `name` is a device of config/hardware. Only those files' constants can have been fitted
-    (tests/test_transfer.py holds every such file to its rows or its stated donor); an inline device of
+def _fitted_on_shipped_device(hw: "HardwareSpec") -> bool:
+    """Whether `hw`'s constants are those of a device of config/hardware: its name, or the name it was
+    derived from (an experiment's what-if `h100-sxm5-80gb+hbm_bandwidth=...`, the explorer's
+    `...-edited`), is such a file and the utilization is that file's. Only those files' constants can have
+    been fitted (tests/test_transfer.py holds each to its rows or its stated donor); an inline device of
     another name (a made-up future GPU) with a `utilization` of its own was reported as validated."""
-    return NAME.fullmatch(name) is not None and os.path.isfile(os.path.join(config_dir("hardware"), f"{name}.yaml"))
+    base = hw.name.partition("+")[0].removesuffix("-edited")
+    if NAME.fullmatch(base) is None or not os.path.isfile(os.path.join(config_dir("hardware"), f"{base}.yaml")):
+        return False
+    mapping, _ = resolve_named("hardware", base, "device_validated", "hardware", copy_named=False)
+    return mapping.get("utilization") == asdict(hw.utilization)
 
 
 def evaluate(case: Case | str | Path | Mapping[str, Any], engine: str = "event", adjust: Adjust | None = None,
