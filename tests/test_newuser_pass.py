@@ -40,6 +40,11 @@ REFUSED = [
         "message", {"f.yaml": SEARCH_SPEC}),
     Bad("experiment-to-search", ("search", "{tmp}/f.yaml", "--quiet", "--out", "{tmp}/out"),
         "this is an experiment file (rapidllm sweep EXPERIMENT", "message", {"f.yaml": EXPERIMENT}),
+    # a misspelt sweep key into a named spec: no hint, unlike a misspelt key in a case file
+    Bad("sweep-dotted-key-typo", SWEEP_ARGS,
+        "f.yaml: hardware.hbm_bandwith: matches no key of a case (workflow/schemas/case.schema.yaml) (did you mean "
+        "hardware.hbm_bandwidth", "message",
+        {"f.yaml": {**EXPERIMENT, "cross": {"hardware.hbm_bandwith": ["1 TB/s", "2 TB/s"]}}}),
     # a rank count above the fabric's printed every id it asked for: 5 kB on one line for --ranks 1000
     Bad("collective-rank-count-above-the-network", ("collective", "--network", "dgx-a100", "--bytes", "1 GiB",
                                                     "--ranks", "1000"),

@@ -414,6 +414,26 @@ def knows_key(kind: str, dotted: str, named: tuple[str, ...] = ("model", "hardwa
     return _knows(_raw_schema(f"{kind}.schema.yaml"), keys, f"{kind}.schema.yaml")
 
 
+def close_keys(kind: str, dotted: str) -> list[str]:
+    """Dotted keys `knows_key` accepts that differ from `dotted` in its last part only, by a spelling
+    difflib finds close among the property names of the schemas (`hardware.hbm_bandwith` ->
+    `hardware.hbm_bandwidth`), for a "did you mean" on a key that matches nothing."""
+    parent, _, last = dotted.rpartition(".")
+    names = sorted({k for f in schema_dir().glob("*.schema.yaml") for k in _property_names(_raw_schema(f.name))})
+    near = difflib.get_close_matches(last.lower(), names, n=10, cutoff=0.75)   # then only those valid here
+    return [key for key in (f"{parent}.{n}" if parent else n for n in near) if knows_key(kind, key)]
+
+
+def _property_names(node: Any) -> set[str]:
+    """Every key under a `properties` anywhere in a parsed schema."""
+    if isinstance(node, list):
+        return set().union(*map(_property_names, node)) if node else set()
+    if not isinstance(node, dict):
+        return set()
+    own = set(node["properties"]) if isinstance(node.get("properties"), dict) else set()
+    return own.union(*map(_property_names, node.values()))
+
+
 def _knows(node: Any, keys: list[str], file: str) -> bool:
     if not keys:
         return True
