@@ -40,6 +40,16 @@ REFUSED = [
         "message", {"f.yaml": SEARCH_SPEC}),
     Bad("experiment-to-search", ("search", "{tmp}/f.yaml", "--quiet", "--out", "{tmp}/out"),
         "this is an experiment file (rapidllm sweep EXPERIMENT", "message", {"f.yaml": EXPERIMENT}),
+    # a number without a unit is SI: 288 bytes of HBM predicted "needs 56 GiB > 0.0 GiB" with a ZeRO hint
+    Bad("hbm-capacity-without-unit", ("predict", "{tmp}/case.yaml"),
+        "hardware.hbm_capacity: 288 is out of range; allowed: a byte count >= 1 GiB (a number without a unit is "
+        "in bytes", "quantity", {"case.yaml": with_key(CASE, "hardware.hbm_capacity", 288)}),
+    Bad("clock-without-unit", ("predict", "{tmp}/case.yaml"),
+        "hardware.clock: 1.8 is out of range; allowed: a frequency >= 1 MHz (a number without a unit is in Hz",
+        "quantity", {"case.yaml": with_key(CASE, "hardware.clock", 1.8)}),
+    Bad("link-bandwidth-without-unit", ("predict", "{tmp}/case.yaml"),
+        "network.dimensions.0.link_bandwidth: 450 is out of range; allowed: a bandwidth >= 1 MB/s", "quantity",
+        {"case.yaml": with_key(CASE, "network.dimensions.0.link_bandwidth", 450)}),
     # a misspelt sweep key into a named spec: no hint, unlike a misspelt key in a case file
     Bad("sweep-dotted-key-typo", SWEEP_ARGS,
         "f.yaml: hardware.hbm_bandwith: matches no key of a case (workflow/schemas/case.schema.yaml) (did you mean "

@@ -93,7 +93,9 @@ def _at_least(validator: Any, value: str, instance: Any, schema: dict) -> Any:
     except units.UnitError:
         return
     if si < low:
-        yield jsonschema.ValidationError(f"{short(instance)} is out of range; allowed: a {units.NOUN[kind]} >= {value}")
+        bare = isinstance(instance, (int, float)) or not re.search(r"[A-Za-z]", str(instance))
+        hint = f" (a number without a unit is in {units.SI_UNIT[kind]}: write e.g. {units.KIND_EXAMPLES[kind]})" if bare else ""
+        yield jsonschema.ValidationError(f"{short(instance)} is out of range; allowed: a {units.NOUN[kind]} >= {value}{hint}")
 
 
 def _format_checker() -> jsonschema.FormatChecker:
