@@ -507,7 +507,7 @@ SEARCH = [
     search_bad("global-batch-nan", "workload.global_batch", NAN, "global_batch", "quantity"),
     search_bad("unknown-model", "model", "no-such-model", "unknown model 'no-such-model'"),
     search_bad("model-path-escape", "model", "../../workflow/schemas/case.schema", "is not a model name"),
-    search_bad("empty-space", "space", {"tp": [3]}, "no feasible layout"),
+    search_bad("empty-space", "space", {"tp": [3]}, "no layout: no dp x tp x pp x cp from the space's values"),
     # a layout axis pinned under parallelism read "unknown key(s) 'tp' (did you mean tp_comm_overlap?)"
     search_bad("parallelism-axis", "parallelism", {"tp": 8}, "parallelism.tp: a search axis, not a fixed setting; give its values in space.tp"),
     # the boolean space switch read "give its values in space.tp_across_nodes (one value pins it)"

@@ -55,10 +55,6 @@ REFUSED = [
         "f.yaml: hardware.hbm_bandwith: matches no key of a case (workflow/schemas/case.schema.yaml) (did you mean "
         "hardware.hbm_bandwidth", "message",
         {"f.yaml": {**EXPERIMENT, "cross": {"hardware.hbm_bandwith": ["1 TB/s", "2 TB/s"]}}}),
-    # a space whose values factor none of the GPU counts: was "no feasible layout among 0 (none enumerated)"
-    Bad("search-space-factors-nothing", ("search", "{tmp}/f.yaml", "--quiet", "--out", "{tmp}/out"),
-        "space: no layout: no dp x tp x pp x cp from the space's values multiplies out to gpus 8 (space: "
-        "{'tp': [3]})", "message", {"f.yaml": {**SEARCH_SPEC, "space": {"tp": [3]}}}),
     # a rank count above the fabric's printed every id it asked for: 5 kB on one line for --ranks 1000
     Bad("collective-rank-count-above-the-network", ("collective", "--network", "dgx-a100", "--bytes", "1 GiB",
                                                     "--ranks", "1000"),
