@@ -55,6 +55,11 @@ REFUSED = [
         "f.yaml: hardware.hbm_bandwith: matches no key of a case (workflow/schemas/case.schema.yaml) (did you mean "
         "hardware.hbm_bandwidth", "message",
         {"f.yaml": {**EXPERIMENT, "cross": {"hardware.hbm_bandwith": ["1 TB/s", "2 TB/s"]}}}),
+    # a fault on a pair that is not a cable gave the id ranges only: no way to find a rank's switch from the CLI
+    Bad("fault-names-the-ranks-cables", ("predict", "{tmp}/case.yaml"),
+        "faults.0: link [0, 1] does not exist; endpoints are global node ids (ranks 0..7, switches 8..9); rank 0's "
+        "cables: [0, 8] to", "message", {"case.yaml": {**CASE, "parallelism": {"tp": 8},
+                                                       "faults": [{"link": [0, 1], "bandwidth_factor": 0.5}]}}),
     # a rank count above the fabric's printed every id it asked for: 5 kB on one line for --ranks 1000
     Bad("collective-rank-count-above-the-network", ("collective", "--network", "dgx-a100", "--bytes", "1 GiB",
                                                     "--ranks", "1000"),
