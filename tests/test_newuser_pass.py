@@ -60,6 +60,10 @@ REFUSED = [
         "faults.0: link [0, 1] does not exist; endpoints are global node ids (ranks 0..7, switches 8..9); rank 0's "
         "cables: [0, 8] to", "message", {"case.yaml": {**CASE, "parallelism": {"tp": 8},
                                                        "faults": [{"link": [0, 1], "bandwidth_factor": 0.5}]}}),
+    # a measured row naming no operator changed nothing, exit 0, while a what-if of the same name is refused
+    Bad("measured-row-names-no-operator", ("predict", "{tmp}/case.yaml", "--measured", "{tmp}/ops.csv"),
+        "ops.csv: row 1: no operator named 'atn' (did you mean attn?); known: attn,", "message",
+        {"case.yaml": {**CASE, "parallelism": {"tp": 8}}, "ops.csv": "name,time_s\nmlp_up,0.001\natn,0.002\n"}),
     # a rank count above the fabric's printed every id it asked for: 5 kB on one line for --ranks 1000
     Bad("collective-rank-count-above-the-network", ("collective", "--network", "dgx-a100", "--bytes", "1 GiB",
                                                     "--ranks", "1000"),
