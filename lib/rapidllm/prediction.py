@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,13 +30,11 @@ from rapidllm.ops.price import price_case, price_table
 from rapidllm.spec.case import Case, load_case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.experiment import Experiment, case_columns, expand_row, load_experiment, raw_cases
-from rapidllm.spec.named import NAME, resolve_named
+from rapidllm.spec.named import NAME
 from rapidllm.spec.paths import config_dir, spec_path
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from rapidllm.spec.hardware import HardwareSpec
 
 MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "framework", "capacity")
 TRAINING_ONLY = ("mfu", "hfu")
@@ -60,28 +58,27 @@ def device_record(case: Case) -> dict[str, Any]:
     device without rows (constants transferred from another, validate/transfer.py, or none given) warns
     once per process on stderr: its predictions carry the donor's error and more."""
     hw = case.hardware
-    validated = hw.validated and _fitted_on_shipped_device(hw)
+    validated = hw.validated and _shipped_device(hw.name)
     if not validated and (hw.name, hw.utilization_from) not in _WARNED:
         _WARNED.add((hw.name, hw.utilization_from))
         origin = ("no utilization given: datasheet peaks (1.0)" if hw.utilization_from == "datasheet"
                   else f"constants transferred from {hw.utilization_from} (docs/transfer.md)" if hw.utilization_from
-                  else "its utilization is the case's own, not fitted (docs/transfer.md)")
+                  else "a device of its own, not in config/hardware, so its constants were fitted on nothing "
+                  "(docs/transfer.md)")
         print(f"rapidllm: warning: device {hw.name} has no validation rows of its own; {origin}",
               file=sys.stderr)
     return {"device_validated": validated}
 
 
-def _fitted_on_shipped_device(hw: "HardwareSpec") -> bool:
-    """Whether `hw`'s constants are those of a device of config/hardware: its name, or the name it was
-    derived from (an experiment's what-if `h100-sxm5-80gb+hbm_bandwidth=...`, the explorer's
-    `...-edited`), is such a file and the utilization is that file's. Only those files' constants can have
-    been fitted (tests/test_transfer.py holds each to its rows or its stated donor); an inline device of
-    another name (a made-up future GPU) with a `utilization` of its own was reported as validated."""
-    base = hw.name.partition("+")[0].removesuffix("-edited")
-    if NAME.fullmatch(base) is None or not os.path.isfile(os.path.join(config_dir("hardware"), f"{base}.yaml")):
-        return False
-    mapping, _ = resolve_named("hardware", base, "device_validated", "hardware", copy_named=False)
-    return mapping.get("utilization") == asdict(hw.utilization)
+def _shipped_device(name: str) -> bool:
+    """Whether device `name`, or the name it was derived from (an experiment's what-if
+    `h100-sxm5-80gb+hbm_bandwidth=...`, the explorer's `...-edited`), is a file of config/hardware. Only
+    those files' constants can have been fitted (tests/test_transfer.py holds each to its rows or its stated
+    donor); an inline device of another name (a made-up future GPU) with a `utilization` of its own was
+    reported as validated. The constants themselves are not compared: calibration prices a fitted device at
+    trial constants, which must not read as another device."""
+    base = name.partition("+")[0].removesuffix("-edited")
+    return NAME.fullmatch(base) is not None and os.path.isfile(os.path.join(config_dir("hardware"), f"{base}.yaml"))
 
 
 def evaluate(case: Case | str | Path | Mapping[str, Any], engine: str = "event", adjust: Adjust | None = None,
