@@ -126,3 +126,18 @@ def test_a_float_residue_in_the_breakdown_prints_as_zero() -> None:
         lines = table(case, dataclasses.replace(pred, bubble_s=residue))
         bubble = next(line for line in lines if "pipeline bubble" in line)
         assert bubble.split()[2:] == ["0", "s", "0.0%"], bubble
+
+
+def test_the_explorer_page_says_when_a_device_is_not_validated(tmp_path: Path, monkeypatch) -> None:
+    """A made-up or transferred device printed its warning on the server's stderr only; the page showed its
+    numbers like a validated device's."""
+    import sys
+
+    from streamlit.testing.v1 import AppTest
+
+    case = tmp_path / "x300.yaml"
+    case.write_text(yaml.safe_dump({**INFERENCE, "hardware": INLINE_DEVICE}))
+    monkeypatch.setattr(sys, "argv", ["app", "--case", str(case)])
+    at = AppTest.from_file(str(ROOT / "lib" / "rapidllm" / "explore" / "app.py"), default_timeout=120).run()
+    assert not at.exception
+    assert any("no validation rows of its own" in w.value for w in at.warning)
