@@ -64,6 +64,12 @@ REFUSED = [
     Bad("measured-row-names-no-operator", ("predict", "{tmp}/case.yaml", "--measured", "{tmp}/ops.csv"),
         "ops.csv: row 1: no operator named 'atn' (did you mean attn?); known: attn,", "message",
         {"case.yaml": {**CASE, "parallelism": {"tp": 8}}, "ops.csv": "name,time_s\nmlp_up,0.001\natn,0.002\n"}),
+    # the same two on a case memory settles (CASE does not fit): "infeasible", exit 0, before any check
+    Bad("fault-on-an-infeasible-case", ("predict", "{tmp}/case.yaml"),
+        "faults.0: link [0, 1] does not exist", "message",
+        {"case.yaml": {**CASE, "faults": [{"link": [0, 1], "bandwidth_factor": 0.5}]}}),
+    Bad("measured-row-on-an-infeasible-case", ("predict", "{tmp}/case.yaml", "--measured", "{tmp}/ops.csv"),
+        "ops.csv: row 0: no operator named 'atn'", "message", {"case.yaml": CASE, "ops.csv": "name,time_s\natn,1\n"}),
     # a rank count above the fabric's printed every id it asked for: 5 kB on one line for --ranks 1000
     Bad("collective-rank-count-above-the-network", ("collective", "--network", "dgx-a100", "--bytes", "1 GiB",
                                                     "--ranks", "1000"),

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rapidllm.caches import Caches
+from rapidllm.engine.comm_cost import topology_of
 from rapidllm.engine.engine import ENGINES, Adjust, record_keys, simulate
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.model import memory_for_case
-from rapidllm.ops.price import price_case, price_table
+from rapidllm.ops.price import as_frame, price_case, price_table
 from rapidllm.spec.case import Case, load_case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.experiment import Experiment, case_columns, expand_row, load_experiment, raw_cases
@@ -96,8 +97,12 @@ def evaluate(case: Case | str | Path | Mapping[str, Any], engine: str = "event",
 
 def _evaluate(case: Case, engine: str, adjust: Adjust | None,
               trace: bool = False) -> tuple[dict[str, Any], MemoryResult]:
+    if case.network.faults:     # built here whether or not a collective needs it, so a bad fault is refused
+        topology_of(case.network)
     mem = memory_for_case(case)
     record: dict[str, Any] = {"case_id": case.case_id, **device_record(case)}
+    if not mem.feasible and adjust is not None:
+        adjust(as_frame(price_table(case)))    # what a simulation would read: a misspelt measured row is refused
     if not mem.feasible:
         record.update(status="infeasible", reason=mem.reason, peak_memory_bytes=mem.peak, feasible=False)
         if trace:
