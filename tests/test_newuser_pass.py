@@ -95,6 +95,10 @@ def test_a_wrong_key_in_a_file_of_the_right_kind_still_names_the_key(tmp_path: P
     assert main(["predict", str(path)]) == 2
     err = capsys.readouterr().err
     assert "unknown key(s) 'modle'" in err and "this is" not in err
+    search = tmp_path / "s.yaml"            # a search spec without gpus is valid as a case: still "missing gpus"
+    search.write_text(yaml.safe_dump({k: v for k, v in SEARCH_SPEC.items() if k != "gpus"}))
+    assert main(["search", str(search), "--quiet", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().endswith("(top level): missing key 'gpus'")
 
 
 INLINE_DEVICE = {**CASE["hardware"], "name": "x300-test", "utilization": {"compute": 0.7, "hbm": 0.7, "network": 0.7}}

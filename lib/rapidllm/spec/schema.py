@@ -309,10 +309,11 @@ _OTHER_KINDS = {
 
 
 def _other_kind(mapping: Any, kind: str) -> str | None:
-    """The other kind of spec whose top level `mapping` has: every key one of its keys and every key it
-    requires present (`name` aside for named specs, whose file stem gives it); None when there is none."""
-    if not isinstance(mapping, dict) or not mapping:
-        return None
+    """The other kind of spec whose top level `mapping` has, when some key of `mapping` is not `kind`'s: every
+    key one of its keys and every key it requires present (`name` aside for named specs, whose file stem
+    gives it); None when there is none."""
+    if not isinstance(mapping, dict) or not mapping or set(mapping) <= set(schema_of(kind).get("properties", {})):
+        return None         # every key is one of `kind`'s: a key left out (a search spec without gpus), not a mix-up
     for other in _OTHER_KINDS:
         if other == kind:
             continue
