@@ -117,7 +117,8 @@ PREDICT = [
     case_bad("case-clock-above-max", "clock", "1.5 GHz", "case.yaml: clock: 1.5 GHz is above toy-gpu's highest SM clock"),
     case_bad("global-batch-1e30", "workload.global_batch", 1e30, "global_batch: 1e+30 is out of range"),
     case_bad("global-batch-1e9", "workload.global_batch", 10**9, "allowed: integer 1 to 1048576", "work"),
-    case_bad("global-batch-text", "workload.global_batch", "1e30", "'1e30' is out of range; allowed: integer 1 to"),   # not "write 1000000000000000019884624838656"
+    # was "write 1000000000000000019884624838656", a number past the bound
+    case_bad("global-batch-text", "workload.global_batch", "1e30", "'1e30' is out of range; allowed: integer 1 to"),
     case_bad("global-batch-nan", "workload.global_batch", NAN, "is not of type integer"),
     case_bad("seq-len-zero", "workload.seq_len", 0, "seq_len: 0 is out of range"),
     case_bad("seq-len-negative", "workload.seq_len", -2048, "seq_len"),

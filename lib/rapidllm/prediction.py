@@ -63,8 +63,9 @@ def device_record(case: Case) -> dict[str, Any]:
     if not validated and (hw.name, hw.utilization_from) not in _WARNED:
         _WARNED.add((hw.name, hw.utilization_from))
         origin = ("no utilization given: datasheet peaks (1.0)" if hw.utilization_from == "datasheet"
-                  else f"constants transferred from {hw.utilization_from} (docs/transfer.md)" if hw.utilization_from
-                  else "a device of its own, not in config/hardware, so its constants were fitted on nothing "
+                  else f"constants transferred from {hw.utilization_from} (docs/transfer.md)"
+                  if hw.utilization_from else
+                  "a device of its own, not in config/hardware, so its constants were fitted on nothing "
                   "(docs/transfer.md)")
         print(f"rapidllm: warning: device {hw.name} has no validation rows of its own; {origin}",
               file=sys.stderr)
@@ -79,7 +80,8 @@ def _shipped_device(name: str) -> bool:
     reported as validated. The constants themselves are not compared: calibration prices a fitted device at
     trial constants, which must not read as another device."""
     base = name.partition("+")[0].removesuffix("-edited")
-    return NAME.fullmatch(base) is not None and os.path.isfile(os.path.join(config_dir("hardware"), f"{base}.yaml"))
+    return (NAME.fullmatch(base) is not None
+            and os.path.isfile(os.path.join(config_dir("hardware"), f"{base}.yaml")))
 
 
 def evaluate(case: Case | str | Path | Mapping[str, Any], engine: str = "event", adjust: Adjust | None = None,

@@ -62,7 +62,8 @@ def apply_measured(ops: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
             names = sorted(set(out.name))
             meant = close_names(str(row.name), names)
             known = ", ".join(names)
-            raise SpecError(f"{source}: row {i}: no operator named {row.name!r}{' in ' + ', '.join(where) if where else ''}"
+            place = f" in {', '.join(where)}" if where else ""
+            raise SpecError(f"{source}: row {i}: no operator named {row.name!r}{place}"
                             + (f" (did you mean {' or '.join(meant[:2])}?)" if meant else "")
                             + f"; known: {known if len(known) <= 300 else known[:297] + '...'}")
         out.loc[sel, "time_s"] = float(row.time_s)

@@ -16,8 +16,8 @@ from rapidllm.network.ring_steps import OPS as RING_GAP_OPS, ring_gap_latency
 from rapidllm.network.routing import Router
 from rapidllm.network.topology import Topology, build_topology
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.schema import short
 from rapidllm.spec.network import NetworkSpec
+from rapidllm.spec.schema import short
 
 DEFAULT_CHUNKS = None          # chunk count from the network's chunk size (chunk_count)
 MAX_CHUNKS = 32               # beyond this the store-and-forward fill is < 3% of a transfer; bounds events

@@ -234,7 +234,8 @@ def _cables_of(topo: Topology, node: int, most: int = 6) -> str:
     if not peers:
         return ""
     shown = ", ".join(f"[{node}, {t}] to {topo.switch_labels.get(t, f'rank {t}')}" for t in peers[:most])
-    return f"; {topo.node_name(node)}'s cables: {shown}" + (f" and {len(peers) - most} more" if len(peers) > most else "")
+    more = f" and {len(peers) - most} more" if len(peers) > most else ""
+    return f"; {topo.node_name(node)}'s cables: {shown}{more}"
 
 
 def apply_faults(topo: Topology, faults: tuple[FaultSpec, ...] | list[FaultSpec]) -> None:

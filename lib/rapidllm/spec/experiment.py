@@ -66,7 +66,8 @@ def check_experiment(exp: Experiment) -> None:
         key = unknown[0].split(".", 2)[2] if unknown[0].startswith("cases.") else unknown[0]
         meant = close_keys("case", key)
         hint = f" (did you mean {' or '.join(meant[:2])}?)" if meant else ""
-        raise SpecError.at(exp.source, unknown[0], f"matches no key of a case (workflow/schemas/case.schema.yaml){hint}")
+        raise SpecError.at(exp.source, unknown[0],
+                           f"matches no key of a case (workflow/schemas/case.schema.yaml){hint}")
     named = [(k, f"base.{k}", exp.base.get(k)) for k in NAMED_KINDS]
     named += [(k, f"cross.{k}.{i}", v) for k in NAMED_KINDS for i, v in enumerate(exp.cross.get(k, []))]
     named += [(k, f"cases.{i}.{k}", c.get(k)) for i, c in enumerate(exp.cases) for k in NAMED_KINDS]

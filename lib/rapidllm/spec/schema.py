@@ -94,8 +94,10 @@ def _at_least(validator: Any, value: str, instance: Any, schema: dict) -> Any:
         return
     if si < low:
         bare = isinstance(instance, (int, float)) or not re.search(r"[A-Za-z]", str(instance))
-        hint = f" (a number without a unit is in {units.SI_UNIT[kind]}: write e.g. {units.KIND_EXAMPLES[kind]})" if bare else ""
-        yield jsonschema.ValidationError(f"{short(instance)} is out of range; allowed: a {units.NOUN[kind]} >= {value}{hint}")
+        hint = (f" (a number without a unit is in {units.SI_UNIT[kind]}: write e.g. {units.KIND_EXAMPLES[kind]})"
+                if bare else "")
+        yield jsonschema.ValidationError(
+            f"{short(instance)} is out of range; allowed: a {units.NOUN[kind]} >= {value}{hint}")
 
 
 def _format_checker() -> jsonschema.FormatChecker:
@@ -193,7 +195,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
         if finite and isinstance(error.instance, str) and _numeric_text(error.instance):
             value = float(error.instance)
             if not error.schema.get("minimum", -math.inf) <= value <= error.schema.get("maximum", math.inf):
-                return f"{short(error.instance)} is out of range; allowed: {_range(error.schema)}"   # not "write 10^30"
+                return f"{short(error.instance)} is out of range; allowed: {_range(error.schema)}"  # not "write 1e30"
             spelt = int(value) if "number" not in kinds and value.is_integer() else _yaml_number(error.instance)
             finite += f"; YAML reads it as text: write {spelt}"
         return f"{short(error.instance)} is not of type {kinds}{finite}"
@@ -302,9 +304,8 @@ _OTHER_KINDS = {
     "case": "a case file (rapidllm predict CASE, rapidllm.predict)",
     "experiment": "an experiment file (rapidllm sweep EXPERIMENT, rapidllm.sweep)",
     "search": "a search spec (rapidllm search SPEC, rapidllm.search)",
-    "model": "a model spec (a case names it under `model:` by its file stem in config/models/, or inline)",
-    "hardware": "a hardware spec (a case names it under `hardware:` by its file stem in config/hardware/, or inline)",
-    "network": "a network spec (a case names it under `network:` by its file stem in config/networks/, or inline)",
+    **{kind: f"a {kind} spec (a case names it under `{kind}:` by its file stem in config/{folder}/, or inline)"
+       for kind, folder in (("model", "models"), ("hardware", "hardware"), ("network", "networks"))},
 }
 
 
