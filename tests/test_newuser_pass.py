@@ -151,3 +151,31 @@ def test_the_explorer_page_says_when_a_device_is_not_validated(tmp_path: Path, m
     at = AppTest.from_file(str(ROOT / "lib" / "rapidllm" / "explore" / "app.py"), default_timeout=120).run()
     assert not at.exception
     assert any("no validation rows of its own" in w.value for w in at.warning)
+
+
+
+def test_inference_replicas_count_in_cost_and_per_gpu_rates(tmp_path: Path) -> None:
+    """An inference record's tokens/s is one dp replica's (its batch is per replica), but the cost model and
+    the search's per-GPU throughput divided it by every replica's GPUs: Llama-3.1-70B, batch 64 on tp 8, cost
+    1.53 $/M tokens on 8 H100s and 3.05 with dp 2 on 16, for the same replicas. Here Llama-2-7B on tp 2."""
+    from rapidllm import predict, sweep
+    from rapidllm.cost import add_cost_columns, price_prediction
+    from rapidllm.search.objectives import per_gpu
+    from rapidllm.spec.case import resolve_case
+
+    layouts = [{"tp": 2, "dp": dp} for dp in (1, 2)]
+    base = {**INFERENCE, "hardware": "h100-sxm5-80gb"}
+    one, two = (resolve_case({**base, "parallelism": par}, "test") for par in layouts)
+    p1, p2 = predict(one), predict(two)
+    assert p1.tokens_per_s == p2.tokens_per_s                     # one replica's rate either way
+    c1, c2 = price_prediction(one, p1), price_prediction(two, p2)
+    assert c2["gpus"] == 2 * c1["gpus"] and c2["usd_per_hour"] == pytest.approx(2 * c1["usd_per_hour"])
+    for key in ("usd_per_million_tokens", "tokens_per_s_per_watt", "tokens_per_s_per_capital_usd"):
+        assert c2[key] == pytest.approx(c1[key]), key
+    rate = per_gpu("tokens_per_s")
+    assert rate(p2.to_dict(), two) == pytest.approx(rate(p1.to_dict(), one)) == pytest.approx(p1.tokens_per_s / 2)
+    # the same on a sweep's table, from its dp column
+    path = tmp_path / "replicas.yaml"
+    path.write_text(yaml.safe_dump({"name": "replicas", "base": base, "cases": [{"parallelism": p} for p in layouts]}))
+    frame = add_cost_columns(sweep(path))
+    assert list(frame.usd_per_million_tokens) == pytest.approx([c1["usd_per_million_tokens"]] * 2)

@@ -72,6 +72,14 @@ def device_record(case: Case) -> dict[str, Any]:
     return {"device_validated": validated}
 
 
+def replicas_served(case: Case) -> int:
+    """How many copies of a record's `tokens_per_s` the case's GPUs produce: an inference record's rate is one
+    replica's (`workload.batch` is per replica, docs/limits.md), so dp of them run on the case's world; a
+    training record's rate is already the whole job's. Per-GPU and per-dollar rates divide the rate times
+    this by the world (they divided one replica's rate by every replica's GPUs: dp 2 halved them)."""
+    return 1 if case.training else case.parallelism.dp
+
+
 def _shipped_device(name: str) -> bool:
     """Whether device `name`, or the name it was derived from (an experiment's what-if
     `h100-sxm5-80gb+hbm_bandwidth=...`, the explorer's `...-edited`), is a file of config/hardware. Only
