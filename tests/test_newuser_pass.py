@@ -179,3 +179,5 @@ def test_inference_replicas_count_in_cost_and_per_gpu_rates(tmp_path: Path) -> N
     path.write_text(yaml.safe_dump({"name": "replicas", "base": base, "cases": [{"parallelism": p} for p in layouts]}))
     frame = add_cost_columns(sweep(path))
     assert list(frame.usd_per_million_tokens) == pytest.approx([c1["usd_per_million_tokens"]] * 2)
+    from rapidllm.cli.predict import table       # the table's header counts both replicas' GPUs: say whose rate
+    assert any(line.split()[:5] == ["throughput,", "each", "of", "2", "replicas"] for line in table(two, p2))

@@ -169,7 +169,9 @@ def table(case, pred, variant: str = "") -> list[str]:
             lines += [f"  {'time to first token':28s} {_seconds(pred.ttft_s)}",
                       f"  {'inter-token latency':28s} {_seconds(pred.itl_s)}"]
         rate = f"{pred.tokens_per_s:,.0f}" if pred.tokens_per_s >= 1000 else f"{pred.tokens_per_s:.4g}"
-        lines.append(f"  {'throughput':28s} {rate:>10s} tokens/s")   # 10,164 rather than 1.016e+04
+        dp = case.parallelism.dp        # an inference rate is one replica's; the header counts every replica's GPUs
+        label = "throughput" if pred.mode == "training" or dp == 1 else f"throughput, each of {dp} replicas"
+        lines.append(f"  {label:28s} {rate:>10s} tokens/s")   # 10,164 rather than 1.016e+04
         if pred.mfu is not None:
             lines.append(f"  {'MFU / HFU':28s} {100 * pred.mfu:9.1f}% / {100 * pred.hfu:.1f}%")
     mem = pred.memory
