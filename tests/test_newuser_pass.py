@@ -136,6 +136,8 @@ def test_a_float_residue_in_the_breakdown_prints_as_zero() -> None:
         lines = table(case, dataclasses.replace(pred, bubble_s=residue))
         bubble = next(line for line in lines if "pipeline bubble" in line)
         assert bubble.split()[2:] == ["0", "s", "0.0%"], bubble
+    # the layout, which the case id names only as a hash, under the header
+    assert lines[1] == "  layout: dp 1 x tp 8 x pp 8, sp, selective recompute, 1f1b, attention flash"
 
 
 def test_the_explorer_page_says_when_a_device_is_not_validated(tmp_path: Path, monkeypatch) -> None:

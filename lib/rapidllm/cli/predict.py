@@ -149,11 +149,24 @@ def _variant(args: argparse.Namespace) -> str:
     return ", ".join(parts)
 
 
+def _layout(case) -> str:
+    """'dp 2 x tp 8 x pp 4, sp, selective recompute, 1f1b, attention flash': the case id names the layout only
+    as a hash, so the outputs of several layouts of one model and cluster read alike."""
+    par = case.parallelism
+    axes = " x ".join(f"{a} {getattr(par, a)}" for a in ("dp", "tp", "pp", "cp") if getattr(par, a) > 1 or a != "cp")
+    parts = [axes] + ([f"ep {par.ep}"] if par.ep > 1 else []) + ([f"zero {par.zero}"] if par.zero else [])
+    if case.training:
+        schedule = par.schedule + (f" v{par.virtual_stages}" if par.virtual_stages > 1 else "")
+        recompute = f"{par.recompute} recompute" if par.recompute != "none" else "no recompute"
+        parts += (["sp"] if par.sp else []) + [recompute, schedule]
+    return ", ".join([*parts, f"attention {case.attention_impl}"])
+
+
 def table(case, pred, variant: str = "") -> list[str]:
     """The human-readable breakdown of one Prediction, one line per row."""
     head = (f"case {pred.case_id}: {case.model.name} on {case.parallelism.world} x {case.hardware.name} "
             f"({case.network.name}), {pred.mode}" + (f" [{variant}]" if variant else ""))
-    lines = [head]
+    lines = [head, f"  layout: {_layout(case)}"]
     if pred.status != "ok":
         lines += [f"  infeasible: {pred.reason}", f"  hint: {_hint(case, pred)}"]
     else:
