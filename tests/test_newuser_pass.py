@@ -183,3 +183,23 @@ def test_inference_replicas_count_in_cost_and_per_gpu_rates(tmp_path: Path) -> N
     assert list(frame.usd_per_million_tokens) == pytest.approx([c1["usd_per_million_tokens"]] * 2)
     from rapidllm.cli.predict import table       # the table's header counts both replicas' GPUs: say whose rate
     assert any(line.split()[:5] == ["throughput,", "each", "of", "2", "replicas"] for line in table(two, p2))
+
+
+def test_collective_on_a_case_file_sizes_the_fabric_its_faults_name(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture) -> None:
+    """A case's faults name node ids of its fabric sized for its world (switch ids follow the ranks): `[0, 16]`
+    is rank 0's NVSwitch on 16 GPUs. `collective --network case.yaml --ranks 8` sized the fabric for 8 ranks,
+    where node 16 is an InfiniBand switch and the fault no cable: refused, so a case's degraded link could not
+    be looked at one collective at a time."""
+    import json
+
+    case = {"model": "llama2-7b", "hardware": "h100-sxm5-80gb", "network": "superpod-ndr", "precision": "bf16",
+            "workload": {"mode": "training", "seq_len": 2048, "global_batch": 16, "micro_batch": 1},
+            "parallelism": {"tp": 8, "dp": 2}}
+    times = []
+    for faults in ([], [{"link": [0, 16], "bandwidth_factor": 0.25}]):
+        path = tmp_path / f"case{len(faults)}.yaml"
+        path.write_text(yaml.safe_dump({**case, "faults": faults}))
+        assert main(["collective", "--network", str(path), "--bytes", "256 MiB", "--ranks", "8", "--json"]) == 0
+        times.append(json.loads(capsys.readouterr().out)["time_s"])
+    assert times[1] > 2 * times[0]          # rank 0's cable at a quarter of its bandwidth
