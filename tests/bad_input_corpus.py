@@ -117,7 +117,8 @@ PREDICT = [
     case_bad("case-clock-above-max", "clock", "1.5 GHz", "case.yaml: clock: 1.5 GHz is above toy-gpu's highest SM clock"),
     case_bad("global-batch-1e30", "workload.global_batch", 1e30, "global_batch: 1e+30 is out of range"),
     case_bad("global-batch-1e9", "workload.global_batch", 10**9, "allowed: integer 1 to 1048576", "work"),
-    case_bad("global-batch-text", "workload.global_batch", "1e30", "is not of type integer"),
+    # was "write 1000000000000000019884624838656", a number past the bound
+    case_bad("global-batch-text", "workload.global_batch", "1e30", "'1e30' is out of range; allowed: integer 1 to"),
     case_bad("global-batch-nan", "workload.global_batch", NAN, "is not of type integer"),
     case_bad("seq-len-zero", "workload.seq_len", 0, "seq_len: 0 is out of range"),
     case_bad("seq-len-negative", "workload.seq_len", -2048, "seq_len"),
@@ -511,7 +512,7 @@ SEARCH = [
     search_bad("global-batch-nan", "workload.global_batch", NAN, "global_batch", "quantity"),
     search_bad("unknown-model", "model", "no-such-model", "unknown model 'no-such-model'"),
     search_bad("model-path-escape", "model", "../../workflow/schemas/case.schema", "is not a model name"),
-    search_bad("empty-space", "space", {"tp": [3]}, "no feasible layout"),
+    search_bad("empty-space", "space", {"tp": [3]}, "no layout: no dp x tp x pp x cp from the space's values"),
     # a layout axis pinned under parallelism read "unknown key(s) 'tp' (did you mean tp_comm_overlap?)"
     search_bad("parallelism-axis", "parallelism", {"tp": 8}, "parallelism.tp: a search axis, not a fixed setting; give its values in space.tp"),
     # the boolean space switch read "give its values in space.tp_across_nodes (one value pins it)"

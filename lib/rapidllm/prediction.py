@@ -23,14 +23,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rapidllm.caches import Caches
+from rapidllm.engine.comm_cost import topology_of
 from rapidllm.engine.engine import ENGINES, Adjust, record_keys, simulate
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.model import memory_for_case
-from rapidllm.ops.price import price_case, price_table
+from rapidllm.ops.price import as_frame, price_case, price_table
 from rapidllm.spec.case import Case, load_case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.experiment import Experiment, case_columns, expand_row, load_experiment, raw_cases
-from rapidllm.spec.paths import spec_path
+from rapidllm.spec.named import NAME
+from rapidllm.spec.paths import config_dir, spec_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,13 +59,37 @@ def device_record(case: Case) -> dict[str, Any]:
     device without rows (constants transferred from another, validate/transfer.py, or none given) warns
     once per process on stderr: its predictions carry the donor's error and more."""
     hw = case.hardware
-    if not hw.validated and (hw.name, hw.utilization_from) not in _WARNED:
+    validated = hw.validated and _shipped_device(hw.name)
+    if not validated and (hw.name, hw.utilization_from) not in _WARNED:
         _WARNED.add((hw.name, hw.utilization_from))
         origin = ("no utilization given: datasheet peaks (1.0)" if hw.utilization_from == "datasheet"
-                  else f"constants transferred from {hw.utilization_from} (docs/transfer.md)")
+                  else f"constants transferred from {hw.utilization_from} (docs/transfer.md)"
+                  if hw.utilization_from else
+                  "a device of its own, not in config/hardware, so its constants were fitted on nothing "
+                  "(docs/transfer.md)")
         print(f"rapidllm: warning: device {hw.name} has no validation rows of its own; {origin}",
               file=sys.stderr)
-    return {"device_validated": hw.validated}
+    return {"device_validated": validated}
+
+
+def replicas_served(case: Case) -> int:
+    """How many copies of a record's `tokens_per_s` the case's GPUs produce: an inference record's rate is one
+    replica's (`workload.batch` is per replica, docs/limits.md), so dp of them run on the case's world; a
+    training record's rate is already the whole job's. Per-GPU and per-dollar rates divide the rate times
+    this by the world (they divided one replica's rate by every replica's GPUs: dp 2 halved them)."""
+    return 1 if case.training else case.parallelism.dp
+
+
+def _shipped_device(name: str) -> bool:
+    """Whether device `name`, or the name it was derived from (an experiment's what-if
+    `h100-sxm5-80gb+hbm_bandwidth=...`, the explorer's `...-edited`), is a file of config/hardware. Only
+    those files' constants can have been fitted (tests/test_transfer.py holds each to its rows or its stated
+    donor); an inline device of another name (a made-up future GPU) with a `utilization` of its own was
+    reported as validated. The constants themselves are not compared: calibration prices a fitted device at
+    trial constants, which must not read as another device."""
+    base = name.partition("+")[0].removesuffix("-edited")
+    return (NAME.fullmatch(base) is not None
+            and os.path.isfile(os.path.join(config_dir("hardware"), f"{base}.yaml")))
 
 
 def evaluate(case: Case | str | Path | Mapping[str, Any], engine: str = "event", adjust: Adjust | None = None,
@@ -81,8 +107,12 @@ def evaluate(case: Case | str | Path | Mapping[str, Any], engine: str = "event",
 
 def _evaluate(case: Case, engine: str, adjust: Adjust | None,
               trace: bool = False) -> tuple[dict[str, Any], MemoryResult]:
+    if case.network.faults:     # built here whether or not a collective needs it, so a bad fault is refused
+        topology_of(case.network)
     mem = memory_for_case(case)
     record: dict[str, Any] = {"case_id": case.case_id, **device_record(case)}
+    if not mem.feasible and adjust is not None:
+        adjust(as_frame(price_table(case)))    # what a simulation would read: a misspelt measured row is refused
     if not mem.feasible:
         record.update(status="infeasible", reason=mem.reason, peak_memory_bytes=mem.peak, feasible=False)
         if trace:

@@ -27,6 +27,7 @@ KIND_EXAMPLES = {
     "flops": "'312 TFLOP/s'",
 }
 
+SI_UNIT = {"bytes": "bytes", "bandwidth": "bytes/s", "time": "seconds", "frequency": "Hz", "flops": "FLOP/s"}
 NOUN = {"bytes": "byte count", "bandwidth": "bandwidth", "time": "time", "frequency": "frequency",
         "flops": "FLOP rate"}
 # kinds whose zero would divide (a time at zero bandwidth, clock or FLOP rate): refused as well as negatives

@@ -35,8 +35,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--bytes", required=True, help="message size with a unit, e.g. 1GiB or '64 MB'")
     p.add_argument("--ranks", default=None,
                    help="rank count N (ranks 0..N-1) or a comma list of rank ids (send_recv: SRC,DST); default: "
-                        "every rank of the network, and one node of a fabric whose size is auto (a case file's "
-                        "world is not used)")
+                        "every rank of the network, and one node of a fabric whose size is auto (a case file "
+                        "with faults: its world, the fabric its fault ids name)")
     p.add_argument("--algorithm", default="auto",
                    help="auto, ring, direct, halving_doubling, tree, hierarchical, in_switch (all_reduce)")
     p.add_argument("--chunks", type=int, default=None,
@@ -77,27 +77,34 @@ def _ranks(text: str | None) -> int | list[int] | None:
     return vals[0] if len(vals) == 1 else vals
 
 
-def network_arg(text: str) -> tuple[NetworkSpec, tuple[FaultSpec, ...]]:
+def network_arg(text: str) -> tuple[NetworkSpec, tuple[FaultSpec, ...], int]:
     """The --network value: a name from config/networks, a network file, or a case file (its `network`,
-    named or inline, plus its `faults`). A path is recognised by a .yaml/.yml suffix or by existing."""
+    named or inline, plus its `faults`), and the fewest ranks to size it for: a case's faults name node ids
+    of the fabric sized for the case's world (switch ids follow the ranks), so that world, else 1. A path is
+    recognised by a .yaml/.yml suffix or by existing."""
     path = Path(text)
     if path.suffix not in (".yaml", ".yml") and not path.is_file():
         mapping, where = resolve_named("network", text, "rapidllm collective", "--network")
-        return NetworkSpec.from_mapping(mapping, where), ()
+        return NetworkSpec.from_mapping(mapping, where), (), 1
     source = display(path)
     data = load_yaml(path)
     if not isinstance(data, dict):
         raise SpecError.at(source, "", "expected a network mapping (dimensions: ...) or a case (network: ...)")
     if "dimensions" in data:
         mapping, where = resolve_named("network", data, source, "(top level)")
-        return NetworkSpec.from_mapping(mapping, where), ()
+        return NetworkSpec.from_mapping(mapping, where), (), 1
     if "network" not in data:
         raise SpecError.at(source, "network", "missing: a network file needs `dimensions`, a case file `network`")
     mapping, where = resolve_named("network", data["network"], source, "network")
     faults = data.get("faults", [])
     if not isinstance(faults, list) or not all(isinstance(f, dict) and "link" in f for f in faults):
         raise SpecError.at(source, "faults", "expected a list of {link: [a, b], ...} mappings")
-    return NetworkSpec.from_mapping(mapping, where), tuple(FaultSpec.from_mapping(f) for f in faults)
+    if faults:                          # [0, 64] on 64 GPUs is rank 0's NVSwitch, on 8 it is no cable
+        from rapidllm.spec.case import load_case
+        world = load_case(path).parallelism.world
+    else:
+        world = 1
+    return NetworkSpec.from_mapping(mapping, where), tuple(FaultSpec.from_mapping(f) for f in faults), world
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,14 +116,14 @@ def run(args: argparse.Namespace) -> int:
                                "utilization": args.utilization}, "collective")
     nbytes = parse_quantity(args.bytes, "bytes")
     faults = tuple(parse_fault(f) for f in args.fault)
-    net, case_faults = network_arg(args.network)
+    net, case_faults, case_world = network_arg(args.network)
     where = args.network
     if ranks is not None:
         try:
             check_work(args.op, ranks if isinstance(ranks, int) else len(ranks), args.chunks or 1)
         except SpecError as err:
             raise SpecError(f"rapidllm collective: --ranks: {err}") from None
-    world = ranks if isinstance(ranks, int) else (max(ranks) + 1 if ranks else 1)
+    world = max(ranks if isinstance(ranks, int) else (max(ranks) + 1 if ranks else 1), case_world)
     net = net.sized_for(world, where) if net.dimensions[-1].size == 0 else net
     net = replace(net, faults=net.faults + case_faults + faults)
     try:

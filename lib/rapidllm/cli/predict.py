@@ -149,11 +149,24 @@ def _variant(args: argparse.Namespace) -> str:
     return ", ".join(parts)
 
 
+def _layout(case) -> str:
+    """'dp 2 x tp 8 x pp 4, sp, selective recompute, 1f1b, attention flash': the case id names the layout only
+    as a hash, so the outputs of several layouts of one model and cluster read alike."""
+    par = case.parallelism
+    axes = " x ".join(f"{a} {getattr(par, a)}" for a in ("dp", "tp", "pp", "cp") if getattr(par, a) > 1 or a != "cp")
+    parts = [axes] + ([f"ep {par.ep}"] if par.ep > 1 else []) + ([f"zero {par.zero}"] if par.zero else [])
+    if case.training:
+        schedule = par.schedule + (f" v{par.virtual_stages}" if par.virtual_stages > 1 else "")
+        recompute = f"{par.recompute} recompute" if par.recompute != "none" else "no recompute"
+        parts += (["sp"] if par.sp else []) + [recompute, schedule]
+    return ", ".join([*parts, f"attention {case.attention_impl}"])
+
+
 def table(case, pred, variant: str = "") -> list[str]:
     """The human-readable breakdown of one Prediction, one line per row."""
     head = (f"case {pred.case_id}: {case.model.name} on {case.parallelism.world} x {case.hardware.name} "
             f"({case.network.name}), {pred.mode}" + (f" [{variant}]" if variant else ""))
-    lines = [head]
+    lines = [head, f"  layout: {_layout(case)}"]
     if pred.status != "ok":
         lines += [f"  infeasible: {pred.reason}", f"  hint: {_hint(case, pred)}"]
     else:
@@ -162,13 +175,16 @@ def table(case, pred, variant: str = "") -> list[str]:
         lines += [f"  {'time':28s} {'':>13s} {'share':>7s}", f"  {name:28s} {_seconds(total)} {100.0:6.1f}%"]
         for label, value in (("compute", pred.compute_time_s), ("exposed communication", pred.exposed_comm_s),
                              ("pipeline bubble", pred.bubble_s)):
+            value = value if abs(value) > 1e-9 * total else 0.0   # float residue of the split: "2.292e-07 us"
             share = 100.0 * value / total if total else 0.0
             lines.append(f"    {label:26s} {_seconds(value)} {share:6.1f}%")
         if pred.mode == "inference":
             lines += [f"  {'time to first token':28s} {_seconds(pred.ttft_s)}",
                       f"  {'inter-token latency':28s} {_seconds(pred.itl_s)}"]
         rate = f"{pred.tokens_per_s:,.0f}" if pred.tokens_per_s >= 1000 else f"{pred.tokens_per_s:.4g}"
-        lines.append(f"  {'throughput':28s} {rate:>10s} tokens/s")   # 10,164 rather than 1.016e+04
+        dp = case.parallelism.dp        # an inference rate is one replica's; the header counts every replica's GPUs
+        label = "throughput" if pred.mode == "training" or dp == 1 else f"throughput, each of {dp} replicas"
+        lines.append(f"  {label:28s} {rate:>10s} tokens/s")   # 10,164 rather than 1.016e+04
         if pred.mfu is not None:
             lines.append(f"  {'MFU / HFU':28s} {100 * pred.mfu:9.1f}% / {100 * pred.hfu:.1f}%")
     mem = pred.memory

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.schema import read_text
+from rapidllm.spec.schema import close_names, read_text
 from rapidllm.units import UnitError, parse_quantity
 
 if TYPE_CHECKING:
@@ -40,18 +40,32 @@ def load_measured(path: str | Path) -> pd.DataFrame:
     bad = df.index[~(times.notna() & np.isfinite(times) & (times >= 0))]
     if len(bad):
         raise SpecError(f"{path}: row {int(bad[0])}: time_s {df.time_s[bad[0]]} is not a finite time >= 0 in seconds")
+    df.attrs["source"] = str(path)
     return df
 
 
 def apply_measured(ops: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
-    """Override time_s of operators named in `measured` (matching section/phase when given)."""
+    """Override time_s of operators named in `measured` (matching section/phase when given). A row that
+    matches no operator is refused, as a what-if's name is: a misspelt name (`atn`) changed nothing and
+    the prediction printed as the measured replay."""
     out = ops.copy()
-    for row in measured.itertuples(index=False):
+    for i, row in enumerate(measured.itertuples(index=False)):
         sel = out.name == row.name
+        where = []
         for col in ("section", "phase"):
             val = getattr(row, col, None)
             if isinstance(val, str) and val:
                 sel &= out[col] == val
+                where.append(f"{col} {val!r}")
+        if not sel.any():
+            source = measured.attrs.get("source", "measured timings")
+            names = sorted(set(out.name))
+            meant = close_names(str(row.name), names)
+            known = ", ".join(names)
+            place = f" in {', '.join(where)}" if where else ""
+            raise SpecError(f"{source}: row {i}: no operator named {row.name!r}{place}"
+                            + (f" (did you mean {' or '.join(meant[:2])}?)" if meant else "")
+                            + f"; known: {known if len(known) <= 300 else known[:297] + '...'}")
         out.loc[sel, "time_s"] = float(row.time_s)
     return out
 

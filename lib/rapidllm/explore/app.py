@@ -220,6 +220,9 @@ def show(title: str, case: dict, engine: str) -> Any:
         return None
     if not p.feasible:
         st.warning(f"does not fit in memory: {p.reason}")
+    if not p.device_validated:      # the command line warns on stderr; the page had no sign of it
+        st.warning("this device has no validation rows of its own: its constants are transferred from another "
+                   "device or given with it, so its error is not measured (docs/transfer.md)")
     cols = st.columns(len(E.headline(p)))
     for col, (label, value) in zip(cols, E.headline(p).items()):
         col.metric(label, _fmt(value))

@@ -17,6 +17,7 @@ from rapidllm.network.routing import Router
 from rapidllm.network.topology import Topology, build_topology
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.network import NetworkSpec
+from rapidllm.spec.schema import short
 
 DEFAULT_CHUNKS = None          # chunk count from the network's chunk size (chunk_count)
 MAX_CHUNKS = 32               # beyond this the store-and-forward fill is < 3% of a transfer; bounds events
@@ -51,12 +52,16 @@ class CollectiveRequest:
 def _ranks(network: NetworkSpec, ranks: int | Sequence[int] | None) -> list[int]:
     if ranks is None:
         return list(range(network.total_size))
+    size = network.total_size
     if isinstance(ranks, (int, np.integer)):
+        if not 1 <= ranks <= size:      # the id list of a count was the message: 5 kB for --ranks 1000
+            raise SpecError(f"network {network.name!r}: ranks: a count of {int(ranks)}; allowed: 1 to {size}, "
+                            f"the ranks it has")
         ranks = list(range(int(ranks)))
     out = [int(r) for r in ranks]
-    bad = [r for r in out if not 0 <= r < network.total_size]
+    bad = [r for r in out if not 0 <= r < size]
     if bad or len(set(out)) != len(out):
-        raise SpecError(f"network {network.name!r}: ranks {out} must be distinct ids in 0..{network.total_size - 1}")
+        raise SpecError(f"network {network.name!r}: ranks {short(out)} must be distinct ids in 0..{size - 1}")
     return out
 
 

@@ -230,6 +230,17 @@ def _build_fat_tree(b: _Builder, d: int, dim: DimensionSpec, lines: list[list[in
     return nxt
 
 
+def _cables_of(topo: Topology, node: int, most: int = 6) -> str:
+    """'; rank 0's cables: [0, 64] to nvlink switch line 0, ...' for a fault error: a command-line user has
+    no other way to find the id of a rank's switch (docs/network.md numbers them, but by formula)."""
+    peers = sorted({t for (s, t) in topo.link_of if s == node})
+    if not peers:
+        return ""
+    shown = ", ".join(f"[{node}, {t}] to {topo.switch_labels.get(t, f'rank {t}')}" for t in peers[:most])
+    more = f" and {len(peers) - most} more" if len(peers) > most else ""
+    return f"; {topo.node_name(node)}'s cables: {shown}{more}"
+
+
 def apply_faults(topo: Topology, faults: tuple[FaultSpec, ...] | list[FaultSpec]) -> None:
     """Soft faults scale bandwidth and add latency; hard faults mark links dead. Both directions of a cable."""
     for k, f in enumerate(faults):
@@ -240,7 +251,8 @@ def apply_faults(topo: Topology, faults: tuple[FaultSpec, ...] | list[FaultSpec]
             switches = (f"switches {topo.n_ranks}..{topo.n_nodes - 1}" if topo.n_nodes > topo.n_ranks
                         else "no switches")
             raise SpecError(f"network {topo.name!r}: faults.{k}: link [{a}, {c}] does not exist; endpoints are "
-                            f"global node ids (ranks 0..{topo.n_ranks - 1}, {switches}); see docs/network.md")
+                            f"global node ids (ranks 0..{topo.n_ranks - 1}, {switches}){_cables_of(topo, a)}; "
+                            "see docs/network.md")
         for i in hits:
             if f.failed:
                 topo.alive[i] = False

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from rapidllm.prediction import replicas_served
 from rapidllm.spec.case import Case, TrainingWorkload
 from rapidllm.spec.errors import SpecError
 
@@ -46,7 +47,8 @@ def column(name: str) -> Derive:
 
 
 def per_gpu(name: str) -> Derive:
-    return lambda rec, case: float(rec[name]) / case.parallelism.world
+    """A rate per GPU of the case: an inference record's rate is one dp replica's (`replicas_served`)."""
+    return lambda rec, case: float(rec[name]) * replicas_served(case) / case.parallelism.world
 
 
 def time_to_train(tokens: float) -> Derive:

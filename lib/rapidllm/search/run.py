@@ -482,8 +482,12 @@ def empty_space_message(spec: SearchSpec, counts: dict[str, Any]) -> str:
     """One line saying that nothing is left and which step removed how much."""
     parts = [f"{counts[r]} {r.replace('_', ' ')}" for r in REASONS if counts.get(r)]
     rules = ", ".join(f"{k}: {v}" for k, v in counts.get("invalid_by_rule", {}).items())
+    if not counts["layouts"]:           # was "(none enumerated)": say which values left nothing to factor
+        pinned = {a: spec.space[a] for a in ("tp", "cp", "pp", "dp") if a in spec.space}
+        return (f"{spec.source}: space: no layout: no dp x tp x pp x cp from the space's values multiplies out to "
+                f"gpus {', '.join(map(str, spec.gpus))}" + (f" (space: {pinned})" if pinned else ""))
     return (f"{spec.source}: space: no feasible layout among {counts['layouts']} "
-            f"({', '.join(parts) or 'none enumerated'}{f'; invalid by rule: {rules}' if rules else ''})")
+            f"({', '.join(parts)}{f'; invalid by rule: {rules}' if rules else ''})")
 
 
 def check_not_empty(df: pd.DataFrame, spec: SearchSpec) -> None:

@@ -22,7 +22,7 @@ from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import line_cables
 from rapidllm.spec.paths import config_dir, display, project_root, spec_path
-from rapidllm.spec.schema import json_safe, knows_key, load_yaml, validate
+from rapidllm.spec.schema import close_keys, json_safe, knows_key, load_yaml, validate
 
 AXES = ("dp", "tp", "pp", "cp", "ep")
 NAMED_KINDS = ("model", "hardware", "network")
@@ -63,7 +63,11 @@ def check_experiment(exp: Experiment) -> None:
     unknown += [f"cases.{i}.{k}" for i, c in enumerate(exp.cases) for k in sorted(c)
                 if k not in ("label", "meta") and not knows_key("case", k)]
     if unknown:
-        raise SpecError.at(exp.source, unknown[0], "matches no key of a case (workflow/schemas/case.schema.yaml)")
+        key = unknown[0].split(".", 2)[2] if unknown[0].startswith("cases.") else unknown[0]
+        meant = close_keys("case", key)
+        hint = f" (did you mean {' or '.join(meant[:2])}?)" if meant else ""
+        raise SpecError.at(exp.source, unknown[0],
+                           f"matches no key of a case (workflow/schemas/case.schema.yaml){hint}")
     named = [(k, f"base.{k}", exp.base.get(k)) for k in NAMED_KINDS]
     named += [(k, f"cross.{k}.{i}", v) for k in NAMED_KINDS for i, v in enumerate(exp.cross.get(k, []))]
     named += [(k, f"cases.{i}.{k}", c.get(k)) for i, c in enumerate(exp.cases) for k in NAMED_KINDS]

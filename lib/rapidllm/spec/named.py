@@ -33,13 +33,18 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
         path = _named_path(value, str(config_dir(kind)))   # one stat per lookup, no pathlib objects
         if path is None:
             raise SpecError.at(source, key, f"{short(value)} is not a {kind} name (letters, digits, '.', '_', '-'; "
-                               f"names resolve only inside {display(config_dir(kind))}/, which lists them)")
+                               f"names resolve only inside {_folder(kind)}/, which lists them); "
+                               f"{_OWN_SPEC}")
         try:
             info = os.stat(path)
         except OSError:
             info = None
         if info is None or not stat.S_ISREG(info.st_mode):
             names = known_names(kind)
+            if value.endswith((".yaml", ".yml")):     # a file of the user's own, which names never reach
+                raise SpecError.at(source, key, f"unknown {kind} {value!r}: a name is a file stem inside "
+                                   f"{_folder(kind)}/, not a path; allowed: a known name "
+                                   f"({', '.join(names)}); {_OWN_SPEC}")
             raise SpecError.at(source, key, f"unknown {kind} {value!r}; known: {', '.join(names)}"
                                + _suggest(value, names))
         mapping, where = _load_named(kind, value, path, info.st_mtime_ns)
@@ -54,6 +59,20 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
     except SpecError as err:
         raise SpecError([_nested(line, source, key) for line in err.lines]) from None
     return mapping, where
+
+
+# Where a spec of the user's own goes (a path is never read: docs/limits.md, "names").
+_OWN_SPEC = "a spec of your own: give it inline as a mapping, or copy its file there and use its stem as the name"
+
+
+def _folder(kind: str) -> str:
+    """config/<kind> as a message shows it: relative to the working directory when under it, else absolute,
+    so a user running from elsewhere sees where the folder is (`display` would give it relative to the root)."""
+    folder = config_dir(kind)
+    try:
+        return str(folder.relative_to(Path.cwd()))
+    except ValueError:
+        return str(folder)
 
 
 def _nested(line: str, source: str, key: str) -> str:

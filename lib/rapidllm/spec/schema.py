@@ -93,7 +93,11 @@ def _at_least(validator: Any, value: str, instance: Any, schema: dict) -> Any:
     except units.UnitError:
         return
     if si < low:
-        yield jsonschema.ValidationError(f"{short(instance)} is out of range; allowed: a {units.NOUN[kind]} >= {value}")
+        bare = isinstance(instance, (int, float)) or not re.search(r"[A-Za-z]", str(instance))
+        hint = (f" (a number without a unit is in {units.SI_UNIT[kind]}: write e.g. {units.KIND_EXAMPLES[kind]})"
+                if bare else "")
+        yield jsonschema.ValidationError(
+            f"{short(instance)} is out of range; allowed: a {units.NOUN[kind]} >= {value}{hint}")
 
 
 def _format_checker() -> jsonschema.FormatChecker:
@@ -190,6 +194,8 @@ def _describe(error: jsonschema.ValidationError) -> str:
             finite = f" (write {int(error.instance)}, without a decimal point)"
         if finite and isinstance(error.instance, str) and _numeric_text(error.instance):
             value = float(error.instance)
+            if not error.schema.get("minimum", -math.inf) <= value <= error.schema.get("maximum", math.inf):
+                return f"{short(error.instance)} is out of range; allowed: {_range(error.schema)}"  # not "write 1e30"
             spelt = int(value) if "number" not in kinds and value.is_integer() else _yaml_number(error.instance)
             finite += f"; YAML reads it as text: write {spelt}"
         return f"{short(error.instance)} is not of type {kinds}{finite}"
@@ -284,7 +290,39 @@ def validate(mapping: Any, kind: str, source: str) -> None:
                 lines.append(f"{source}: {_key(deepest) or '(top level)'}: {_describe(deepest)}")
             else:
                 lines.append(f"{source}: {_key(error) or '(top level)'}: {_describe(error)}")
+        other = _other_kind(mapping, kind) if any(not e.absolute_path for e in errors) else None
+        if other is not None:
+            article = "an" if kind[0] in "aeiou" else "a"
+            raise SpecError(f"{source}: (top level): this is {_OTHER_KINDS[other]}, not {article} {kind} spec")
         raise SpecError(list(dict.fromkeys(lines)))
+
+
+# What each kind of spec file is and where it goes, for a file given where another kind is expected (a
+# model file to `rapidllm predict`, a case to `rapidllm sweep`: a screenful of "missing key" and "unknown
+# key(s)" lines that never said the file was the wrong kind).
+_OTHER_KINDS = {
+    "case": "a case file (rapidllm predict CASE, rapidllm.predict)",
+    "experiment": "an experiment file (rapidllm sweep EXPERIMENT, rapidllm.sweep)",
+    "search": "a search spec (rapidllm search SPEC, rapidllm.search)",
+    **{kind: f"a {kind} spec (a case names it under `{kind}:` by its file stem in config/{folder}/, or inline)"
+       for kind, folder in (("model", "models"), ("hardware", "hardware"), ("network", "networks"))},
+}
+
+
+def _other_kind(mapping: Any, kind: str) -> str | None:
+    """The other kind of spec whose top level `mapping` has, when some key of `mapping` is not `kind`'s: every
+    key one of its keys and every key it requires present (`name` aside for named specs, whose file stem
+    gives it); None when there is none."""
+    if not isinstance(mapping, dict) or not mapping or set(mapping) <= set(schema_of(kind).get("properties", {})):
+        return None         # every key is one of `kind`'s: a key left out (a search spec without gpus), not a mix-up
+    for other in _OTHER_KINDS:
+        if other == kind:
+            continue
+        schema = schema_of(other)
+        required = set(schema.get("required", ())) - ({"name"} if other in ("model", "hardware", "network") else set())
+        if set(mapping) <= set(schema.get("properties", {})) and required <= set(mapping):
+            return other
+    return None
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -378,6 +416,26 @@ def knows_key(kind: str, dotted: str, named: tuple[str, ...] = ("model", "hardwa
     if kind == "case" and keys[0] in named and len(keys) > 1:
         return _knows(_raw_schema(f"{keys[0]}.schema.yaml"), keys[1:], f"{keys[0]}.schema.yaml")
     return _knows(_raw_schema(f"{kind}.schema.yaml"), keys, f"{kind}.schema.yaml")
+
+
+def close_keys(kind: str, dotted: str) -> list[str]:
+    """Dotted keys `knows_key` accepts that differ from `dotted` in its last part only, by a spelling
+    difflib finds close among the property names of the schemas (`hardware.hbm_bandwith` ->
+    `hardware.hbm_bandwidth`), for a "did you mean" on a key that matches nothing."""
+    parent, _, last = dotted.rpartition(".")
+    names = sorted({k for f in schema_dir().glob("*.schema.yaml") for k in _property_names(_raw_schema(f.name))})
+    near = difflib.get_close_matches(last.lower(), names, n=10, cutoff=0.75)   # then only those valid here
+    return [key for key in (f"{parent}.{n}" if parent else n for n in near) if knows_key(kind, key)]
+
+
+def _property_names(node: Any) -> set[str]:
+    """Every key under a `properties` anywhere in a parsed schema."""
+    if isinstance(node, list):
+        return set().union(*map(_property_names, node)) if node else set()
+    if not isinstance(node, dict):
+        return set()
+    own = set(node["properties"]) if isinstance(node.get("properties"), dict) else set()
+    return own.union(*map(_property_names, node.values()))
 
 
 def _knows(node: Any, keys: list[str], file: str) -> bool:
