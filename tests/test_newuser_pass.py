@@ -2,8 +2,8 @@
 on 64 H100s, a made-up future GPU with its own hardware and network specs, bad input. What tripped the
 newcomer, each kept fixed here.
 
-The refusals run through the bad-input harness of tests/test_bad_inputs.py (exit 2, nothing on stdout, no
-traceback, no file written, the expected fragment in the message).
+Its refusals are in tests/bad_input_corpus.py (NEWCOMER), run by the bad-input harness of
+tests/test_bad_inputs.py (exit 2, nothing on stdout, no traceback, no file written, the expected fragment).
 """
 from __future__ import annotations
 
@@ -13,78 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bad_input_corpus import CASE, EXPERIMENT, SEARCH_SPEC, Bad, with_key
+from bad_input_corpus import CASE, SEARCH_SPEC
 from conftest import ROOT
 from rapidllm.cli import main
-from test_bad_inputs import _check, _materialize
-
-MODEL_FILE = yaml.safe_load((ROOT / "config" / "models" / "llama2-7b.yaml").read_text())
-SWEEP_ARGS = ("sweep", "{tmp}/f.yaml", "--out", "{tmp}/o.csv", "--quiet")
-
-REFUSED = [
-    # a file of one's own given by path: was "unknown hardware 'x300.yaml'; known: ..." with no way forward
-    Bad("hardware-given-as-a-file", ("predict", "{tmp}/case.yaml"),
-        "unknown hardware 'x300.yaml': a name is a file stem inside", "message",
-        {"case.yaml": with_key(CASE, "hardware", "x300.yaml")}),
-    Bad("network-given-as-a-relative-path", ("predict", "{tmp}/case.yaml"),
-        "a spec of your own: give it inline as a mapping", "message",
-        {"case.yaml": with_key(CASE, "network", "./pod.yaml")}),
-    # a file of the wrong kind: was a screenful of "missing key" / "unknown key(s)" lines per key
-    Bad("model-file-to-predict", ("predict", "{tmp}/f.yaml"),
-        "f.yaml: (top level): this is a model spec (a case names it under `model:`", "message",
-        {"f.yaml": MODEL_FILE}),
-    Bad("case-file-to-sweep", SWEEP_ARGS,
-        "f.yaml: (top level): this is a case file (rapidllm predict CASE, rapidllm.predict), not an experiment spec",
-        "message", {"f.yaml": {**CASE, "hardware": "a100-sxm4-80gb", "network": "dgx-a100"}}),
-    Bad("search-spec-to-predict", ("predict", "{tmp}/f.yaml"), "this is a search spec (rapidllm search SPEC",
-        "message", {"f.yaml": SEARCH_SPEC}),
-    Bad("experiment-to-search", ("search", "{tmp}/f.yaml", "--quiet", "--out", "{tmp}/out"),
-        "this is an experiment file (rapidllm sweep EXPERIMENT", "message", {"f.yaml": EXPERIMENT}),
-    # a number without a unit is SI: 288 bytes of HBM predicted "needs 56 GiB > 0.0 GiB" with a ZeRO hint
-    Bad("hbm-capacity-without-unit", ("predict", "{tmp}/case.yaml"),
-        "hardware.hbm_capacity: 288 is out of range; allowed: a byte count >= 1 GiB (a number without a unit is "
-        "in bytes", "quantity", {"case.yaml": with_key(CASE, "hardware.hbm_capacity", 288)}),
-    Bad("clock-without-unit", ("predict", "{tmp}/case.yaml"),
-        "hardware.clock: 1.8 is out of range; allowed: a frequency >= 1 MHz (a number without a unit is in Hz",
-        "quantity", {"case.yaml": with_key(CASE, "hardware.clock", 1.8)}),
-    Bad("link-bandwidth-without-unit", ("predict", "{tmp}/case.yaml"),
-        "network.dimensions.0.link_bandwidth: 450 is out of range; allowed: a bandwidth >= 1 MB/s", "quantity",
-        {"case.yaml": with_key(CASE, "network.dimensions.0.link_bandwidth", 450)}),
-    # a misspelt sweep key into a named spec: no hint, unlike a misspelt key in a case file
-    Bad("sweep-dotted-key-typo", SWEEP_ARGS,
-        "f.yaml: hardware.hbm_bandwith: matches no key of a case (workflow/schemas/case.schema.yaml) (did you mean "
-        "hardware.hbm_bandwidth", "message",
-        {"f.yaml": {**EXPERIMENT, "cross": {"hardware.hbm_bandwith": ["1 TB/s", "2 TB/s"]}}}),
-    # a fault on a pair that is not a cable gave the id ranges only: no way to find a rank's switch from the CLI
-    Bad("fault-names-the-ranks-cables", ("predict", "{tmp}/case.yaml"),
-        "faults.0: link [0, 1] does not exist; endpoints are global node ids (ranks 0..7, switches 8..9); rank 0's "
-        "cables: [0, 8] to", "message", {"case.yaml": {**CASE, "parallelism": {"tp": 8},
-                                                       "faults": [{"link": [0, 1], "bandwidth_factor": 0.5}]}}),
-    # a measured row naming no operator changed nothing, exit 0, while a what-if of the same name is refused
-    Bad("measured-row-names-no-operator", ("predict", "{tmp}/case.yaml", "--measured", "{tmp}/ops.csv"),
-        "ops.csv: row 1: no operator named 'atn' (did you mean attn?); known: attn,", "message",
-        {"case.yaml": {**CASE, "parallelism": {"tp": 8}}, "ops.csv": "name,time_s\nmlp_up,0.001\natn,0.002\n"}),
-    # the same two on a case memory settles (CASE does not fit): "infeasible", exit 0, before any check
-    Bad("fault-on-an-infeasible-case", ("predict", "{tmp}/case.yaml"),
-        "faults.0: link [0, 1] does not exist", "message",
-        {"case.yaml": {**CASE, "faults": [{"link": [0, 1], "bandwidth_factor": 0.5}]}}),
-    Bad("measured-row-on-an-infeasible-case", ("predict", "{tmp}/case.yaml", "--measured", "{tmp}/ops.csv"),
-        "ops.csv: row 0: no operator named 'atn'", "message", {"case.yaml": CASE, "ops.csv": "name,time_s\natn,1\n"}),
-    # a rank count above the fabric's printed every id it asked for: 5 kB on one line for --ranks 1000
-    Bad("collective-rank-count-above-the-network", ("collective", "--network", "dgx-a100", "--bytes", "1 GiB",
-                                                    "--ranks", "1000"),
-        "network 'dgx-a100': ranks: a count of 1000; allowed: 1 to 8", "message"),
-]
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("bad", REFUSED, ids=[b.id for b in REFUSED])
-def test_refused(bad: Bad, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    argv = _materialize(bad, tmp_path)
-    before = set(tmp_path.rglob("*"))
-    code = main(argv)
-    captured = capsys.readouterr()
-    _check(bad, code, captured.out, captured.err, tmp_path, before)
 
 
 def test_a_wrong_key_in_a_file_of_the_right_kind_still_names_the_key(tmp_path: Path,
