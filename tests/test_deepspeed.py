@@ -166,3 +166,26 @@ def test_megatron_case_ids_do_not_move() -> None:
 def test_deepspeed_refuses_what_its_pipeline_engine_does_not_run(par: dict, key: str) -> None:
     with pytest.raises(SpecError, match=key.replace(".", r"\.")):
         resolve_case(_case(framework="deepspeed", parallelism=par), "t")
+
+
+def test_search_from_a_deepspeed_base_keeps_the_framework_rules() -> None:
+    """A search's layouts are checked and built with the base's framework (spec/frameworks.py): no ranked
+    row runs an interleaved schedule or ZeRO-2/3, those layouts are invalid by the framework's rule, and a
+    ranked row is the case file of its layout (gradients reduced after the flush, not overlapped)."""
+    from rapidllm.prediction import predict
+    from rapidllm.search import search
+    spec = {"name": "ds", "model": "llama2-7b", "hardware": "a100-sxm4-80gb", "network": "superpod-hdr",
+            "framework": "deepspeed", "workload": {"mode": "training", "seq_len": 2048, "global_batch": 16},
+            "gpus": 8, "top": 4, "space": {"tp": [2], "micro_batch": [1], "recompute": ["full"], "sp": [False],
+                                           "zero": [1, 3], "pp": [2, 4]}}
+    df = search(spec)
+    rules = df.attrs["counts"]["invalid_by_rule"]
+    assert rules.get("parallelism.schedule") and rules.get("parallelism.zero")
+    assert len(df) and set(df.schedule) == {"1f1b"} and set(df.zero) == {1}
+    row = df.iloc[0]
+    case = {k: spec[k] for k in ("model", "hardware", "network", "framework", "workload")}
+    case["workload"] = {**case["workload"], "micro_batch": 1}
+    case["parallelism"] = {"dp": int(row.dp), "tp": 2, "pp": int(row.pp), "zero": 1, "recompute": "full"}
+    resolved = resolve_case(case, "t")
+    assert not resolved.parallelism.overlap_grad_reduce
+    assert predict(resolved).step_time_s == row.step_time_s

@@ -246,3 +246,21 @@ def test_browser_shows_the_predicted_step_and_follows_a_control(server):
         driver.save_screenshot(str(ARTIFACTS / "explorer.png"))
     finally:
         driver.quit()
+
+
+def test_schedule_control_follows_the_virtual_stages_rule():
+    """virtual_stages >= 2 alone means interleaved (resolve_case), so the page shows that schedule for such a
+    case; choosing 1f1b or gpipe puts the chunks back to 1 (with them the case rules refuse the schedule, and
+    the page showed 1f1b for a case it priced interleaved)."""
+    chunked = {**BASE, "parallelism": {**BASE["parallelism"], "virtual_stages": 2}}
+    chunked["parallelism"].pop("schedule", None)
+    par = chunked["parallelism"]
+    assert E.schedule_of(par) == resolve_case(chunked, "x").parallelism.schedule == "interleaved"
+    assert E.schedule_of(BASE["parallelism"]) == resolve_case(BASE, "x").parallelism.schedule
+    assert E.schedule_edits(par, "interleaved", 2) == {}
+    for schedule in ("1f1b", "gpipe"):
+        case = resolve_case(E.apply_edits(chunked, {"parallelism": E.schedule_edits(par, schedule, 2)}), "x")
+        assert (case.parallelism.schedule, case.parallelism.virtual_stages) == (schedule, 1)
+    case = resolve_case(E.apply_edits(BASE, {"parallelism": E.schedule_edits(BASE["parallelism"], "interleaved", 3)}),
+                        "x")
+    assert (case.parallelism.schedule, case.parallelism.virtual_stages) == ("interleaved", 3)

@@ -64,6 +64,22 @@ def test_rail_fat_tree_routes_a_shift_permutation_without_blocking():
     assert max(together) == pytest.approx(alone[0], rel=1e-9)
 
 
+def test_shared_leaf_fat_tree_numbers_every_port_once_and_routes_a_shift_without_blocking():
+    """Leaves shared by the lines (not rail-optimized): a leaf's port of (line li, coordinate k) is
+    (k mod per_leaf) x lines + li, every port of a leaf once, so with as many spines as ports the 16 flows of
+    a shift by one leaf climb 16 distinct spines ((a + b) mod spines put two on each of 8)."""
+    from rapidllm.network.api import CollectiveRequest, simulate_concurrent
+    spec = net(("switch", 4), ("fat_tree", 8, (), 16, 16, False))
+    ft = build_topology(spec).fat_tree[1]
+    for leaf in set(ft["leaf_of"].values()):
+        ports = [ft["port_of"][r] for r, lf in ft["leaf_of"].items() if lf == leaf]
+        assert sorted(ports) == list(range(16))
+    sends = [CollectiveRequest("send_recv", 64e6, (4 * n + k, 4 * (n + 4) + k)) for n in range(4) for k in range(4)]
+    alone, _, _ = simulate_concurrent(spec, sends[:1])
+    together, _, _ = simulate_concurrent(spec, sends)
+    assert max(together) == pytest.approx(alone[0], rel=1e-9)
+
+
 def test_reroute_around_dead_ring_link():
     t = build_topology(net(("ring", 6), faults=[FaultSpec((0, 1), failed=True)]))
     assert nodes(t, Router(t).route(0, 1)) == [0, 5, 4, 3, 2, 1]

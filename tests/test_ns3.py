@@ -123,3 +123,20 @@ def test_case_matrix_covers_axes_topologies_and_variants():
     assert all(len(c.requests) == 2 for c in cases if c.variant == "concurrent")
     assert all(c.network.faults[0].failed for c in cases if c.variant == "hard_fault")
     assert all(c.network.faults[0].bandwidth_factor == 0.25 for c in cases if c.variant == "soft_fault")
+
+
+def test_fat_tree_concurrent_partner_shares_the_spine():
+    """pp-fat_tree-concurrent's partner climbs the spine of the send it accompanies (leaf 0 -> spine -> leaf 1):
+    with destination-mod-k routing 2 -> 5 took the other spine, shared no cable and the case equalled 'alone'."""
+    from rapidllm.network.routing import Router
+    from rapidllm.network.topology import build_topology
+    base = next(b for b in ns3.BASES if (b.axis, b.topology) == ("pp", "fat_tree"))
+    topo = build_topology(ns3.NETWORKS["fat_tree"])
+    router = Router(topo)
+    shared = set(router.route(*base.ranks)) & set(router.route(*base.partner[1]))
+    spines = set(topo.fat_tree[0]["spines"])
+    assert any(int(topo.dst[i]) in spines for i in shared)
+    cases = {c.variant: c for c in ns3.build_cases() if c.name.startswith("pp-fat_tree")}
+    alone = simulate_concurrent(cases["alone"].network, cases["alone"].requests)[0][0]
+    together = simulate_concurrent(cases["concurrent"].network, cases["concurrent"].requests)[0][0]
+    assert together > alone

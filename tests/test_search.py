@@ -401,3 +401,24 @@ def test_zero3_bound_of_a_two_kind_model_stays_below_the_simulation() -> None:
     assert floor[0] > 0
     bound = optimistic_record(case, spans, stage_profile(case, spans, floor), step_tail(case, cost, True))
     assert bound["step_time_s"] <= predict(case).to_dict()["step_time_s"]
+
+
+@pytest.mark.parametrize("mode", ["training", "inference"])
+def test_group_level_objectives_read_only_what_the_group_shares(mode: str) -> None:
+    """A group-level objective is derived on the group's case for every layout of the group, so it must give
+    the same value on any of them. Inference throughput per GPU reads the layout's dp (a record's rate is one
+    replica's): on the group's case a dp 2 layout's bound was halved (or doubled) and pruning could drop it."""
+    from rapidllm.search.objectives import NAMED, objective_from_spec
+    spec = {**INFERENCE, "gpus": 8, "space": {"batch": [8], "attention_impl": ["flash"], "dp": [1, 2]}} \
+        if mode == "inference" else {**DENSE, "gpus": 8}
+    loaded = load_search(spec)
+    cases = [lay.case for cand in loaded.candidates for lay in layouts(loaded, cand, 8) if lay.case is not None]
+    assert len({c.parallelism.dp for c in cases}) > 1
+    rec = {"tokens_per_s": 1000.0, "step_time_s": 1.0, "mfu": 0.5, "e2e_latency_s": 1.0, "ttft_s": 0.1,
+           "itl_s": 0.01}
+    for name in NAMED[mode]:
+        obj = objective_from_spec(name, mode, 1e9, "test")
+        if obj.group_level:
+            assert len({obj.derive(rec, c) for c in cases}) == 1, name
+        else:
+            assert len({obj.derive(rec, c) for c in cases}) > 1, name

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rapidllm.graph.pipeline_dag import TASK, kahn_order
+from rapidllm.graph.kahn import kahn_order
+from rapidllm.graph.pipeline_dag import TASK
 from rapidllm.graph.templates import COMPUTE, Template
 from rapidllm.jit import njit
 

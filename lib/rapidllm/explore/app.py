@@ -138,8 +138,9 @@ def _workload_controls(p: str, case: dict, ed: dict) -> None:
                 ed["parallelism"][k] = v
         c1, c2 = st.columns(2)
         c3, c4 = st.columns(2)
-        choices = {"schedule": (c1, ("1f1b", "gpipe", "interleaved")),
-                   "recompute": (c2, ("none", "selective", "full")), "zero": (c3, (0, 1, 2, 3))}
+        schedules = ("1f1b", "gpipe", "interleaved")
+        schedule = c1.selectbox("schedule", schedules, index=schedules.index(E.schedule_of(par)), key=f"{p}.schedule")
+        choices = {"recompute": (c2, ("none", "selective", "full")), "zero": (c3, (0, 1, 2, 3))}
         for k, (col, opts) in choices.items():
             cur = par.get(k, getattr(ref, k))
             v = col.selectbox(k, opts, index=opts.index(cur), key=f"{p}.{k}")
@@ -148,11 +149,11 @@ def _workload_controls(p: str, case: dict, ed: dict) -> None:
         sp = c4.checkbox("sp", value=bool(par.get("sp", ref.sp)), key=f"{p}.sp")
         if sp != par.get("sp", ref.sp):
             ed["parallelism"]["sp"] = sp
-        if (ed["parallelism"].get("schedule") or par.get("schedule")) == "interleaved":
-            v = int(st.number_input("virtual_stages", min_value=1, value=int(par.get("virtual_stages", 2)),
-                                    key=f"{p}.virtual_stages"))
-            if v != par.get("virtual_stages"):
-                ed["parallelism"]["virtual_stages"] = v
+        chunks = 1
+        if schedule == "interleaved":
+            chunks = int(st.number_input("virtual_stages", min_value=2, value=max(2, int(par.get("virtual_stages", 2))),
+                                         key=f"{p}.virtual_stages"))
+        ed["parallelism"].update(E.schedule_edits(par, schedule, chunks))
 
 
 def _fault_controls(p: str, case: dict, ed: dict) -> None:

@@ -32,6 +32,25 @@ MODEL_KNOBS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
 DEFAULT_EXAMPLE = "gpt175b-tp8-pp8.yaml"
 
 
+def schedule_of(par: dict[str, Any]) -> str:
+    """The pipeline schedule a case's `parallelism` mapping runs: its `schedule`, else `interleaved` when it
+    sets virtual_stages >= 2 (resolve_case infers it, as Megatron-LM does), else the default 1f1b."""
+    return par.get("schedule", "interleaved" if par.get("virtual_stages", 1) > 1 else "1f1b")
+
+
+def schedule_edits(par: dict[str, Any], schedule: str, virtual_stages: int) -> dict[str, Any]:
+    """The `parallelism` edits for the schedule (and model chunks per stage) chosen on the page. A schedule
+    other than interleaved runs one chunk per stage, so chunks the case set go back to 1: the case rules
+    refuse virtual_stages >= 2 with 1f1b or gpipe, and without `schedule` those chunks mean interleaved."""
+    out: dict[str, Any] = {}
+    if schedule != schedule_of(par):
+        out["schedule"] = schedule
+    chunks = virtual_stages if schedule == "interleaved" else 1
+    if chunks != par.get("virtual_stages", 1):
+        out["virtual_stages"] = chunks
+    return out
+
+
 def examples() -> dict[str, Path]:
     """Example case files shipped with the project (examples/*.yaml, search specs excluded), by file name,
     the training example the docs use first."""

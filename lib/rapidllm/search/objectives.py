@@ -47,7 +47,8 @@ def column(name: str) -> Derive:
 
 
 def per_gpu(name: str) -> Derive:
-    """A rate per GPU of the case: an inference record's rate is one dp replica's (`replicas_served`)."""
+    """A rate per GPU of the case: an inference record's rate is one dp replica's (`replicas_served`), so
+    there it reads the layout's dp, which the layouts of a group do not share (not `group_level`)."""
     return lambda rec, case: float(rec[name]) * replicas_served(case) / case.parallelism.world
 
 
@@ -85,8 +86,8 @@ def objective_from_spec(value: Any, mode: str, train_tokens: float | None, sourc
             if not train_tokens:
                 raise SpecError.at(source, "train_tokens", "objective time_to_train_s needs train_tokens")
             return Objective(value, "min", time_to_train(float(train_tokens)), group_level=True)
-        if value in ("tokens_per_s_per_gpu", "throughput_per_gpu"):
-            return Objective(value, "max", per_gpu("tokens_per_s"), group_level=True)
+        if value in ("tokens_per_s_per_gpu", "throughput_per_gpu"):     # inference: reads the layout's dp
+            return Objective(value, "max", per_gpu("tokens_per_s"), group_level=mode == "training")
         return Objective(value, "max" if value == "mfu" else "min", column(value), group_level=True)
     name = value["column"]
     if name not in record_columns():

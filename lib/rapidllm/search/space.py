@@ -34,6 +34,7 @@ from rapidllm.spec.case import (
     sized_network,
 )
 from rapidllm.spec.errors import SpecError
+from rapidllm.spec.frameworks import framework_parallelism
 from rapidllm.spec.model import ModelSpec
 from rapidllm.spec.network import NetworkSpec
 
@@ -239,14 +240,16 @@ def _fabric(cand: Candidate, world: int) -> tuple[NetworkSpec | None, str]:
 def _layouts(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, size: int, attns: list[str],
              options: dict[str, Any], par_m: dict, fabric: tuple[NetworkSpec | None, str]) -> Iterator[Layout]:
     """The layouts of one parallelism and workload, one per attention kernel: the layout rules do not look at
-    the kernel, so one check serves them all (the rules first, then the fabric's sizing, then the kernel's
-    own rule, `check_attention`, as `resolve_case` checks). The key is the searched axes; `options` (the
-    spec's fixed `parallelism` settings) are the same in every row and shape the case only."""
+    the kernel, so one check serves them all (the rules first, the base's framework's among them, then the
+    fabric's sizing, then the kernel's own rule, `check_attention`, as `resolve_case` checks). The key is the
+    searched axes; `options` (the spec's fixed `parallelism` settings) are the same in every row and shape
+    the case only."""
     par = Parallelism(**options, **par_m)
     values = (*par_m.values(), size)
     sized, reason = fabric
     try:
         check_layout(cand.base.model, par, workload, "layout")
+        framework_parallelism({"framework": cand.base.framework, "parallelism": options}, par, "layout")
     except SpecError as err:
         reason = str(err).removeprefix("layout: ")
     build = (par, workload, sized) if not reason else None

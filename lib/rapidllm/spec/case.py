@@ -574,9 +574,9 @@ def layout_case(base: Case, sized: NetworkSpec, par: Parallelism, workload: Trai
                 attention_impl: str) -> Case:
     """`base` with another layout, workload and attention kernel, for a layout that `check_layout` and
     `check_attention` passed, on its fabric from `sized_network`: a search checks every layout and builds the
-    cases of the few it bounds or simulates."""
-    return dataclasses.replace(base, parallelism=expert_grid(par, workload), workload=workload,
-                               attention_impl=attention_impl, network=sized)
+    cases of the few it bounds or simulates, with what the base's framework always runs written out."""
+    par = framework_parallelism({"framework": base.framework}, expert_grid(par, workload), "layout")
+    return dataclasses.replace(base, parallelism=par, workload=workload, attention_impl=attention_impl, network=sized)
 
 
 def sized_network(network: NetworkSpec, world: int, source: str) -> NetworkSpec:

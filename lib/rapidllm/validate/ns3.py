@@ -104,7 +104,9 @@ BASES = [
          lambda t: (0, _sw(t)), lambda t: (1, _sw(t))),
     Base("tp", "ring", "all_reduce", tuple(range(8)), ("all_reduce", (0, 2, 4, 6), 1.0),
          lambda t: (0, 1), lambda t: (3, 4)),
-    Base("pp", "fat_tree", "send_recv", (3, 4), ("send_recv", (2, 5), 1.0),
+    # partner 2 -> 6: a destination on leaf port 2 climbs spine 0 like 3 -> 4 (port 0; destination-mod-k),
+    # so the two share leaf 0 -> spine 0 -> leaf 1 (2 -> 5 would take spine 1 and share no cable)
+    Base("pp", "fat_tree", "send_recv", (3, 4), ("send_recv", (2, 6), 1.0),
          lambda t: (3, t.fat_tree[0]["leaf_of"][3]), _spine_link, chunks=64),
     Base("pp", "ring", "send_recv", (0, 1), ("send_recv", (7, 1), 1.0), lambda t: (0, 1), lambda t: (0, 1),
          chunks=64),
