@@ -150,9 +150,9 @@ def test_deepspeed_step_is_never_shorter_than_megatron_on_the_same_layout() -> N
     assert meta_bytes(8) == 8 * 15 and p2p_bytes(ds) == 2048 * 12288 * 2 / 8
 
 
-def test_megatron_case_ids_do_not_move() -> None:
-    """The framework value is new; an existing case resolves to the id it had (examples/ and the suites:
-    tests/test_schedule_build_equivalence.py)."""
+def test_the_framework_enters_the_case_id() -> None:
+    """A deepspeed case is not cached or reported as the megatron one (that existing cases keep their ids is
+    tests/test_schedule_build_equivalence.py's snapshot)."""
     c = load_case("examples/gpt175b-tp8-pp8.yaml")
     assert c.framework == "megatron" and c.parallelism.overlap_grad_reduce
     assert dataclasses.replace(c, framework="deepspeed").case_id != c.case_id
@@ -162,7 +162,8 @@ def test_megatron_case_ids_do_not_move() -> None:
                                      ({"schedule": "gpipe"}, "parallelism.schedule"),
                                      ({"zero": 3}, "parallelism.zero"),
                                      ({"overlap_grad_reduce": True}, "parallelism.overlap_grad_reduce"),
-                                     ({"overlap_p2p_comm": True}, "parallelism.overlap_p2p_comm")])
+                                     ({"overlap_p2p_comm": True}, "parallelism.overlap_p2p_comm"),
+                                     ({"sp": True}, "parallelism.sp")])
 def test_deepspeed_refuses_what_its_pipeline_engine_does_not_run(par: dict, key: str) -> None:
     with pytest.raises(SpecError, match=key.replace(".", r"\.")):
         resolve_case(_case(framework="deepspeed", parallelism=par), "t")

@@ -154,3 +154,12 @@ def test_virtual_stages_alone_select_the_interleaved_schedule(gpt_case) -> None:
     assert case.parallelism.schedule == "interleaved" and case.parallelism.chunks_per_stage == 2
     with pytest.raises(SpecError, match="with schedule '1f1b' and pp 4; allowed: >= 2 with schedule 'interleaved'"):
         resolve_case({**gpt_case, "parallelism": {**par, "schedule": "1f1b"}}, "case.yaml")
+
+
+def test_inference_virtual_stages_name_the_key_written(gpt_case) -> None:
+    """Inference runs no interleaved schedule, so virtual_stages alone are not read as asking for one: the
+    refusal names virtual_stages, the key the user wrote, not a schedule they did not."""
+    case = {**gpt_case, "workload": dict(mode="inference", prompt_tokens=128, output_tokens=16, batch=1),
+            "parallelism": {"tp": 8, "pp": 8, "dp": 1, "virtual_stages": 2}}
+    with pytest.raises(SpecError, match=r"parallelism\.virtual_stages: 2 model chunks per stage with schedule '1f1b'"):
+        resolve_case(case, "case.yaml")

@@ -65,8 +65,8 @@ def device_record(case: Case) -> dict[str, Any]:
         origin = ("no utilization given: datasheet peaks (1.0)" if hw.utilization_from == "datasheet"
                   else f"constants transferred from {hw.utilization_from} (docs/transfer.md)"
                   if hw.utilization_from else
-                  "a device of its own, not in config/hardware, so its constants were fitted on nothing "
-                  "(docs/transfer.md)")
+                  "a device of its own, not in config/hardware: its constants come with it, not from rows of "
+                  "its own (docs/transfer.md)")
         print(f"rapidllm: warning: device {hw.name} has no validation rows of its own; {origin}",
               file=sys.stderr)
     return {"device_validated": validated}

@@ -546,7 +546,7 @@ def resolve_case(mapping: Any, source: str) -> Case:
         w.setdefault("concurrency", w.get("batch", 1))
         workload = InferenceWorkload(**w)
     par_m = dict(mapping.get("parallelism", {}))
-    if par_m.get("virtual_stages", 1) > 1 and "schedule" not in par_m:
+    if par_m.get("virtual_stages", 1) > 1 and "schedule" not in par_m and mode == "training":
         par_m["schedule"] = "interleaved"   # as Megatron-LM infers it from a virtual pipeline size
     if "recompute_modules" in par_m:
         par_m["recompute_modules"] = tuple(par_m["recompute_modules"])

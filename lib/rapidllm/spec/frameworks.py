@@ -12,6 +12,7 @@ deepspeed/runtime/pipe/; docs/deepspeed.md):
 - the data-parallel gradient reduction runs after the pipeline flush, at the schedule's last step
   (ReduceTiedGrads, ReduceGrads, OptimizerStep: schedule.py L233-237; engine.py L246-249), so
   `overlap_grad_reduce` is false;
+- no sequence parallelism (Megatron-LM added it in 2022, after the Megatron-DeepSpeed fork modelled here);
 - none of Megatron-Core's overlap options (overlap_p2p_comm, overlap_param_gather, tp_comm_overlap,
   moe_a2a_overlap): its pipeline sends are blocking `dist.send` / `dist.recv` (pipe/p2p.py L48-86).
 """
@@ -41,6 +42,8 @@ def framework_parallelism(mapping: Any, par: Any, source: str) -> Any:
         key = "zero" if par.zero >= 2 else "fsdp"
         raise bad(key, "is DeepSpeed's PipelineEngine, which refuses ZeRO-2 and ZeRO-3 (pipe/engine.py); allowed: "
                   "zero 0 or 1, fsdp none (ZeRO-3 without the pipeline engine: the default framework, zero: 3)")
+    if par.sp:
+        raise bad("sp", "is Megatron-DeepSpeed of 2021, before Megatron's sequence parallelism; allowed: false")
     for key in _MEGATRON_CORE_ONLY:
         if getattr(par, key):
             raise bad(key, "does not run this Megatron-Core option; allowed: false")
