@@ -92,7 +92,7 @@ class CommCost:
 
     def _layout_key(self) -> tuple:
         p = self.case.parallelism
-        return (self.case.network, p.tp, p.cp, p.dp, p.pp, p.ep)
+        return (self.case.network, p.tp, p.cp, p.dp, p.pp, p.ep, p.expert_tp)     # etp places the EP groups
 
     def _groups_vectorized(self, axis: str, stage: int) -> list[tuple[int, ...]]:
         m, p = self.mapping, self.case.parallelism
@@ -101,7 +101,7 @@ class CommCost:
         out: list[tuple[int, ...]] = []
         for s in stages:
             if axis == "ep":
-                out += m.expert_groups(s, p.ep)
+                out += m.expert_groups(s, p.ep, p.expert_tp)
                 continue
             ranks = m.stage_ranks(s)
             if axis == "pp":

@@ -41,7 +41,7 @@ def ep_nodes(case: Case) -> int:
     """Nodes (distinct coordinates beyond the first network dimension) the first EP group spans."""
     p = case.parallelism
     mapping = RankMapping(case.network, {"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp})
-    return len({mapping.dim_coords(r)[1:] for r in mapping.expert_groups(0, p.ep)[0]})
+    return len({mapping.dim_coords(r)[1:] for r in mapping.expert_groups(0, p.ep, p.expert_tp)[0]})
 
 
 def dispatch_copies(case: Case) -> float:
