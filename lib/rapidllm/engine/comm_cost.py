@@ -77,8 +77,15 @@ class CommCost:
         self.symmetric = not self.case.network.faults
         self.util = self.case.hardware.utilization.network
 
+    def group_size(self, axis: str) -> int:
+        """Ranks in a group of `axis`: dp x cp for "dp" (`Parallelism.dp_cp`), else the axis's size."""
+        p = self.case.parallelism
+        return p.dp_cp if axis == "dp" else p.size(axis)
+
     def groups(self, axis: str, stage: int = -1) -> list[tuple[int, ...]]:
-        """Every group of `axis` (within pipeline stage `stage` if >= 0); pp: (src, dst) stage pairs.
+        """Every group of `axis` (within pipeline stage `stage` if >= 0); pp: (src, dst) stage pairs; dp: the
+        ranks that reduce gradients, dp x cp of them (Megatron-Core's data-parallel group with context
+        parallelism), ascending.
 
         Pure function of (network, layout, axis, stage), memoized in `Caches.groups`: sweeps revisit one
         layout for many models and settings. `groups_reference` is the rank-by-rank definition.
@@ -108,9 +115,13 @@ class CommCost:
                 if s + 1 < p.pp:
                     out += [(r, r + stride) for r in ranks.tolist()]
             else:
-                a_stride, a_size = m.stride(axis), m.size(axis)
-                bases = np.unique(ranks - ((ranks // a_stride) % a_size) * a_stride)
-                members = bases[:, None] + a_stride * np.arange(a_size, dtype=np.int64)[None, :]
+                offsets = np.zeros(1, dtype=np.int64)
+                bases = ranks
+                for a in sorted(("dp", "cp") if axis == "dp" else (axis,), key=m.stride):
+                    a_stride, a_size = m.stride(a), m.size(a)
+                    bases = bases - ((bases // a_stride) % a_size) * a_stride
+                    offsets = (offsets[None, :] + a_stride * np.arange(a_size, dtype=np.int64)[:, None]).ravel()
+                members = np.unique(bases)[:, None] + offsets[None, :]
                 out.extend(map(tuple, members.tolist()))
         return out
 
@@ -141,7 +152,7 @@ class CommCost:
         hit = self._times.get(key)          # most calls: a replayed template asks again (one lookup)
         if hit is not None:
             return hit
-        if self.case.parallelism.size(axis) <= 1 or nbytes <= 0:
+        if self.group_size(axis) <= 1 or nbytes <= 0:
             return self._times.setdefault(key, 0.0)
         key = (axis, op, float(nbytes), key[3])
         groups = list(self._shared(("contending", axis, key[3]), self._contending_groups))
@@ -263,7 +274,7 @@ class CommCost:
 
     def count(self, axis: str, op: str, nbytes: float, per_group: float) -> None:
         """Record how often a collective runs per group per step (for the flattened-trace comparison)."""
-        if self.case.parallelism.size(axis) > 1 and nbytes > 0:
+        if self.group_size(axis) > 1 and nbytes > 0:
             key = (axis, op, float(nbytes))
             self.uses[key] = self.uses.get(key, 0.0) + per_group
 
@@ -273,7 +284,7 @@ class CommCost:
         total = 0.0
         for (axis, op, nb), n in self.uses.items():
             hits = [ev / max(g, 1) for (a, o, b, _), (ev, g) in self.events.items() if (a, o, b) == (axis, op, nb)]
-            groups = (p.pp - 1) * p.world / p.pp if axis == "pp" else p.world / p.size(axis)
+            groups = (p.pp - 1) * p.world / p.pp if axis == "pp" else p.world / self.group_size(axis)
             total += n * groups * (sum(hits) / len(hits) if hits else 0.0)
         return total
 
@@ -284,7 +295,7 @@ class CommCost:
 
     def dims(self, axis: str) -> tuple[int, ...]:
         """Network dimensions the first group of `axis` spans: the channels its collectives occupy."""
-        if self.case.parallelism.size(axis) <= 1:
+        if self.group_size(axis) <= 1:
             return ()
         return self._shared(("dims", axis), self._dims_of)
 

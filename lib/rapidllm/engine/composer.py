@@ -176,7 +176,7 @@ def sharded_layer_params(case: Case) -> float:
 def sharded_layer_bytes(case: Case) -> tuple[float, float]:
     """(all-gather, reduce-scatter) bytes per layer under ZeRO-3 / FSDP full_shard, else (0, 0)."""
     p = case.parallelism
-    if p.dp <= 1 or not (p.zero == 3 or p.fsdp == "full_shard"):
+    if p.dp_cp <= 1 or not (p.zero == 3 or p.fsdp == "full_shard"):
         return 0.0, 0.0
     per_layer = sharded_layer_params(case)
     w = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)[0]
@@ -227,7 +227,7 @@ def gradient_buckets(case: Case, v: int, stage_params: tuple[np.ndarray, np.ndar
     parameters per bucket (Megatron-LM's DDP default, `BUCKET_PARAMS`) over the heaviest stage's chunk.
     `stage_params`: `stage_parameters(case)` when the caller has it."""
     p = case.parallelism
-    if p.dp <= 1 or p.zero == 3 or p.fsdp == "full_shard":
+    if p.dp_cp <= 1 or p.zero == 3 or p.fsdp == "full_shard":
         return GradientBuckets()
     params, expert_params = stage_params if stage_params is not None else stage_parameters(case)
     heavy = int(params.argmax())
@@ -235,7 +235,7 @@ def gradient_buckets(case: Case, v: int, stage_params: tuple[np.ndarray, np.ndar
     wb, gb = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)[0], reduced_gradient_bytes(case)
     sharded = p.zero in (1, 2) or p.fsdp == "shard_grad_op"
     chunk_params = heaviest / v
-    size = deepspeed.BUCKET_ELEMENTS if deepspeed.runs_pipeline_engine(case) else max(BUCKET_PARAMS, 1e6 * p.dp)
+    size = deepspeed.BUCKET_ELEMENTS if deepspeed.runs_pipeline_engine(case) else max(BUCKET_PARAMS, 1e6 * p.dp_cp)
     buckets = max(1, math.ceil(chunk_params / size))
     return GradientBuckets("reduce_scatter" if sharded else "all_reduce", buckets, chunk_params * gb / buckets,
                            sharded, heaviest * wb, heavy)

@@ -152,7 +152,7 @@ def training_trace(r: TrainingReplay) -> tuple[TraceBuilder, dict[str, float]]:
                 tb.slice(tb.track(process, f"stage {s} dp gradients", 10 * s + 3),
                          f"dp.{r.plan.bucket_op} bucket" if bucket else "dp.all_gather parameters", "collective",
                          t0, dur, {**args, "bytes": r.plan.bucket_bytes if bucket else r.plan.gather_bytes,
-                                   "group": "dp", "group_size": p.dp, "link": dp_links})
+                                   "group": "dp", "group_size": p.dp_cp, "link": dp_links})
         if s == critical:
             tail = float(split["step_time_s"]) - prev_end
             tb.slice(compute_track, WAIT_NAMES[PARAM], "exposed_comm", prev_end, tail, {"stage": s})
