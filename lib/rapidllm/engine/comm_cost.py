@@ -5,7 +5,8 @@ so the simulator is given every group that can share a link with the first one, 
 slowest completion is the collective's time: contention between equivalent groups is in the number.
 Groups in different lines of the dimensions they span use disjoint links (switch, ring, mesh, torus and
 rail-optimized fat-tree lines), so only one line-set is simulated. Without faults every pipeline stage is
-equivalent and one simulation serves all; with faults each stage (each stage boundary for PP) gets its own.
+equivalent and one simulation serves all, except PP sends: each boundary is priced on its own routes, alike
+ones sharing a simulation (`_boundary`); with faults each stage (each stage boundary for PP) gets its own.
 Results are memoized per (network, utilization, framework, op, bytes, groups) in the caller's `Caches`
 (rapidllm/caches.py), so identical collectives of a sweep simulate once.
 
@@ -148,7 +149,9 @@ class CommCost:
         """Completion time of `op` over every (contending) group of `axis`, on an otherwise idle network,
         plus one kernel launch: a collective (NCCL or TensorRT-LLM's all-reduce) is a kernel like any other,
         and every compute kernel already pays `kernel_launch_overhead`."""
-        key = (axis, op, nbytes, -1 if self.symmetric else stage)     # 2 and 2.0: one key
+        if axis == "pp":                    # each boundary as the fabric sees it (`_boundary`)
+            stage = self._boundary(max(stage, 0)) if self.symmetric else stage
+        key = (axis, op, nbytes, -1 if self.symmetric and axis != "pp" else stage)     # 2 and 2.0: one key
         hit = self._times.get(key)          # most calls: a replayed template asks again (one lookup)
         if hit is not None:
             return hit
@@ -171,8 +174,35 @@ class CommCost:
         return self._local[key]
 
     def _contending_groups(self, axis: str, stage: int) -> tuple[tuple[int, ...], ...]:
-        """The contending groups of `axis` in `stage`, stage 0 standing for every stage alike (-1)."""
-        return tuple(self._contending(self.groups(axis, 0 if stage < 0 else stage)))
+        """The contending groups of `axis` in `stage`, stage 0 standing for every stage alike (-1); pp: the
+        sends of boundary `stage` -> `stage` + 1, the last stage's to stage 0 (the interleaved schedule's
+        wrap-around: its next model chunk lives on the first stage)."""
+        s, pp = max(stage, 0), self.case.parallelism.pp
+        if axis == "pp" and s == pp - 1:
+            back = s * self.mapping.stride("pp")
+            return tuple(self._contending([(r, r - back) for r in self.mapping.stage_ranks(s).tolist()]))
+        return tuple(self._contending(self.groups(axis, s)))
+
+    def _boundary(self, stage: int) -> int:
+        """The first pipeline boundary whose sends meet the fabric as those of `stage` do: equal routes (links
+        numbered by first use, relocate.footprint), bandwidths, latencies and dimensions crossed, so an equal
+        simulation. Stages of a fault-free fabric are alike, but their boundaries need not be: with tp 4 on
+        8-GPU nodes every other send crosses InfiniBand, and a boundary between leaves climbs to a spine."""
+        return self._shared(("boundaries",), self._boundaries)[stage]
+
+    def _boundaries(self) -> tuple[int, ...]:
+        topo, router = topology_of(self.case.network)
+        bw = router.remembered(("link_bw", self.util), 0, lambda: link_bandwidths(topo, self.util))
+        first: dict[tuple, int] = {}
+        out = []
+        for s in range(self.case.parallelism.pp):
+            pairs = self._contending_groups("pp", s)
+            src, dst = (np.array([g[k] for g in pairs], dtype=np.int64) for k in (0, 1))
+            fp = footprint(Origin(topo, router, src[:0], src, dst), bw, topo.latency)
+            sig = (dims_spanned(self.case.network, list(pairs[0])),
+                   *(a.tobytes() for a in (fp.route_of, fp.route_ptr, fp.canon, fp.bw, fp.lat)))
+            out.append(first.setdefault(sig, s))
+        return tuple(out)
 
     def _simulate(self, op: str, nbytes: float, groups: list[tuple[int, ...]]) -> tuple[float, int]:
         net = self.case.network

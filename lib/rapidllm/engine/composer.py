@@ -335,11 +335,12 @@ def training_plan(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, cost:
         if ds:                                  # its metadata send first (engine/deepspeed.py)
             return deepspeed.meta_send_seconds(case, cost, s) + cost.time("pp", "send_recv", act, s) + gather
         return cost.time("pp", "send_recv", act, s) + gather
-    # a stage's backward send is the one before it: `send` of the same stage (once when every stage is alike)
+    # a stage's backward send crosses the boundary before it (the first stage's, interleaved, the wrap-around
+    # from the last): `send` of that boundary; boundaries alike on the fabric share one simulation (CommCost)
     senders = [s for s in range(p.pp) if s + 1 < p.pp or v > 1]
-    sends = dict.fromkeys(senders, send(senders[0])) if cost.symmetric and senders else {s: send(s) for s in senders}
+    sends = {s: send(s) for s in senders}
     p2p_f = np.array([sends[s] if s + 1 < p.pp or v > 1 else 0.0 for s in range(p.pp)])
-    p2p_b = np.array([sends[max(s - 1, 0)] if s > 0 or v > 1 else 0.0 for s in range(p.pp)])
+    p2p_b = np.array([sends[(s - 1) % p.pp] if s > 0 or v > 1 else 0.0 for s in range(p.pp)])
     cost.count("pp", "send_recv", act, 2 * m * v)
     if regather and p.pp > 1:
         cost.count("tp", "all_gather", regather, 2 * m * v)
