@@ -183,6 +183,13 @@ class CommCost:
             return tuple(self._contending([(r, r - back) for r in self.mapping.stage_ranks(s).tolist()]))
         return tuple(self._contending(self.groups(axis, s)))
 
+    def send_dims(self, stage: int) -> tuple[int, ...]:
+        """Network dimensions the sends of boundary `stage` -> `stage` + 1 (the last: -> 0) cross."""
+        if self.case.parallelism.pp <= 1:
+            return ()
+        pairs = self._shared(("contending", "pp", stage), self._contending_groups)
+        return dims_spanned(self.case.network, list(pairs[0])) if pairs else ()
+
     def _boundary(self, stage: int) -> int:
         """The first pipeline boundary whose sends meet the fabric as those of `stage` do: equal routes (links
         numbered by first use, relocate.footprint), bandwidths, latencies and dimensions crossed, so an equal

@@ -119,7 +119,7 @@ def training_trace(r: TrainingReplay) -> tuple[TraceBuilder, dict[str, float]]:
     p = case.parallelism
     process = f"{case.model.name} training step (tp {p.tp} pp {p.pp} dp {p.dp}; critical stage {critical})"
     tb = TraceBuilder()
-    pp_links, dp_links = _links(case, x.pp_dims), _links(case, x.dp_dims)
+    dp_links = _links(case, x.dp_dims)
     for s in range(x.pp):
         compute_track = tb.track(process, f"stage {s} compute" + (" (critical)" if s == critical else ""), 10 * s)
         prev_end = 0.0
@@ -143,6 +143,7 @@ def training_trace(r: TrainingReplay) -> tuple[TraceBuilder, dict[str, float]]:
             elif k == P2P:
                 fwd = lab.direction == "F"
                 peer = (s + 1) % x.pp if fwd else (s - 1) % x.pp
+                pp_links = _links(case, r.cost.send_dims(s if fwd else peer))     # this boundary's sends
                 tb.slice(tb.track(process, f"stage {s} pp send {'fwd' if fwd else 'bwd'}", 10 * s + 1 + (not fwd)),
                          f"send {'activations' if fwd else 'gradients'} {s}->{peer}", "p2p", t0, dur,
                          {**args, "bytes": r.plan.p2p_bytes, "group": f"pp {s}->{peer}", "link": pp_links,
