@@ -37,3 +37,16 @@ def test_wrap_around_send_is_priced_under_faults() -> None:
     wrap = faulty.time("pp", "send_recv", SEND, 3)
     assert wrap == healthy.time("pp", "send_recv", SEND, 3) == healthy.time("pp", "send_recv", SEND, 0)
     assert wrap > SEND / (50e9 * 0.65)
+
+
+def test_inference_pass_sums_its_own_boundaries() -> None:
+    """A forward pass crosses every boundary once, each at its own price: with tp 4, stages 1|2 are on
+    two nodes (before, (pp - 1) x boundary 0|1's NVLink send)."""
+    import rapidllm
+    p = rapidllm.predict(dict(model="llama3.1-8b", hardware="h100-sxm5-80gb", network="superpod-ndr",
+                              precision="bf16", parallelism=dict(tp=4, pp=4),
+                              workload=dict(mode="inference", batch=8, prompt_tokens=2048, output_tokens=2)),
+                         trace=True)
+    sends = p.schedule.prefill.sends
+    nbytes = p.schedule.prefill.send_bytes
+    assert len(sends) == 3 and sends[0] == sends[2] and sends[1] > nbytes / (50e9 * 0.65) > 4 * sends[0]

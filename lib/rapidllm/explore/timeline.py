@@ -169,7 +169,7 @@ def _pass_pieces(parts: PassParts) -> list[tuple[int, str, str, float, float]]:
         for section, n, span, comp in parts.layers:
             out.append((s, "layers", f"{section} x{n:g}", n * span, n * comp))
         if s + 1 < parts.pp:
-            out.append((s, "send", f"send activations {s}->{s + 1}", parts.send_s, 0.0))
+            out.append((s, "send", f"send activations {s}->{s + 1}", parts.sends[s], 0.0))
     out.append((parts.pp - 1, "head", "lm head", parts.head_span, parts.head_compute))
     return out
 
