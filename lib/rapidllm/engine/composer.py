@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -354,19 +355,26 @@ def training_plan(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, cost:
     stage_params = stage_parameters(case)
     params = stage_params[0]
     grads = gradient_buckets(case, v, stage_params)
-    buckets, bucket_s, gather_s = grads.count, 0.0, 0.0
+    buckets = grads.count
+    bucket_s: float | np.ndarray = 0.0
+    gather_s: float | np.ndarray = 0.0
     op, bucket_bytes, gather_bytes = grads.op, grads.nbytes, 0.0
+    # every stage's data-parallel groups alike, or (faults) each stage's own: a fault on one stage's DP links
+    # slows that stage's reduction only (all stages took stage 0's)
+
+    def each(seconds: Callable[[int], float]) -> float | np.ndarray:
+        return seconds(0) if cost.symmetric else np.array([seconds(s) for s in range(p.pp)])
     if op:
-        bucket_s = cost.time("dp", op, bucket_bytes, 0)
+        bucket_s = each(lambda s: cost.time("dp", op, bucket_bytes, s))
         cost.count("dp", op, bucket_bytes, buckets * v)
         if grads.sharded and p.overlap_param_gather:
             gather_bytes = grads.gather_bytes / (buckets * v)
-            gather_s = exposed_param_gather(cost.time("dp", "all_gather", gather_bytes, 0), buckets * v,
-                                            float(f_span[grads.stage].sum()))
+            gather_s = each(lambda s: exposed_param_gather(cost.time("dp", "all_gather", gather_bytes, s),
+                                                           buckets * v, float(f_span[grads.stage].sum())))
             cost.count("dp", "all_gather", gather_bytes, buckets * v)
         elif grads.sharded:
             gather_bytes = grads.gather_bytes
-            gather_s = cost.time("dp", "all_gather", gather_bytes, 0)
+            gather_s = each(lambda s: cost.time("dp", "all_gather", gather_bytes, s))
             cost.count("dp", "all_gather", gather_bytes, 1)
     # the same row selections, products and sums as the pandas masks they replace (table order kept)
     timed = view.timed
