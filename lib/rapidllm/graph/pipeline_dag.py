@@ -304,7 +304,8 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
                 if first < 0:
                     first = prev
                 if grads:
-                    _add_node(n, BUCKET + s, ZERO, GRAD, s, prev, last_dp, n_dp_dims, src, csrc, kind, stage, deps, ndep)
+                    _add_node(n, BUCKET + s, ZERO, GRAD, s, prev, last_dp, n_dp_dims, src, csrc, kind, stage, deps,
+                              ndep)
                     if n_dp_dims > 0:
                         last_dp = n
                     n += 1
