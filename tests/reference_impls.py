@@ -175,8 +175,14 @@ def groups_reference(cost: CommCost, axis: str, stage: int = -1) -> list[tuple[i
         if axis == "pp":
             out += [(r, r + stride) for r in ranks if s + 1 < p.pp]
         elif axis == "ep":
-            ranks = sorted(ranks)
-            out += [tuple(ranks[i:i + p.ep]) for i in range(0, len(ranks), p.ep)]
+            ranks, etp = sorted(ranks), p.expert_tp      # Megatron-Core's expert grid: etp, ep, edp
+            for b in range(0, len(ranks), p.ep * etp):
+                out += [tuple(ranks[b + j + k * etp] for k in range(p.ep)) for j in range(etp)]
+        elif axis == "dp":                  # the gradient group: every rank that differs only in dp and cp
+            def key(r: int) -> tuple:
+                c = m.parallel_coords(r)
+                return tuple(v for a, v in sorted(c.items()) if a not in ("dp", "cp"))
+            out += sorted({tuple(sorted(q for q in ranks if key(q) == key(r))) for r in ranks})
         else:
             out += sorted({tuple(m.group_ranks(axis, r)) for r in ranks})
     return out

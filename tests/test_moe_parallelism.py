@@ -205,3 +205,27 @@ def test_a_hot_expert_never_speeds_a_step_up() -> None:
     skewed = resolve_case(dict(base, moe_routing={"hot_expert_factor": 2.0}), "test")
     t = [training_record(c, price_case(c))["step_time_s"] for c in (balanced, skewed)]
     assert t[1] > t[0]
+
+
+def test_expert_groups_follow_megatron_expert_grid() -> None:
+    """Megatron-Core orders a stage's ranks etp, ep, edp for the experts: the ep ranks of a group lie etp
+    apart. With etp = tp = 8 on 8-GPU nodes an EP group is one GPU of each of 8 nodes (its dispatch crosses
+    InfiniBand); consecutive ranks (the TP group, one NVLink switch) priced it at NVLink speed."""
+    from rapidllm.engine.comm_cost import CommCost
+    wide = qwen3(tp=8, ep=8, pp=4, dp=8)                      # etp defaults to tp in training
+    narrow = qwen3(tp=8, ep=8, pp=4, dp=8, etp=1)
+    cost = CommCost(wide)
+    ep0, tp0 = cost.groups("ep", 0)[0], cost.groups("tp", 0)[0]
+    assert ep0 == tuple(range(0, 64, 8)) and len(set(ep0) & set(tp0)) == 1
+    assert ep_nodes(wide) == 8 and ep_nodes(narrow) == 1
+    assert CommCost(narrow).groups("ep", 0)[0] == tuple(range(8))
+    # every rank of the stage is in exactly one EP group under both grids
+    for case in (wide, narrow):
+        groups = CommCost(case).groups("ep", 1)
+        assert sorted(r for g in groups for r in g) == list(range(64, 128))
+    # the dispatch then moves (ep - 1)/ep of its bytes through one 400 Gb/s NIC per GPU: at least that over
+    # the NIC's rate (x the device's network utilization), and not 1.5x more
+    nbytes = 64e6
+    nic = 50e9 * wide.hardware.utilization.network
+    t = cost.time("ep", "all_to_all", nbytes)
+    assert 7 / 8 * nbytes / nic < t < 1.5 * 7 / 8 * nbytes / nic

@@ -75,7 +75,7 @@ def communicator_groups(case: Case) -> dict[tuple[str, int], tuple[int, ...]]:
     cost = CommCost(case)
     out: dict[tuple[str, int], tuple[int, ...]] = {}
     for axis in AXES:
-        if case.parallelism.size(axis) > 1:
+        if cost.group_size(axis) > 1:
             for k, g in enumerate(sorted(set(cost.groups(axis, -1)))):
                 out[(axis, k)] = tuple(sorted(g))
     return out

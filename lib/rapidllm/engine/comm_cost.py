@@ -5,7 +5,8 @@ so the simulator is given every group that can share a link with the first one, 
 slowest completion is the collective's time: contention between equivalent groups is in the number.
 Groups in different lines of the dimensions they span use disjoint links (switch, ring, mesh, torus and
 rail-optimized fat-tree lines), so only one line-set is simulated. Without faults every pipeline stage is
-equivalent and one simulation serves all; with faults each stage (each stage boundary for PP) gets its own.
+equivalent and one simulation serves all, except PP sends: each boundary is priced on its own routes, alike
+ones sharing a simulation (`_boundary`); with faults each stage (each stage boundary for PP) gets its own.
 Results are memoized per (network, utilization, framework, op, bytes, groups) in the caller's `Caches`
 (rapidllm/caches.py), so identical collectives of a sweep simulate once.
 
@@ -77,8 +78,15 @@ class CommCost:
         self.symmetric = not self.case.network.faults
         self.util = self.case.hardware.utilization.network
 
+    def group_size(self, axis: str) -> int:
+        """Ranks in a group of `axis`: dp x cp for "dp" (`Parallelism.dp_cp`), else the axis's size."""
+        p = self.case.parallelism
+        return p.dp_cp if axis == "dp" else p.size(axis)
+
     def groups(self, axis: str, stage: int = -1) -> list[tuple[int, ...]]:
-        """Every group of `axis` (within pipeline stage `stage` if >= 0); pp: (src, dst) stage pairs.
+        """Every group of `axis` (within pipeline stage `stage` if >= 0); pp: (src, dst) stage pairs; dp: the
+        ranks that reduce gradients, dp x cp of them (Megatron-Core's data-parallel group with context
+        parallelism), ascending.
 
         Pure function of (network, layout, axis, stage), memoized in `Caches.groups`: sweeps revisit one
         layout for many models and settings. `groups_reference` is the rank-by-rank definition.
@@ -92,7 +100,7 @@ class CommCost:
 
     def _layout_key(self) -> tuple:
         p = self.case.parallelism
-        return (self.case.network, p.tp, p.cp, p.dp, p.pp, p.ep)
+        return (self.case.network, p.tp, p.cp, p.dp, p.pp, p.ep, p.expert_tp)     # etp places the EP groups
 
     def _groups_vectorized(self, axis: str, stage: int) -> list[tuple[int, ...]]:
         m, p = self.mapping, self.case.parallelism
@@ -101,16 +109,20 @@ class CommCost:
         out: list[tuple[int, ...]] = []
         for s in stages:
             if axis == "ep":
-                out += m.expert_groups(s, p.ep)
+                out += m.expert_groups(s, p.ep, p.expert_tp)
                 continue
             ranks = m.stage_ranks(s)
             if axis == "pp":
                 if s + 1 < p.pp:
                     out += [(r, r + stride) for r in ranks.tolist()]
             else:
-                a_stride, a_size = m.stride(axis), m.size(axis)
-                bases = np.unique(ranks - ((ranks // a_stride) % a_size) * a_stride)
-                members = bases[:, None] + a_stride * np.arange(a_size, dtype=np.int64)[None, :]
+                offsets = np.zeros(1, dtype=np.int64)
+                bases = ranks
+                for a in sorted(("dp", "cp") if axis == "dp" else (axis,), key=m.stride):
+                    a_stride, a_size = m.stride(a), m.size(a)
+                    bases = bases - ((bases // a_stride) % a_size) * a_stride
+                    offsets = (offsets[None, :] + a_stride * np.arange(a_size, dtype=np.int64)[:, None]).ravel()
+                members = np.unique(bases)[:, None] + offsets[None, :]
                 out.extend(map(tuple, members.tolist()))
         return out
 
@@ -137,11 +149,13 @@ class CommCost:
         """Completion time of `op` over every (contending) group of `axis`, on an otherwise idle network,
         plus one kernel launch: a collective (NCCL or TensorRT-LLM's all-reduce) is a kernel like any other,
         and every compute kernel already pays `kernel_launch_overhead`."""
-        key = (axis, op, nbytes, -1 if self.symmetric else stage)     # 2 and 2.0: one key
+        if axis == "pp":                    # each boundary as the fabric sees it (`_boundary`)
+            stage = self._boundary(max(stage, 0)) if self.symmetric else stage
+        key = (axis, op, nbytes, -1 if self.symmetric and axis != "pp" else stage)     # 2 and 2.0: one key
         hit = self._times.get(key)          # most calls: a replayed template asks again (one lookup)
         if hit is not None:
             return hit
-        if self.case.parallelism.size(axis) <= 1 or nbytes <= 0:
+        if self.group_size(axis) <= 1 or nbytes <= 0:
             return self._times.setdefault(key, 0.0)
         key = (axis, op, float(nbytes), key[3])
         groups = list(self._shared(("contending", axis, key[3]), self._contending_groups))
@@ -160,8 +174,42 @@ class CommCost:
         return self._local[key]
 
     def _contending_groups(self, axis: str, stage: int) -> tuple[tuple[int, ...], ...]:
-        """The contending groups of `axis` in `stage`, stage 0 standing for every stage alike (-1)."""
-        return tuple(self._contending(self.groups(axis, 0 if stage < 0 else stage)))
+        """The contending groups of `axis` in `stage`, stage 0 standing for every stage alike (-1); pp: the
+        sends of boundary `stage` -> `stage` + 1, the last stage's to stage 0 (the interleaved schedule's
+        wrap-around: its next model chunk lives on the first stage)."""
+        s, pp = max(stage, 0), self.case.parallelism.pp
+        if axis == "pp" and s == pp - 1:
+            back = s * self.mapping.stride("pp")
+            return tuple(self._contending([(r, r - back) for r in self.mapping.stage_ranks(s).tolist()]))
+        return tuple(self._contending(self.groups(axis, s)))
+
+    def send_dims(self, stage: int) -> tuple[int, ...]:
+        """Network dimensions the sends of boundary `stage` -> `stage` + 1 (the last: -> 0) cross."""
+        if self.case.parallelism.pp <= 1:
+            return ()
+        pairs = self._shared(("contending", "pp", stage), self._contending_groups)
+        return dims_spanned(self.case.network, list(pairs[0])) if pairs else ()
+
+    def _boundary(self, stage: int) -> int:
+        """The first pipeline boundary whose sends meet the fabric as those of `stage` do: equal routes (links
+        numbered by first use, relocate.footprint), bandwidths, latencies and dimensions crossed, so an equal
+        simulation. Stages of a fault-free fabric are alike, but their boundaries need not be: with tp 4 on
+        8-GPU nodes every other send crosses InfiniBand, and a boundary between leaves climbs to a spine."""
+        return self._shared(("boundaries",), self._boundaries)[stage]
+
+    def _boundaries(self) -> tuple[int, ...]:
+        topo, router = topology_of(self.case.network)
+        bw = router.remembered(("link_bw", self.util), 0, lambda: link_bandwidths(topo, self.util))
+        first: dict[tuple, int] = {}
+        out = []
+        for s in range(self.case.parallelism.pp):
+            pairs = self._contending_groups("pp", s)
+            src, dst = (np.array([g[k] for g in pairs], dtype=np.int64) for k in (0, 1))
+            fp = footprint(Origin(topo, router, src[:0], src, dst), bw, topo.latency)
+            sig = (dims_spanned(self.case.network, list(pairs[0])),
+                   *(a.tobytes() for a in (fp.route_of, fp.route_ptr, fp.canon, fp.bw, fp.lat)))
+            out.append(first.setdefault(sig, s))
+        return tuple(out)
 
     def _simulate(self, op: str, nbytes: float, groups: list[tuple[int, ...]]) -> tuple[float, int]:
         net = self.case.network
@@ -263,7 +311,7 @@ class CommCost:
 
     def count(self, axis: str, op: str, nbytes: float, per_group: float) -> None:
         """Record how often a collective runs per group per step (for the flattened-trace comparison)."""
-        if self.case.parallelism.size(axis) > 1 and nbytes > 0:
+        if self.group_size(axis) > 1 and nbytes > 0:
             key = (axis, op, float(nbytes))
             self.uses[key] = self.uses.get(key, 0.0) + per_group
 
@@ -273,7 +321,7 @@ class CommCost:
         total = 0.0
         for (axis, op, nb), n in self.uses.items():
             hits = [ev / max(g, 1) for (a, o, b, _), (ev, g) in self.events.items() if (a, o, b) == (axis, op, nb)]
-            groups = (p.pp - 1) * p.world / p.pp if axis == "pp" else p.world / p.size(axis)
+            groups = (p.pp - 1) * p.world / p.pp if axis == "pp" else p.world / self.group_size(axis)
             total += n * groups * (sum(hits) / len(hits) if hits else 0.0)
         return total
 
@@ -284,7 +332,7 @@ class CommCost:
 
     def dims(self, axis: str) -> tuple[int, ...]:
         """Network dimensions the first group of `axis` spans: the channels its collectives occupy."""
-        if self.case.parallelism.size(axis) <= 1:
+        if self.group_size(axis) <= 1:
             return ()
         return self._shared(("dims", axis), self._dims_of)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -176,7 +177,7 @@ def sharded_layer_params(case: Case) -> float:
 def sharded_layer_bytes(case: Case) -> tuple[float, float]:
     """(all-gather, reduce-scatter) bytes per layer under ZeRO-3 / FSDP full_shard, else (0, 0)."""
     p = case.parallelism
-    if p.dp <= 1 or not (p.zero == 3 or p.fsdp == "full_shard"):
+    if p.dp_cp <= 1 or not (p.zero == 3 or p.fsdp == "full_shard"):
         return 0.0, 0.0
     per_layer = sharded_layer_params(case)
     w = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)[0]
@@ -227,7 +228,7 @@ def gradient_buckets(case: Case, v: int, stage_params: tuple[np.ndarray, np.ndar
     parameters per bucket (Megatron-LM's DDP default, `BUCKET_PARAMS`) over the heaviest stage's chunk.
     `stage_params`: `stage_parameters(case)` when the caller has it."""
     p = case.parallelism
-    if p.dp <= 1 or p.zero == 3 or p.fsdp == "full_shard":
+    if p.dp_cp <= 1 or p.zero == 3 or p.fsdp == "full_shard":
         return GradientBuckets()
     params, expert_params = stage_params if stage_params is not None else stage_parameters(case)
     heavy = int(params.argmax())
@@ -235,7 +236,7 @@ def gradient_buckets(case: Case, v: int, stage_params: tuple[np.ndarray, np.ndar
     wb, gb = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)[0], reduced_gradient_bytes(case)
     sharded = p.zero in (1, 2) or p.fsdp == "shard_grad_op"
     chunk_params = heaviest / v
-    size = deepspeed.BUCKET_ELEMENTS if deepspeed.runs_pipeline_engine(case) else max(BUCKET_PARAMS, 1e6 * p.dp)
+    size = deepspeed.BUCKET_ELEMENTS if deepspeed.runs_pipeline_engine(case) else max(BUCKET_PARAMS, 1e6 * p.dp_cp)
     buckets = max(1, math.ceil(chunk_params / size))
     return GradientBuckets("reduce_scatter" if sharded else "all_reduce", buckets, chunk_params * gb / buckets,
                            sharded, heaviest * wb, heavy)
@@ -335,11 +336,12 @@ def training_plan(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, cost:
         if ds:                                  # its metadata send first (engine/deepspeed.py)
             return deepspeed.meta_send_seconds(case, cost, s) + cost.time("pp", "send_recv", act, s) + gather
         return cost.time("pp", "send_recv", act, s) + gather
-    # a stage's backward send is the one before it: `send` of the same stage (once when every stage is alike)
+    # a stage's backward send crosses the boundary before it (the first stage's, interleaved, the wrap-around
+    # from the last): `send` of that boundary; boundaries alike on the fabric share one simulation (CommCost)
     senders = [s for s in range(p.pp) if s + 1 < p.pp or v > 1]
-    sends = dict.fromkeys(senders, send(senders[0])) if cost.symmetric and senders else {s: send(s) for s in senders}
+    sends = {s: send(s) for s in senders}
     p2p_f = np.array([sends[s] if s + 1 < p.pp or v > 1 else 0.0 for s in range(p.pp)])
-    p2p_b = np.array([sends[max(s - 1, 0)] if s > 0 or v > 1 else 0.0 for s in range(p.pp)])
+    p2p_b = np.array([sends[(s - 1) % p.pp] if s > 0 or v > 1 else 0.0 for s in range(p.pp)])
     cost.count("pp", "send_recv", act, 2 * m * v)
     if regather and p.pp > 1:
         cost.count("tp", "all_gather", regather, 2 * m * v)
@@ -353,19 +355,26 @@ def training_plan(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, cost:
     stage_params = stage_parameters(case)
     params = stage_params[0]
     grads = gradient_buckets(case, v, stage_params)
-    buckets, bucket_s, gather_s = grads.count, 0.0, 0.0
+    buckets = grads.count
+    bucket_s: float | np.ndarray = 0.0
+    gather_s: float | np.ndarray = 0.0
     op, bucket_bytes, gather_bytes = grads.op, grads.nbytes, 0.0
+    # every stage's data-parallel groups alike, or (faults) each stage's own: a fault on one stage's DP links
+    # slows that stage's reduction only (all stages took stage 0's)
+
+    def each(seconds: Callable[[int], float]) -> float | np.ndarray:
+        return seconds(0) if cost.symmetric else np.array([seconds(s) for s in range(p.pp)])
     if op:
-        bucket_s = cost.time("dp", op, bucket_bytes, 0)
+        bucket_s = each(lambda s: cost.time("dp", op, bucket_bytes, s))
         cost.count("dp", op, bucket_bytes, buckets * v)
         if grads.sharded and p.overlap_param_gather:
             gather_bytes = grads.gather_bytes / (buckets * v)
-            gather_s = exposed_param_gather(cost.time("dp", "all_gather", gather_bytes, 0), buckets * v,
-                                            float(f_span[grads.stage].sum()))
+            gather_s = each(lambda s: exposed_param_gather(cost.time("dp", "all_gather", gather_bytes, s),
+                                                           buckets * v, float(f_span[grads.stage].sum())))
             cost.count("dp", "all_gather", gather_bytes, buckets * v)
         elif grads.sharded:
             gather_bytes = grads.gather_bytes
-            gather_s = cost.time("dp", "all_gather", gather_bytes, 0)
+            gather_s = each(lambda s: cost.time("dp", "all_gather", gather_bytes, s))
             cost.count("dp", "all_gather", gather_bytes, 1)
     # the same row selections, products and sums as the pandas masks they replace (table order kept)
     timed = view.timed

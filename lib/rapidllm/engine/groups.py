@@ -23,9 +23,10 @@ class GroupLink:
 
 def group_link(case: Case, axis: str, bandwidth_scale: float = 1.0) -> GroupLink:
     """Size, slowest bandwidth (scaled) and latency of the first `axis` group of pipeline stage 0."""
-    size = case.parallelism.size(axis)
+    cost = CommCost(case)
+    size = cost.group_size(axis)
     dims = case.network.dimensions
-    groups = CommCost(case).groups(axis, 0) if size > 1 else []
+    groups = cost.groups(axis, 0) if size > 1 else []
     spanned = dims_spanned(case.network, list(groups[0])) if groups else ()
     crossed = [dims[d] for d in spanned] or [dims[0]]
     return GroupLink(size=size, bandwidth=min(d.link_bandwidth for d in crossed) * bandwidth_scale,

@@ -49,12 +49,13 @@ SECTIONS = ("prefill_", "decode_first_", "decode_last_")
 class PassParts:
     """One forward pass through all stages, piece by piece: what `forward_pass` sums and a timeline draws.
     Every stage runs the same layers (`layers`: section, layers per stage, span and compute of one layer);
-    the last stage adds the LM head; pp - 1 activation sends link the stages."""
+    the last stage adds the LM head; pp - 1 activation sends link the stages (`sends`, boundary by boundary:
+    they differ where stages do not fill whole nodes)."""
     pp: int
     layers: tuple[tuple[str, float, float, float], ...]
     head_span: float
     head_compute: float
-    send_s: float
+    sends: tuple[float, ...]
     send_bytes: float
     replayed: Replayed
     templates: tuple[Template, ...]
@@ -67,7 +68,7 @@ class PassParts:
             compute += n * self.pp * layer_compute
         span += self.head_span
         compute += self.head_compute
-        span += (self.pp - 1) * self.send_s
+        span += sum(self.sends)
         return span, compute
 
 
@@ -83,7 +84,8 @@ def pass_parts(case: Case, ops: Ops, prefix: str, cost: CommCost, overlap: bool)
                    for section, n in layer_counts(case, prefix).items())
     nbytes = layer_tokens(case, prefix) * case.model.hidden * DTYPE_BYTES[case.activation_precision]
     return PassParts(p.pp, layers, r.span(f"{prefix}head", "extra_fwd"), r.compute(f"{prefix}head", "extra_fwd"),
-                     cost.time("pp", "send_recv", nbytes), float(nbytes), r, tuple(templates))
+                     tuple(cost.time("pp", "send_recv", nbytes, s) for s in range(p.pp - 1)), float(nbytes), r,
+                     tuple(templates))
 
 
 def forward_pass(case: Case, ops: Ops, prefix: str, cost: CommCost, overlap: bool,

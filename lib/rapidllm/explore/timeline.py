@@ -119,7 +119,7 @@ def training_trace(r: TrainingReplay) -> tuple[TraceBuilder, dict[str, float]]:
     p = case.parallelism
     process = f"{case.model.name} training step (tp {p.tp} pp {p.pp} dp {p.dp}; critical stage {critical})"
     tb = TraceBuilder()
-    pp_links, dp_links = _links(case, x.pp_dims), _links(case, x.dp_dims)
+    dp_links = _links(case, x.dp_dims)
     for s in range(x.pp):
         compute_track = tb.track(process, f"stage {s} compute" + (" (critical)" if s == critical else ""), 10 * s)
         prev_end = 0.0
@@ -143,6 +143,7 @@ def training_trace(r: TrainingReplay) -> tuple[TraceBuilder, dict[str, float]]:
             elif k == P2P:
                 fwd = lab.direction == "F"
                 peer = (s + 1) % x.pp if fwd else (s - 1) % x.pp
+                pp_links = _links(case, r.cost.send_dims(s if fwd else peer))     # this boundary's sends
                 tb.slice(tb.track(process, f"stage {s} pp send {'fwd' if fwd else 'bwd'}", 10 * s + 1 + (not fwd)),
                          f"send {'activations' if fwd else 'gradients'} {s}->{peer}", "p2p", t0, dur,
                          {**args, "bytes": r.plan.p2p_bytes, "group": f"pp {s}->{peer}", "link": pp_links,
@@ -152,7 +153,7 @@ def training_trace(r: TrainingReplay) -> tuple[TraceBuilder, dict[str, float]]:
                 tb.slice(tb.track(process, f"stage {s} dp gradients", 10 * s + 3),
                          f"dp.{r.plan.bucket_op} bucket" if bucket else "dp.all_gather parameters", "collective",
                          t0, dur, {**args, "bytes": r.plan.bucket_bytes if bucket else r.plan.gather_bytes,
-                                   "group": "dp", "group_size": p.dp, "link": dp_links})
+                                   "group": "dp", "group_size": p.dp_cp, "link": dp_links})
         if s == critical:
             tail = float(split["step_time_s"]) - prev_end
             tb.slice(compute_track, WAIT_NAMES[PARAM], "exposed_comm", prev_end, tail, {"stage": s})
@@ -168,7 +169,7 @@ def _pass_pieces(parts: PassParts) -> list[tuple[int, str, str, float, float]]:
         for section, n, span, comp in parts.layers:
             out.append((s, "layers", f"{section} x{n:g}", n * span, n * comp))
         if s + 1 < parts.pp:
-            out.append((s, "send", f"send activations {s}->{s + 1}", parts.send_s, 0.0))
+            out.append((s, "send", f"send activations {s}->{s + 1}", parts.sends[s], 0.0))
     out.append((parts.pp - 1, "head", "lm head", parts.head_span, parts.head_compute))
     return out
 

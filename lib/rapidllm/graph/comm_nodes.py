@@ -41,7 +41,7 @@ def ep_nodes(case: Case) -> int:
     """Nodes (distinct coordinates beyond the first network dimension) the first EP group spans."""
     p = case.parallelism
     mapping = RankMapping(case.network, {"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp})
-    return len({mapping.dim_coords(r)[1:] for r in mapping.expert_groups(0, p.ep)[0]})
+    return len({mapping.dim_coords(r)[1:] for r in mapping.expert_groups(0, p.ep, p.expert_tp)[0]})
 
 
 def dispatch_copies(case: Case) -> float:
@@ -112,10 +112,11 @@ def expert_grad_weight(case: Case) -> float:
 
     Expert gradients are reduced over the edp ranks holding the same experts, dense ones over dp; a ring
     reduce-scatter (or all-reduce) moves (n - 1)/n of the buffer per rank, so an expert byte weighs
-    ((edp - 1)/edp) / ((dp - 1)/dp) when both are priced on the DP group's links (0 when edp is 1).
+    ((edp - 1)/edp) / ((n - 1)/n) when both are priced on the DP group's links, n = dp x cp of them (0 when
+    edp is 1).
     """
     p = case.parallelism
-    return (1.0 - 1.0 / p.edp) / (1.0 - 1.0 / p.dp) if p.dp > 1 else 0.0
+    return (1.0 - 1.0 / p.edp) / (1.0 - 1.0 / p.dp_cp) if p.dp_cp > 1 else 0.0
 
 
 def dp_reduced_parameters(case: Case, params: float, experts: float) -> float:
@@ -151,7 +152,7 @@ def communication_nodes(case: Case) -> list[CommNode]:
     nodes = layer_nodes(case, tokens, "layer_dense") + layer_nodes(case, tokens, "layer_moe")
     if p.pp > 1:
         nodes.append(CommNode("pp", "pp", "send_recv", tokens * m.hidden * b / (p.tp if p.sp else 1), 2))
-    if isinstance(w, TrainingWorkload) and p.dp > 1:
+    if isinstance(w, TrainingWorkload) and p.dp_cp > 1:       # CP ranks reduce their gradients too
         reduced = dp_reduced_parameters(case, local_parameters(case), local_expert_parameters(case))
         grads = reduced * reduced_gradient_bytes(case)
         if p.zero >= 2 or p.fsdp != "none":

@@ -46,9 +46,9 @@ class PipelineInputs:
     p2p_fwd: np.ndarray                # [pp] send from stage s to the next stage
     p2p_bwd: np.ndarray                # [pp] send from stage s to the previous stage
     buckets: int = 0                   # gradient buckets per chunk, reduced during the last micro-batch
-    bucket_s: float = 0.0              # seconds per bucket collective
+    bucket_s: float | np.ndarray = 0.0  # seconds per bucket collective: one for every stage, or [pp]
     optimizer_s: np.ndarray = field(default_factory=lambda: np.zeros(1))   # [pp]
-    param_gather_s: float = 0.0        # all-gather of updated parameters (sharded optimizer)
+    param_gather_s: float | np.ndarray = 0.0   # all-gather of updated parameters (sharded optimizer), or [pp]
     pp_dims: tuple[int, ...] = ()
     dp_dims: tuple[int, ...] = ()
     # [pp, v] seconds of a forward / backward chunk that its EP all-to-alls add (moe_a2a_overlap): when the
@@ -149,6 +149,8 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
         return len(dur) - 1
 
     grad_keys = [(d, "dp") for d in x.dp_dims]     # own queue: a small p2p send never waits behind a bucket
+    bucket, gather = per_stage(x.bucket_s, x.pp), per_stage(x.param_gather_s, x.pp)
+    bucketed, gathered = bool((bucket > 0).any()), bool((gather > 0).any())
     for s in range(x.pp):
         prev, chan = -1, {}
 
@@ -169,7 +171,7 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
                 pa, pc, _ = actions[partner[k]]
                 hidden = (x.f_hidden if fwd else x.b_hidden)[s, c]
                 span -= min(hidden, (x.f_compute if pa == "F" else x.b_compute)[s, pc])
-            grads = x.grad_overlap and not fwd and i == x.m - 1 and x.buckets > 0 and x.bucket_s > 0
+            grads = x.grad_overlap and not fwd and i == x.m - 1 and x.buckets > 0 and bucketed
             pieces = x.buckets if grads else 1
             first = -1
             posted[(a, s, c, i)] = prev
@@ -179,7 +181,7 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
                            + ([sent] if first < 0 and sent >= 0 else []))
                 first = prev if first < 0 else first
                 if grads:
-                    on_channels(add(x.bucket_s, 0.0, GRAD, s, [prev]), grad_keys)
+                    on_channels(add(float(bucket[s]), 0.0, GRAD, s, [prev]), grad_keys)
             entry[(a, s, c, i)] = first
             nxt = consumer_of(a, s, c, i, x.pp, x.v)
             t = (x.p2p_fwd if fwd else x.p2p_bwd)[s]
@@ -188,13 +190,13 @@ def build_pipeline_reference(x: PipelineInputs) -> PipelineGraph:
                 on_channels(node, [(d, "f" if fwd else "b") for d in x.pp_dims])
                 incoming[nxt] = node
             sent = node if x.p2p_blocking and nxt is not None else -1
-        if not x.grad_overlap and x.buckets > 0 and x.bucket_s > 0:
+        if not x.grad_overlap and x.buckets > 0 and bucketed:
             for _ in range(x.buckets * x.v):
-                on_channels(add(x.bucket_s, 0.0, GRAD, s, [prev]), grad_keys)
+                on_channels(add(float(bucket[s]), 0.0, GRAD, s, [prev]), grad_keys)
         opt_deps = [prev] + [chan[k] for k in grad_keys if k in chan] + ([sent] if sent >= 0 else [])
         opt = add(float(x.optimizer_s[s]), float(x.optimizer_s[s]), OPT, s, opt_deps)
-        if x.param_gather_s > 0:
-            on_channels(add(x.param_gather_s, 0.0, PARAM, s, [opt]), grad_keys)
+        if gathered:
+            on_channels(add(float(gather[s]), 0.0, PARAM, s, [opt]), grad_keys)
     for key, node in incoming.items():
         deps[entry[key]].append(node)
         if x.p2p_blocking and x.v == 1 and posted[key] >= 0:
@@ -244,8 +246,8 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
     pv = pp * v
     F_SPAN, F_COMP, B_SPAN, B_COMP = 0, pv, 2 * pv, 3 * pv
     P2P_F, P2P_B, OPT_S = 4 * pv, 4 * pv + pp, 4 * pv + 2 * pp
-    BUCKET, PARAM_S, ZERO = 4 * pv + 3 * pp, 4 * pv + 3 * pp + 1, 4 * pv + 3 * pp + 2
-    F_HID, B_HID = 4 * pv + 3 * pp + 3, 5 * pv + 3 * pp + 3
+    BUCKET, PARAM_S, ZERO = 4 * pv + 3 * pp, 4 * pv + 4 * pp, 4 * pv + 5 * pp
+    F_HID, B_HID = 4 * pv + 5 * pp + 1, 5 * pv + 5 * pp + 1
     split = buckets if (buckets and has_buckets) else 1
     cap = pp * (4 * v * m + 2 * v * split + 2)
     width = 4 + max(2, n_pp_dims, n_dp_dims)
@@ -302,7 +304,8 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
                 if first < 0:
                     first = prev
                 if grads:
-                    _add_node(n, BUCKET, ZERO, GRAD, s, prev, last_dp, n_dp_dims, src, csrc, kind, stage, deps, ndep)
+                    _add_node(n, BUCKET + s, ZERO, GRAD, s, prev, last_dp, n_dp_dims, src, csrc, kind, stage, deps,
+                              ndep)
                     if n_dp_dims > 0:
                         last_dp = n
                     n += 1
@@ -334,7 +337,7 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
                 sent = -1
         if (not grad_overlap) and buckets != 0 and has_buckets:
             for _ in range(buckets * v):
-                _add_node(n, BUCKET, ZERO, GRAD, s, prev, last_dp, n_dp_dims, src, csrc, kind, stage, deps, ndep)
+                _add_node(n, BUCKET + s, ZERO, GRAD, s, prev, last_dp, n_dp_dims, src, csrc, kind, stage, deps, ndep)
                 if n_dp_dims > 0:
                     last_dp = n
                 n += 1
@@ -345,7 +348,7 @@ def _build_structure(code, pp, v, m, buckets, has_buckets, n_pp_dims, n_dp_dims,
             ndep[n] += 1
         n += 1
         if has_param:
-            _add_node(n, PARAM_S, ZERO, PARAM, s, opt, last_dp, n_dp_dims, src, csrc, kind, stage, deps, ndep)
+            _add_node(n, PARAM_S + s, ZERO, PARAM, s, opt, last_dp, n_dp_dims, src, csrc, kind, stage, deps, ndep)
             n += 1
     for a in range(2):
         for s in range(pp):
@@ -534,16 +537,21 @@ def _shape(key: tuple) -> PipelineShape:
     return hit
 
 
+def per_stage(value: float | np.ndarray, pp: int) -> np.ndarray:
+    """A stage's DP bucket or parameter-gather seconds as [pp] (one value stands for every stage alike)."""
+    return np.broadcast_to(np.asarray(value, dtype=np.float64), (pp,)).astype(np.float64)
+
+
 def _values(x: PipelineInputs, merge: bool) -> np.ndarray:
     """Every duration a node can take, in the slots `_build_structure` names: f_span, f_compute, b_span,
-    b_compute ([pp, v] each, row-major), p2p_fwd, p2p_bwd, optimizer_s ([pp] each), bucket_s,
-    param_gather_s, 0.0, then f_hidden and b_hidden ([pp, v]; zeros without merging)."""
+    b_compute ([pp, v] each, row-major), p2p_fwd, p2p_bwd, optimizer_s, bucket_s, param_gather_s ([pp] each),
+    0.0, then f_hidden and b_hidden ([pp, v]; zeros without merging)."""
     f = lambda a: np.asarray(a, dtype=np.float64).ravel()
     pp = x.pp
     hidden = (f(x.f_hidden), f(x.b_hidden)) if merge else (np.zeros(pp * x.v), np.zeros(pp * x.v))
     return np.concatenate([f(x.f_span), f(x.f_compute), f(x.b_span), f(x.b_compute), f(x.p2p_fwd)[:pp],
                            f(x.p2p_bwd)[:pp], f(x.optimizer_s)[:pp],
-                           np.array([float(x.bucket_s), float(x.param_gather_s), 0.0]), *hidden])
+                           per_stage(x.bucket_s, pp), per_stage(x.param_gather_s, pp), np.zeros(1), *hidden])
 
 
 def pipeline_shape(x: PipelineInputs, share_buckets: bool = False) -> tuple[PipelineShape, np.ndarray, int] | None:
@@ -564,11 +572,11 @@ def pipeline_shape(x: PipelineInputs, share_buckets: bool = False) -> tuple[Pipe
             (code == ONE_STAGE and x.v != 1):
         return None
     merge = x.f_hidden is not None and x.b_hidden is not None
-    buckets, bucketed = int(x.buckets), bool(float(x.bucket_s) > 0)
+    buckets, bucketed = int(x.buckets), bool((per_stage(x.bucket_s, x.pp) > 0).any())
     reps = buckets if share_buckets and buckets > 1 and bucketed and x.grad_overlap else 1
     shape = _shape((code, int(x.pp), int(x.v), int(x.m), buckets if reps == 1 else 1, bucketed,
                     len(x.pp_dims), len(x.dp_dims), merge, bool(x.grad_overlap), bool(x.p2p_blocking),
-                    bool(float(x.param_gather_s) > 0), bool(x.p2p_serial)))
+                    bool((per_stage(x.param_gather_s, x.pp) > 0).any()), bool(x.p2p_serial)))
     return shape, _values(x, merge), reps
 
 

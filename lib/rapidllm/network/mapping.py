@@ -84,11 +84,15 @@ class RankMapping:
         everyone = np.arange(self.world, dtype=np.int64)
         return everyone[(everyone // stride) % self.size("pp") == stage]
 
-    def expert_groups(self, stage: int, ep: int) -> list[tuple[int, ...]]:
-        """Expert-parallel groups of a stage: consecutive runs of `ep` of its ranks. EP is carved out of the
-        stage's data-parallel (x TP x CP) ranks, so it is not an axis of the mapping."""
+    def expert_groups(self, stage: int, ep: int, etp: int = 1) -> list[tuple[int, ...]]:
+        """Expert-parallel groups of a stage. EP is carved out of the stage's tp x cp x dp ranks, so it is not
+        an axis of the mapping: Megatron-Core's expert grid orders them etp, ep, edp, innermost first, so the
+        ep ranks of a group lie `etp` apart in the stage (with etp = tp: one per TP group, the same TP rank
+        of ep data-parallel replicas; with etp 1: consecutive ranks). Groups by block of ep x etp, then by
+        expert-TP rank."""
         ranks = self.stage_ranks(stage).tolist()
-        return [tuple(ranks[i:i + ep]) for i in range(0, len(ranks), ep)]
+        block = ep * etp
+        return [tuple(ranks[b + j:b + block:etp]) for b in range(0, len(ranks), block) for j in range(etp)]
 
     def group_dimensions(self, axis: str, rank: int = 0) -> tuple[int, ...]:
         """Network dimensions (indices, innermost first) the `axis` group of `rank` spans."""

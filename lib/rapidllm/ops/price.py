@@ -119,13 +119,13 @@ def _gemm_weights(case: Case) -> float:
 
 
 def _optimizer_parameters(case: Case) -> float:
-    """Parameters one rank's optimizer updates: a sharded optimizer splits the dense ones over dp and the
+    """Parameters one rank's optimizer updates: a sharded optimizer splits the dense ones over dp x cp and the
     routed experts over the expert-data-parallel group (Megatron's distributed optimizer)."""
     p = case.parallelism
     if not (p.zero >= 1 or p.fsdp != "none"):
         return local_parameters(case)
     experts = local_expert_parameters(case)
-    return (local_parameters(case) - experts) / p.dp + experts / p.edp
+    return (local_parameters(case) - experts) / p.dp_cp + experts / p.edp
 
 
 def operator_times(case: Case, ops: list[Operator], method: str = "tiles") -> np.ndarray:

@@ -72,9 +72,9 @@ def optimizer_seconds(case: Case) -> float:
 
 def param_gather(case: Case) -> bool:
     """True when a sharded optimizer's parameter all-gather follows the optimizer whole (ZeRO-1/2 or FSDP
-    shard_grad_op over dp > 1, without overlap_param_gather)."""
+    shard_grad_op over dp x cp > 1, without overlap_param_gather)."""
     p = case.parallelism
-    return p.dp > 1 and (p.zero in (1, 2) or p.fsdp == "shard_grad_op") and not p.overlap_param_gather
+    return p.dp_cp > 1 and (p.zero in (1, 2) or p.fsdp == "shard_grad_op") and not p.overlap_param_gather
 
 
 def step_tail(case: Case, cost: CommCost, gather: bool = True, optimizer_s: float | None = None) -> np.ndarray:

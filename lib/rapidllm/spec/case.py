@@ -148,6 +148,13 @@ class Parallelism:
     def size(self, axis: str) -> int:
         return getattr(self, axis)
 
+    @property
+    def dp_cp(self) -> int:
+        """Ranks that reduce a dense gradient and shard a distributed optimizer: dp x cp (Megatron-Core's
+        data-parallel group with context parallelism; CP ranks hold the same weights, each the gradient of
+        its part of the sequence)."""
+        return self.dp * self.cp
+
 
 @dataclass(frozen=True)
 class TrainingWorkload:
