@@ -28,13 +28,14 @@ def qwen3(**par) -> Case:
     return resolve_case(mapping(**par), "test")
 
 
-def test_etp1_dispatches_the_sequence_shard() -> None:
-    """etp 1 routes each rank's s/tp SP shard, so the all-to-all carries tp x fewer bytes than etp = tp."""
+def test_every_etp_dispatches_the_sequence_shard() -> None:
+    """Under SP each rank's all-to-all carries its own s/tp shard's top_k copies, with etp 1 or etp = tp
+    (Megatron-Core gathers the received tokens in the expert-TP group after the all-to-all); until
+    2026-12-02 etp = tp dispatched the gathered sequence, tp x the bytes, over the EP group's InfiniBand."""
     for tp in (2, 4):           # ep 16 over 64 ranks a stage: room for etp = tp (a Megatron-Core grid)
         full, shard = qwen3(tp=tp, ep=16, dp=64 // tp), qwen3(tp=tp, ep=16, dp=64 // tp, etp=1)
         m = full.model
-        assert dispatch_bytes(full, SEQ) == SEQ * m.hidden * 2 * m.moe.top_k
-        assert dispatch_bytes(full, SEQ) / dispatch_bytes(shard, SEQ) == tp
+        assert dispatch_bytes(full, SEQ) == SEQ // tp * m.hidden * 2 * m.moe.top_k == dispatch_bytes(shard, SEQ)
 
 
 def test_etp1_experts_are_whole_and_see_the_group_tokens() -> None:

@@ -74,11 +74,15 @@ def dispatch_copies(case: Case) -> float:
 def dispatch_bytes(case: Case, tokens: int) -> float:
     """Bytes one rank sends in a MoE dispatch (= combine) all-to-all (nccl-tests size: the send buffer).
 
-    `tokens` is the TP-gathered layer input; the dispatcher routes each rank's `moe_tokens` (its SP
-    shard when etp < tp).
+    `tokens` is the TP-gathered layer input. Under sequence parallelism every rank dispatches its own s/tp
+    shard, whatever etp: Megatron-Core's alltoall dispatcher sends the permuted local tokens over the EP group
+    and only then, with etp > 1, all-gathers the received tokens in the expert-TP group
+    (token_dispatcher.py, `MoEAlltoAllTokenDispatcher`: all_to_all, then gather_from_sequence_parallel_region
+    over the expert TP group). With etp = tp that gather is priced by the TP all-gather before the MoE block
+    (`moe_tp_collectives`), at the sequence's bytes, not the routed copies' (docs/engine.md).
     """
     m, p = case.model, case.parallelism
-    routed = moe_tokens(tokens, p.tp, p.expert_tp, p.sp)
+    routed = moe_tokens(tokens, p.tp, 1, p.sp)
     return float(routed * m.hidden * DTYPE_BYTES[case.activation_precision]) * dispatch_copies(case)
 
 
