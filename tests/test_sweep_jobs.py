@@ -148,3 +148,22 @@ def test_interrupted_parallel_sweep_writes_nothing(experiment: Path, tmp_path: P
     assert not out.exists() and not list(tmp_path.iterdir())
     assert multiprocessing.active_children() == []
     assert "sweep interrupted: no output file written" in capsys.readouterr().err
+
+
+def test_a_ctrl_c_swallowed_where_it_landed_is_raised_again() -> None:
+    """The parallel sweep's handler remembers a press, so a KeyboardInterrupt dropped where it was raised (as
+    in a finalizer) still stops the waiting loop (`prediction._raise_if`)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with prediction._ctrl_c_recorded() as pressed:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)               # the handler runs here and its KeyboardInterrupt is swallowed
+            except KeyboardInterrupt:
+                pass
+            assert pressed == [signal.SIGINT]
+            with pytest.raises(KeyboardInterrupt):
+                prediction._raise_if(pressed)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, old)
