@@ -14,7 +14,8 @@ from rapidllm.graph.pipeline_dag import PipelineInputs, build_pipeline
 from rapidllm.memory.closed_form import closed_form_memory
 from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import price_case
-from rapidllm.spec.case import Parallelism, resolve_case
+from rapidllm.spec.case import resolve_case
+from rapidllm.spec.layout import Parallelism
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.experiment import expand
 from rapidllm.spec.paths import project_root

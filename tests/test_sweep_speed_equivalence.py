@@ -16,7 +16,7 @@ from rapidllm.memory.liveness import LayerLiveness
 from rapidllm.memory.model import _walk_peak, walk_inputs
 from rapidllm.spec.schedule import schedule_code
 from reference_impls import activation_peak_reference, case_id_reference, training_memory_reference
-from rapidllm.spec.case import Parallelism, TrainingWorkload
+from rapidllm.spec.layout import Parallelism, TrainingWorkload
 
 
 @pytest.mark.parametrize("schedule,pp,v", [("1f1b", 1, 1), ("gpipe", 1, 1), ("gpipe", 4, 1), ("1f1b", 4, 1),

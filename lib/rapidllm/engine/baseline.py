@@ -24,7 +24,8 @@ from rapidllm.graph.templates import layer_counts
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.network.alpha_beta import collective_time
 from rapidllm.ops.workload import recomputed
-from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
+from rapidllm.spec.case import Case
+from rapidllm.spec.layout import InferenceWorkload, TrainingWorkload
 
 if TYPE_CHECKING:
     import pandas as pd

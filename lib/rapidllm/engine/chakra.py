@@ -47,7 +47,8 @@ from rapidllm.engine.sharding import layer_collectives, layer_gathers, scatter_c
 from rapidllm.graph.pipeline_dag import consumer_of
 from rapidllm.graph.schedules import stage_actions
 from rapidllm.graph.templates import COMPUTE, Template, case_templates, compute_durations, layer_counts, ops_view
-from rapidllm.spec.case import Case, TrainingWorkload
+from rapidllm.spec.case import Case
+from rapidllm.spec.layout import TrainingWorkload
 from rapidllm.spec.errors import SpecError
 
 COLL = {"all_reduce": "ALL_REDUCE", "all_gather": "ALL_GATHER", "reduce_scatter": "REDUCE_SCATTER",

@@ -39,7 +39,8 @@ from rapidllm.graph.templates import Template
 from rapidllm.jit import njit
 from rapidllm.memory.closed_form import VERDICT_KEYS, MemoryResult
 from rapidllm.ops.price import OperatorTable, as_frame
-from rapidllm.spec.case import Case, TrainingWorkload
+from rapidllm.spec.case import Case
+from rapidllm.spec.layout import TrainingWorkload
 
 if TYPE_CHECKING:
     import pandas as pd

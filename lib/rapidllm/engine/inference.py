@@ -39,7 +39,8 @@ from rapidllm.engine.composer import Replayed, replay_all
 from rapidllm.engine.microbatch import Adjust, Ops, at_batch, overlap_active, overlapped_pass
 from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, simulate
 from rapidllm.graph.templates import Template, extra_templates, layer_counts, layer_templates, layer_tokens, ops_view
-from rapidllm.spec.case import Case, InferenceWorkload
+from rapidllm.spec.case import Case
+from rapidllm.spec.layout import InferenceWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 
 SECTIONS = ("prefill_", "decode_first_", "decode_last_")

@@ -11,7 +11,8 @@ selective recompute gave HFU 0.525 < MFU 0.530).
 from __future__ import annotations
 
 from rapidllm.ops.params import active_parameters
-from rapidllm.spec.case import Case, TrainingWorkload
+from rapidllm.spec.case import Case
+from rapidllm.spec.layout import TrainingWorkload
 
 
 def model_flops_per_step(case: Case) -> float:

@@ -41,7 +41,8 @@ from rapidllm.engine.replay import TemplateResult, replay_template
 from rapidllm.graph.templates import COMM, COMPUTE, Node, Template, compute_durations, extra_templates, \
     layer_counts, layer_templates, ops_view
 from rapidllm.ops.price import OperatorTable, as_frame, price_table
-from rapidllm.spec.case import Case, InferenceWorkload
+from rapidllm.spec.case import Case
+from rapidllm.spec.layout import InferenceWorkload
 
 if TYPE_CHECKING:                  # pandas stays off the prediction path (docs/performance.md)
     import pandas as pd

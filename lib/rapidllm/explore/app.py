@@ -25,7 +25,8 @@ from rapidllm.explore.plot import timeline_frame, vega_spec
 from rapidllm.explore.search_hook import OBJECTIVES, case_axes, run_search, search_function, search_spec
 from rapidllm.explore.timeline import TimelineError, timeline
 from rapidllm.memory.state import FRAMEWORKS
-from rapidllm.spec.case import Parallelism, resolve_case
+from rapidllm.spec.case import resolve_case
+from rapidllm.spec.layout import Parallelism
 from rapidllm.spec.errors import SpecError
 from rapidllm.units import parse_quantity
 

@@ -16,7 +16,8 @@ from rapidllm.ops.moe_routing import expected_units
 from rapidllm.network.mapping import RankMapping
 from rapidllm.ops.price import local_expert_parameters, local_parameters
 from rapidllm.ops.workload import moe_tokens
-from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
+from rapidllm.spec.case import Case
+from rapidllm.spec.layout import InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 
 

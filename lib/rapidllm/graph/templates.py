@@ -18,7 +18,8 @@ import numpy as np
 from rapidllm.caches import current
 from rapidllm.graph.comm_nodes import dispatch_bytes, moe_all_to_all, moe_tp_collectives
 from rapidllm.ops.price import OPERATOR_COLUMNS, OperatorTable, case_sections
-from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
+from rapidllm.spec.case import Case
+from rapidllm.spec.layout import InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
 
 if TYPE_CHECKING:

@@ -22,7 +22,8 @@ from rapidllm.ops.tiles import uses_warpgroup_mma
 from rapidllm.ops.operators import ATTENTION, GEMM, Operator
 from rapidllm.ops.params import mtp_params, parameter_counts
 from rapidllm.ops.roofline import roofline_times
-from rapidllm.spec.case import Case, InferenceWorkload, Parallelism
+from rapidllm.spec.case import Case
+from rapidllm.spec.layout import InferenceWorkload, Parallelism
 from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec
 
 if TYPE_CHECKING:

@@ -24,7 +24,8 @@ import numpy as np
 from rapidllm.engine.metrics import model_flops_per_step, utilization
 from rapidllm.graph.schedules import interleaving
 from rapidllm.ops.price import case_sections, operator_times
-from rapidllm.spec.case import Case, InferenceWorkload, TrainingWorkload
+from rapidllm.spec.case import Case
+from rapidllm.spec.layout import InferenceWorkload, TrainingWorkload
 
 SLACK = 1.0 - 1e-9
 KINDS = ("dense", "moe")

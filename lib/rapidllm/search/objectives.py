@@ -14,7 +14,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from rapidllm.prediction import replicas_served
-from rapidllm.spec.case import Case, TrainingWorkload
+from rapidllm.spec.case import Case
+from rapidllm.spec.layout import TrainingWorkload
 from rapidllm.spec.errors import SpecError
 
 Derive = Callable[[Mapping[str, Any], Case], float]

@@ -53,7 +53,8 @@ from rapidllm.search.tails import (
     template_spans,
 )
 from rapidllm.search.spec import SearchSpec, load_search
-from rapidllm.spec.case import Case, TrainingWorkload
+from rapidllm.spec.case import Case
+from rapidllm.spec.layout import TrainingWorkload
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.schema import validate
 

@@ -22,19 +22,10 @@ from typing import Any
 
 from rapidllm.graph.schedules import interleaving
 from rapidllm.search.spec import LAYOUT_AXES, Candidate, SearchSpec
-from rapidllm.spec.case import (
-    Case,
-    InferenceWorkload,
-    Parallelism,
-    TrainingWorkload,
-    check_attention,
-    check_layout,
-    expert_tp_of,
-    layout_case,
-    sized_network,
-)
+from rapidllm.spec.case import Case, check_attention, check_layout, expert_tp_of, layout_case, sized_network
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.frameworks import framework_parallelism
+from rapidllm.spec.layout import InferenceWorkload, Parallelism, TrainingWorkload
 from rapidllm.spec.model import ModelSpec
 from rapidllm.spec.network import NetworkSpec
 

@@ -43,7 +43,8 @@ from rapidllm.graph.schedules import interleaving, schedule_code, stage_actions_
 from rapidllm.graph.templates import ops_view, shared_case_templates
 from rapidllm.ops.price import operator_times, price_table, step_sections
 from rapidllm.search.bounds import ShardWork
-from rapidllm.spec.case import Case, TrainingWorkload
+from rapidllm.spec.case import Case
+from rapidllm.spec.layout import TrainingWorkload
 
 
 def refinable(case: Case) -> bool:

@@ -3,7 +3,8 @@ from rapidllm.spec.errors import SpecError
 from rapidllm.spec.model import ModelSpec, MoESpec, MLASpec
 from rapidllm.spec.hardware import HardwareSpec, SMLimits, Utilization
 from rapidllm.spec.network import NetworkSpec, DimensionSpec, FaultSpec
-from rapidllm.spec.case import Case, Parallelism, TrainingWorkload, InferenceWorkload, load_case, resolve_case
+from rapidllm.spec.case import Case, load_case, resolve_case
+from rapidllm.spec.layout import InferenceWorkload, Parallelism, TrainingWorkload
 
 __all__ = [
     "SpecError", "ModelSpec", "MoESpec", "MLASpec", "HardwareSpec", "SMLimits", "Utilization",

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from rapidllm.spec.case import Case, InferenceWorkload, Parallelism, TrainingWorkload, resolve_case
+from rapidllm.spec.case import Case, resolve_case
+from rapidllm.spec.layout import InferenceWorkload, Parallelism, TrainingWorkload
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import line_cables
