@@ -20,8 +20,8 @@ from rapidllm.memory.liveness import LayerLiveness
 from rapidllm.memory.model import shared_training_liveness, walk_inputs
 from rapidllm.memory.state import conventions, stage_layer_counts, state_bytes
 from rapidllm.spec.case import Case
-from rapidllm.spec.layout import TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
+from rapidllm.spec.layout import TrainingWorkload
 
 
 def attribute_reference(g: PipelineGraph, start: np.ndarray, finish: np.ndarray, crit: np.ndarray) -> dict[str, float]:

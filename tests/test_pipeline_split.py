@@ -15,9 +15,9 @@ from rapidllm.memory.closed_form import closed_form_memory
 from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import price_case
 from rapidllm.spec.case import resolve_case
-from rapidllm.spec.layout import Parallelism
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.experiment import expand
+from rapidllm.spec.layout import Parallelism
 from rapidllm.spec.paths import project_root
 from rapidllm.validate.suites import load_suite
 

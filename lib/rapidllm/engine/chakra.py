@@ -48,8 +48,8 @@ from rapidllm.graph.pipeline_dag import consumer_of
 from rapidllm.graph.schedules import stage_actions
 from rapidllm.graph.templates import COMPUTE, Template, case_templates, compute_durations, layer_counts, ops_view
 from rapidllm.spec.case import Case
-from rapidllm.spec.layout import TrainingWorkload
 from rapidllm.spec.errors import SpecError
+from rapidllm.spec.layout import TrainingWorkload
 
 COLL = {"all_reduce": "ALL_REDUCE", "all_gather": "ALL_GATHER", "reduce_scatter": "REDUCE_SCATTER",
         "all_to_all": "ALL_TO_ALL", "broadcast": "BROADCAST"}

@@ -44,8 +44,8 @@ from rapidllm.memory.closed_form import reduced_gradient_bytes, state_bytes_per_
 from rapidllm.memory.state import all_stage_params, conventions, stage_layer_counts
 from rapidllm.ops.price import OperatorTable, local_parameters
 from rapidllm.spec.case import Case
-from rapidllm.spec.layout import TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
+from rapidllm.spec.layout import TrainingWorkload
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -40,8 +40,8 @@ from rapidllm.engine.microbatch import Adjust, Ops, at_batch, overlap_active, ov
 from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, simulate
 from rapidllm.graph.templates import Template, extra_templates, layer_counts, layer_templates, layer_tokens, ops_view
 from rapidllm.spec.case import Case
-from rapidllm.spec.layout import InferenceWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
+from rapidllm.spec.layout import InferenceWorkload
 
 SECTIONS = ("prefill_", "decode_first_", "decode_last_")
 

@@ -26,8 +26,8 @@ from rapidllm.explore.search_hook import OBJECTIVES, case_axes, run_search, sear
 from rapidllm.explore.timeline import TimelineError, timeline
 from rapidllm.memory.state import FRAMEWORKS
 from rapidllm.spec.case import resolve_case
-from rapidllm.spec.layout import Parallelism
 from rapidllm.spec.errors import SpecError
+from rapidllm.spec.layout import Parallelism
 from rapidllm.units import parse_quantity
 
 INLINE = "(inline, from the case)"

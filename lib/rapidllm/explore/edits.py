@@ -189,17 +189,12 @@ def compare(a: Prediction, b: Prediction) -> pd.DataFrame:
 def cables(case: dict[str, Any], rank: int) -> list[tuple[str, list[int]]]:
     """(label, [a, b]) of every cable at `rank` in the case's network, sized for its layout: what a
     degraded-link control offers (`faults: [{link: [a, b], ...}]`, docs/network.md "Faults")."""
-    from rapidllm.network.topology import build_topology
+    from rapidllm.network.topology import build_topology, cables_of
     from rapidllm.spec.case import resolve_case
 
     net = resolve_case({k: v for k, v in case.items() if k != "faults"}, "case").network
     topo = build_topology(net)
-    out: list[tuple[str, list[int]]] = []
     if not 0 <= rank < topo.n_ranks:        # ids past the ranks are switches: not a rank's cables
-        return out
-    for i in range(topo.n_links):
-        a, b = int(topo.src[i]), int(topo.dst[i])
-        if a == rank and (b, a) not in [tuple(c) for _, c in out]:
-            peer = topo.switch_labels.get(b, f"rank {b}")
-            out.append((f"{net.dimensions[int(topo.dim[i])].name}: rank {a} - {peer} (node {b})", [a, b]))
-    return out
+        return []
+    return [(f"{net.dimensions[d].name}: rank {rank} - {topo.switch_labels.get(b, f'rank {b}')} (node {b})",
+             [rank, b]) for b, d in cables_of(topo, rank)]

@@ -12,13 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rapidllm.memory.closed_form import reduced_gradient_bytes
-from rapidllm.ops.moe_routing import expected_units
 from rapidllm.network.mapping import RankMapping
+from rapidllm.ops.moe_routing import expected_units
 from rapidllm.ops.price import local_expert_parameters, local_parameters
-from rapidllm.ops.workload import moe_tokens
 from rapidllm.spec.case import Case
-from rapidllm.spec.layout import InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
+from rapidllm.spec.layout import InferenceWorkload, TrainingWorkload
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ def dispatch_bytes(case: Case, tokens: int) -> float:
     (`moe_tp_collectives`), at the sequence's bytes, not the routed copies' (docs/engine.md).
     """
     m, p = case.model, case.parallelism
-    routed = moe_tokens(tokens, p.tp, 1, p.sp)
+    routed = tokens // p.tp if p.sp else tokens
     return float(routed * m.hidden * DTYPE_BYTES[case.activation_precision]) * dispatch_copies(case)
 
 

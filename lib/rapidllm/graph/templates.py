@@ -19,8 +19,8 @@ from rapidllm.caches import current
 from rapidllm.graph.comm_nodes import dispatch_bytes, moe_all_to_all, moe_tp_collectives
 from rapidllm.ops.price import OPERATOR_COLUMNS, OperatorTable, case_sections
 from rapidllm.spec.case import Case
-from rapidllm.spec.layout import InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
+from rapidllm.spec.layout import InferenceWorkload, TrainingWorkload
 
 if TYPE_CHECKING:
     import pandas as pd

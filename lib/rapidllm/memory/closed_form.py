@@ -14,8 +14,8 @@ from typing import Any
 from rapidllm.ops import foundry
 from rapidllm.ops.price import local_parameters
 from rapidllm.spec.case import Case
-from rapidllm.spec.layout import InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
+from rapidllm.spec.layout import InferenceWorkload, TrainingWorkload
 
 
 @dataclass(frozen=True)

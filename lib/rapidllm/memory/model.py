@@ -33,8 +33,8 @@ from rapidllm.memory.state import (
 from rapidllm.memory.state import conventions as framework_conventions
 from rapidllm.ops import workload as wl
 from rapidllm.spec.case import Case
-from rapidllm.spec.layout import InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
+from rapidllm.spec.layout import InferenceWorkload, TrainingWorkload
 from rapidllm.spec.schedule import action_order, schedule_code
 
 

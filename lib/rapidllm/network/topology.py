@@ -230,10 +230,15 @@ def _build_fat_tree(b: _Builder, d: int, dim: DimensionSpec, lines: list[list[in
     return nxt
 
 
+def cables_of(topo: Topology, node: int) -> list[tuple[int, int]]:
+    """(peer, dimension) of every cable at `node`, by peer id: what a fault may name as [node, peer]."""
+    return sorted({t: int(topo.dim[i]) for (s, t), i in topo.link_of.items() if s == node}.items())
+
+
 def _cables_of(topo: Topology, node: int, most: int = 6) -> str:
     """'; rank 0's cables: [0, 64] to nvlink switch line 0, ...' for a fault error: a command-line user has
     no other way to find the id of a rank's switch (docs/network.md numbers them, but by formula)."""
-    peers = sorted({t for (s, t) in topo.link_of if s == node})
+    peers = [t for t, _ in cables_of(topo, node)]
     if not peers:
         return ""
     shown = ", ".join(f"[{node}, {t}] to {topo.switch_labels.get(t, f'rank {t}')}" for t in peers[:most])

@@ -18,13 +18,13 @@ from rapidllm.ops import workload as wl
 from rapidllm.ops.attention import attention_backward, attention_forward
 from rapidllm.ops.attention_per_head import per_head_decode
 from rapidllm.ops.gemm import kernel_params, price_gemms, roofline_gemm_time
-from rapidllm.ops.tiles import uses_warpgroup_mma
 from rapidllm.ops.operators import ATTENTION, GEMM, Operator
 from rapidllm.ops.params import mtp_params, parameter_counts
 from rapidllm.ops.roofline import roofline_times
+from rapidllm.ops.tiles import uses_warpgroup_mma
 from rapidllm.spec.case import Case
-from rapidllm.spec.layout import InferenceWorkload, Parallelism
 from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec
+from rapidllm.spec.layout import InferenceWorkload, Parallelism
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -16,8 +16,8 @@ from rapidllm.ops.moe_routing import eplb_rank_loads
 from rapidllm.ops.operators import ATTENTION, GEMM, POINTWISE, AttentionShape, Operator
 from rapidllm.ops.params import IMAGE_CHANNELS
 from rapidllm.spec.case import Case
-from rapidllm.spec.layout import InferenceWorkload, TrainingWorkload
 from rapidllm.spec.hardware import DTYPE_BYTES
+from rapidllm.spec.layout import InferenceWorkload, TrainingWorkload
 from rapidllm.spec.model import ModelSpec
 
 # FLOPs per element of common pointwise kernels (rough, they are bandwidth bound anyway).

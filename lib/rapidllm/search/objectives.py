@@ -15,8 +15,8 @@ from typing import Any
 
 from rapidllm.prediction import replicas_served
 from rapidllm.spec.case import Case
-from rapidllm.spec.layout import TrainingWorkload
 from rapidllm.spec.errors import SpecError
+from rapidllm.spec.layout import TrainingWorkload
 
 Derive = Callable[[Mapping[str, Any], Case], float]
 

@@ -54,8 +54,8 @@ from rapidllm.search.tails import (
 )
 from rapidllm.search.spec import SearchSpec, load_search
 from rapidllm.spec.case import Case
-from rapidllm.spec.layout import TrainingWorkload
 from rapidllm.spec.errors import SpecError
+from rapidllm.spec.layout import TrainingWorkload
 from rapidllm.spec.schema import validate
 
 REASONS = ("invalid", "filtered", "slo", "dominated", "out_of_memory")

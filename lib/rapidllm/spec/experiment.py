@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from rapidllm.spec.case import Case, resolve_case
-from rapidllm.spec.layout import InferenceWorkload, Parallelism, TrainingWorkload
 from rapidllm.spec.errors import SpecError
+from rapidllm.spec.layout import InferenceWorkload, Parallelism, TrainingWorkload
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import line_cables
 from rapidllm.spec.paths import config_dir, display, project_root, spec_path

@@ -22,8 +22,8 @@ import pandas as pd
 from rapidllm.memory.model import memory_for_case
 from rapidllm.memory.state import FRAMEWORKS, NANOTRON, Conventions, nanotron_stage_layers, stage_params
 from rapidllm.spec.case import Case
-from rapidllm.spec.layout import Parallelism, TrainingWorkload
 from rapidllm.spec.hardware import HardwareSpec
+from rapidllm.spec.layout import Parallelism, TrainingWorkload
 from rapidllm.spec.model import ModelSpec
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import NetworkSpec
