@@ -74,11 +74,16 @@ def device_record(case: Case) -> dict[str, Any]:
 
 
 def replicas_served(case: Case) -> int:
-    """How many copies of a record's `tokens_per_s` the case's GPUs produce: an inference record's rate is one
-    replica's (`workload.batch` is per replica, docs/limits.md), so dp of them run on the case's world; a
-    training record's rate is already the whole job's. Per-GPU and per-dollar rates divide the rate times
-    this by the world (they divided one replica's rate by every replica's GPUs: dp 2 halved them)."""
-    return 1 if case.training else case.parallelism.dp
+    """How many copies of a record's `tokens_per_s` the case's GPUs produce (`replicas`)."""
+    return replicas(case.training, case.parallelism.dp)
+
+
+def replicas(training: bool, dp: int) -> int:
+    """An inference record's rate is one replica's (`workload.batch` is per replica, docs/limits.md), so dp of
+    them run on the case's world; a training record's rate is already the whole job's. Per-GPU and
+    per-dollar rates divide the rate times this by the world (they divided one replica's rate by every
+    replica's GPUs: dp 2 halved them)."""
+    return 1 if training else dp
 
 
 def _shipped_device(name: str) -> bool:

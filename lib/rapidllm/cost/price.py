@@ -21,7 +21,7 @@ import pandas as pd
 
 from rapidllm.cost.config import HardwareCost, hardware_cost
 from rapidllm.cost.package import package_cost
-from rapidllm.prediction import Prediction, replicas_served
+from rapidllm.prediction import Prediction, replicas, replicas_served
 from rapidllm.spec.case import Case, load_case, resolve_case
 
 COST_COLUMNS = ("gpus", "usd_per_gpu_hour", "energy_usd_per_gpu_hour", "capital_usd_per_gpu_hour", "usd_per_hour",
@@ -30,14 +30,14 @@ COST_COLUMNS = ("gpus", "usd_per_gpu_hour", "energy_usd_per_gpu_hour", "capital_
 
 
 def cost_record(hc: HardwareCost, gpus: int, mode: str, step_time_s: float | None,
-                tokens_per_s: float | None, replicas: int = 1) -> dict[str, float]:
+                tokens_per_s: float | None, copies: int = 1) -> dict[str, float]:
     """The cost columns for one prediction (NaN where they do not apply: no $/step for inference, nothing
     rate-based without a positive token rate, no package cost for a spec with operating inputs only).
-    `replicas`: copies of `tokens_per_s` the `gpus` produce (`prediction.replicas_served`: an inference
+    `copies`: copies of `tokens_per_s` the `gpus` produce (`prediction.replicas_served`: an inference
     record's rate is one dp replica's)."""
     op = hc.operating
     usd_per_hour = gpus * op.usd_per_gpu_hour
-    rate = tokens_per_s * replicas if tokens_per_s and tokens_per_s > 0 else math.nan
+    rate = tokens_per_s * copies if tokens_per_s and tokens_per_s > 0 else math.nan
     step = step_time_s if mode == "training" and step_time_s is not None else math.nan
     usd_m = usd_per_hour / (3600.0 * rate) * 1e6
     package = package_cost(hc.package) if hc.package is not None else None
@@ -86,10 +86,10 @@ def add_cost_columns(df: pd.DataFrame, costs: Mapping[str, HardwareCost] | None 
         out["hardware"] = [c.hardware.name for c in cases]
         out["world"] = [c.parallelism.world for c in cases]
         out["mode"] = ["training" if c.training else "inference" for c in cases]
-        replicas = [replicas_served(c) for c in cases]
+        replicated = [replicas_served(c) for c in cases]
     if cases is None:                   # sweep and pipeline rows carry their layout
-        replicas = [1 if m == "training" or pd.isna(d) else int(d)
-                    for m, d in zip(out["mode"], out["dp"] if "dp" in out else [1] * len(out))]
+        replicated = [replicas(m == "training", 1 if pd.isna(d) else int(d))
+                      for m, d in zip(out["mode"], out["dp"] if "dp" in out else [1] * len(out))]
     known = dict(costs or {})
     rows = []
     for i, (_, r) in enumerate(out.iterrows()):
@@ -101,6 +101,6 @@ def add_cost_columns(df: pd.DataFrame, costs: Mapping[str, HardwareCost] | None 
             known[name] = hardware_cost(name)
         step = r.get("step_time_s")
         rows.append(cost_record(known[name], int(r["world"]), str(r["mode"]),
-                                None if pd.isna(step) else float(step), float(r["tokens_per_s"]), replicas[i]))
+                                None if pd.isna(step) else float(step), float(r["tokens_per_s"]), replicated[i]))
     extra = pd.DataFrame(rows, index=out.index, columns=list(COST_COLUMNS))
     return pd.concat([out.drop(columns=[c for c in COST_COLUMNS if c in out]), extra], axis=1)
