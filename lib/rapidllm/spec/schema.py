@@ -28,7 +28,7 @@ from referencing.jsonschema import DRAFT202012
 
 from rapidllm import units
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.paths import schema_dir
+from rapidllm.spec.paths import KINDS, schema_dir
 
 QUANTITY_FORMATS = ("bytes", "bandwidth", "time", "frequency", "flops")
 MAX_SPEC_BYTES = 4 * 2**20        # spec files are hand-written: the largest in the project is 7 kB
@@ -304,8 +304,8 @@ _OTHER_KINDS = {
     "case": "a case file (rapidllm predict CASE, rapidllm.predict)",
     "experiment": "an experiment file (rapidllm sweep EXPERIMENT, rapidllm.sweep)",
     "search": "a search spec (rapidllm search SPEC, rapidllm.search)",
-    **{kind: f"a {kind} spec (a case names it under `{kind}:` by its file stem in config/{folder}/, or inline)"
-       for kind, folder in (("model", "models"), ("hardware", "hardware"), ("network", "networks"))},
+    **{kind: f"a {kind} spec (a case names it under `{kind}:` by its file stem in config/{KINDS[kind]}/, or "
+       "inline)" for kind in ("model", "hardware", "network")},
 }
 
 
