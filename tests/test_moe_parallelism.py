@@ -5,7 +5,8 @@ import itertools
 
 import pytest
 
-from rapidllm.graph.comm_nodes import dispatch_bytes, ep_nodes, expected_distinct
+from rapidllm.graph.comm_nodes import dispatch_bytes, dispatch_copies, ep_nodes, expected_distinct, layer_nodes, \
+    routed_tp_copies
 from rapidllm.graph.templates import layer_rules
 from rapidllm.memory.state import state_bytes
 from rapidllm.ops import workload as wl
@@ -230,3 +231,74 @@ def test_expert_groups_follow_megatron_expert_grid() -> None:
     nic = 50e9 * wide.hardware.utilization.network
     t = cost.time("ep", "all_to_all", nbytes)
     assert 7 / 8 * nbytes / nic < t < 1.5 * 7 / 8 * nbytes / nic
+
+
+def _tp_rules(case: Case, backward: bool) -> list:
+    return [r for r in layer_rules(case, SEQ, True, backward) if r.axis in ("tp", "ep")]
+
+
+def test_etp_tp_gathers_the_routed_copies_after_the_dispatch() -> None:
+    """etp = tp, alltoall: Megatron-Core gathers the tokens the all-to-all delivered in the expert-TP group
+    (top_k x the sequence's bytes under balanced routing; x capacity_factor padded), and reduce-scatters the
+    experts' output before the combine; the sequence itself is not gathered before the router."""
+    h = qwen3(ep=16).model.hidden
+    for dispatcher, copies in (("alltoall", 8.0), ("capacity", 8.0 * qwen3(ep=16).model.moe.capacity_factor)):
+        case = qwen3(ep=16, moe_dispatcher=dispatcher)
+        routed = SEQ * h * 2 * copies
+        assert routed_tp_copies(case) == copies
+        fwd = [(r.axis, r.op, r.nbytes, r.launch, r.consumer, r.chained) for r in _tp_rules(case, False)][2:]
+        assert fwd == [("ep", "all_to_all", dispatch_bytes(case, SEQ), "permute", "+permute", False),
+                       ("tp", "all_gather", routed, "permute", "expert_up", True),
+                       ("tp", "reduce_scatter", routed, "expert_down", "unpermute", False),
+                       ("ep", "all_to_all", dispatch_bytes(case, SEQ), "expert_down", "unpermute", True)]
+        bwd = [(r.axis, r.op, r.nbytes, r.chained) for r in _tp_rules(case, True) if r.nbytes == routed]
+        assert bwd == [("tp", "all_gather", routed, True), ("tp", "reduce_scatter", routed, False)]
+        # the baseline engine: the attention pair at the sequence's bytes, the routed pair at copies x
+        tp_nodes = [(n.nbytes, n.count) for n in layer_nodes(case, SEQ, "layer_moe") if n.axis == "tp"]
+        assert tp_nodes == [(SEQ * h * 2, 1), (routed, 1)]
+
+
+def test_chained_collective_waits_for_the_all_to_all() -> None:
+    """The gather reads what the all-to-all delivered: its node depends on the all-to-all's node, and the
+    experts on both."""
+    from rapidllm.graph.templates import layer_templates, ops_view
+    from rapidllm.ops.price import price_case
+    case = qwen3(ep=16)
+    fwd = next(t for t in layer_templates(case, ops_view(price_case(case))) if t.part == "fwd")
+    names = [(n.axis, n.op) if n.kind == "comm" else n.name for n in fwd.nodes]
+    a2a, gather = names.index(("ep", "all_to_all")), names.index(("tp", "all_gather"), names.index("permute"))
+    assert a2a in fwd.nodes[gather].deps
+    assert {a2a, gather} <= set(fwd.nodes[names.index("expert_up")].deps)
+
+
+def test_flex_dispatcher_carries_expert_tp_in_its_dispatch() -> None:
+    """DeepEP (flex) with etp = tp replicates the routing over the expert-TP ranks and dispatches over TP x
+    EP: no TP collective at the MLP position; inside one node a token goes to etp x its distinct EP ranks."""
+    case = qwen3(tp=2, ep=4, pp=8, dp=16, moe_dispatcher="deepep")       # EP ranks 2 apart: one node
+    moe = case.model.moe
+    assert ep_nodes(case) == 1 and routed_tp_copies(case) == 0.0
+    assert dispatch_copies(case) == pytest.approx(2 * expected_distinct(moe.experts, moe.top_k, 4))
+    assert [r.op for r in layer_rules(case, SEQ, True, False) if r.axis == "tp"] == ["all_gather", "reduce_scatter"]
+
+
+def test_template_cache_tells_dispatchers_apart() -> None:
+    """Mixtral over 8 nodes: DeepEP's distinct nodes equal top_k (2), so both dispatchers send equal bytes,
+    but only alltoall gathers in the expert-TP group; a shared template table must not hand one the other's
+    templates (it did on the first version of the etp = tp gather: the step depended on evaluation order)."""
+    from rapidllm.caches import Caches
+    from rapidllm.prediction import evaluate
+    base = dict(model="mixtral-8x22b", hardware="h100-sxm5-80gb", network="superpod-ndr",
+                workload=dict(mode="training", seq_len=SEQ, global_batch=256, micro_batch=1),
+                parallelism=dict(tp=8, ep=8, pp=4, dp=32, sp=True, zero=1))
+
+    def step(dispatcher: str) -> float:
+        m = {**base, "parallelism": {**base["parallelism"], "moe_dispatcher": dispatcher}}
+        return evaluate(resolve_case(m, "test"))["step_time_s"]
+    fresh = {}
+    for d in ("alltoall", "deepep"):
+        with Caches().active():
+            fresh[d] = step(d)
+    assert fresh["alltoall"] > fresh["deepep"]
+    for order in (("alltoall", "deepep"), ("deepep", "alltoall")):
+        with Caches().active():
+            assert {d: step(d) for d in order} == fresh

@@ -68,7 +68,13 @@ def dispatch_copies(case: Case) -> float:
         # buffers of E x C tokens, C = capacity_factor x top_k x tokens / E, padded whether filled or not
         return float(moe.top_k) * moe.capacity_factor
     nodes = ep_nodes(case)
-    return expected_units(moe.experts, moe.top_k, nodes if nodes > 1 else p.ep, moe.expert_groups, moe.group_limit)
+    if nodes > 1:
+        return expected_units(moe.experts, moe.top_k, nodes, moe.expert_groups, moe.group_limit)
+    # inside one node a token goes to every rank holding a shard of one of its experts: with expert TP
+    # the flex dispatcher routes over the TP x EP group, each expert's etp shards on etp ranks
+    # (`routed_tp_copies`)
+    ranks = expected_units(moe.experts, moe.top_k, p.ep, moe.expert_groups, moe.group_limit)
+    return ranks * (p.expert_tp if routed_tp_in_dispatcher(case) else 1)
 
 
 def dispatch_bytes(case: Case, tokens: int) -> float:
@@ -78,23 +84,50 @@ def dispatch_bytes(case: Case, tokens: int) -> float:
     shard, whatever etp: Megatron-Core's alltoall dispatcher sends the permuted local tokens over the EP group
     and only then, with etp > 1, all-gathers the received tokens in the expert-TP group
     (token_dispatcher.py, `MoEAlltoAllTokenDispatcher`: all_to_all, then gather_from_sequence_parallel_region
-    over the expert TP group). With etp = tp that gather is priced by the TP all-gather before the MoE block
-    (`moe_tp_collectives`), at the sequence's bytes, not the routed copies' (docs/engine.md).
+    over the expert TP group), priced as its own collective after this one (`routed_tp_copies`).
     """
     m, p = case.model, case.parallelism
     routed = tokens // p.tp if p.sp else tokens
     return float(routed * m.hidden * DTYPE_BYTES[case.activation_precision]) * dispatch_copies(case)
 
 
-def moe_tp_collectives(case: Case) -> bool:
-    """Whether an MoE layer's MLP position keeps the TP collectives (gather before, reduce after).
+def routed_tp_in_dispatcher(case: Case) -> bool:
+    """Whether the token dispatcher itself moves the routed tokens of TP-sharded experts: training with
+    sequence parallelism, etp = tp > 1 and an EP all-to-all. Megatron-Core's dispatchers then take each
+    rank's s/tp shard and never gather the sequence before the experts (token_dispatcher.py at d98e8a64):
+    the alltoall dispatcher all-gathers the tokens it received in the expert-TP group after the all-to-all
+    (`dispatch_postprocess`) and reduce-scatters the experts' output before the combine
+    (`combine_preprocess`); the flex (DeepEP) dispatcher replicates the routing map over the expert-TP ranks
+    and dispatches over the TP x EP group (`MoEFlexTokenDispatcher._initialize_metadata`)."""
+    p = case.parallelism
+    return case.training and p.sp and p.expert_tp == p.tp > 1 and moe_all_to_all(case)
 
-    Routed experts with etp < tp take each rank's sequence shard and need none; shared experts are
-    ordinary TP-sharded MLPs on the gathered sequence and keep them. Experts inside the TP group
-    (inference, ep x etp = tp) see every token of the group and leave partial sums for the TP all-reduce.
+
+def routed_tp_copies(case: Case) -> float:
+    """Size of the expert-TP all-gather after the dispatch (and of the reduce-scatter before the combine) in
+    multiples of the layer's sequence bytes; 0 where there is none.
+
+    The alltoall dispatcher gathers what the EP all-to-all delivered: under balanced routing each rank
+    receives its s/tp shard's top_k copies' worth (top_k x capacity_factor padded, `dispatch_copies`), so
+    the gathered tensor over etp = tp ranks is top_k x the sequence, not the sequence. The flex dispatcher
+    has no gather: its TP x EP dispatch carries those copies (`dispatch_copies`)."""
+    if not routed_tp_in_dispatcher(case) or case.parallelism.moe_dispatcher == "deepep":
+        return 0.0
+    return dispatch_copies(case)
+
+
+def moe_tp_collectives(case: Case) -> bool:
+    """Whether an MoE layer's MLP position keeps the sequence's TP collectives (gather before, reduce after).
+
+    Routed experts with etp < tp take each rank's sequence shard and need none; with etp = tp the
+    dispatcher moves their tokens (`routed_tp_in_dispatcher`), except without an all-to-all (ep 1) or
+    without SP, where the experts run on the TP group's whole sequence. Shared experts are ordinary
+    TP-sharded MLPs on the gathered sequence and keep them. Experts inside the TP group (inference, ep x
+    etp = tp) see every token of the group and leave partial sums for the TP all-reduce.
     """
     m, p = case.model, case.parallelism
-    return p.expert_tp == p.tp or moe_dispatch_free(case) or bool(m.moe and m.moe.shared_experts)
+    return (p.expert_tp == p.tp and not routed_tp_in_dispatcher(case)) or moe_dispatch_free(case) \
+        or bool(m.moe and m.moe.shared_experts)
 
 
 def moe_all_to_all(case: Case) -> bool:
@@ -137,6 +170,8 @@ def layer_nodes(case: Case, tokens: int, scope: str) -> list[CommNode]:
     moe = scope.endswith("moe") and m.moe is not None
     if p.tp > 1:
         nodes.append(CommNode(scope, "tp", "all_reduce", act, 2 if not moe or moe_tp_collectives(case) else 1))
+        if moe and routed_tp_copies(case):     # the expert-TP gather / reduce-scatter pair, as one all-reduce
+            nodes.append(CommNode(scope, "tp", "all_reduce", act * routed_tp_copies(case), 1))
     if p.cp > 1:
         nodes.append(CommNode(scope, "cp", "all_gather", float(m.cp_kv_dim) * b * tokens * p.cp / p.tp, 1))
     if moe and moe_all_to_all(case):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rapidllm.caches import current
-from rapidllm.graph.comm_nodes import dispatch_bytes, moe_all_to_all, moe_tp_collectives
+from rapidllm.graph.comm_nodes import dispatch_bytes, moe_all_to_all, moe_tp_collectives, routed_tp_copies
 from rapidllm.ops.price import OPERATOR_COLUMNS, OperatorTable, case_sections
 from rapidllm.spec.case import Case
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -59,6 +59,9 @@ class Rule:
     axis: str
     op: str
     nbytes: float
+    # starts only once the collective of the rule before it has finished (a dispatcher's steps on one
+    # tensor: the expert-TP gather of what the EP all-to-all delivered); launched at the same operator
+    chained: bool = False
 
 
 def layer_tokens(case: Case, prefix: str) -> int:
@@ -114,7 +117,24 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
                      else Rule("qkv", "attn", "cp", "all_gather", kv))
     if moe and moe_all_to_all(case):
         a2a = dispatch_bytes(case, tokens)
-        if backward:
+        routed = act * routed_tp_copies(case)
+        if routed:
+            # Megatron-Core's alltoall dispatcher with etp = tp: all-to-all, then the expert-TP all-gather of
+            # the received tokens before the experts; their output reduce-scattered, then the combine. In
+            # backward the mirror image (the gather's gradient is a reduce-scatter and vice versa), run by
+            # autograd between the grouped linears' backward nodes: the reduce-scatter after expert_up's
+            # dgrad and wgrad both (no asynchronous TP communication inside the expert GEMMs)
+            if backward:
+                rules += [Rule("unpermute_bwd", "+unpermute_bwd", "ep", "all_to_all", a2a),
+                          Rule("unpermute_bwd", "expert_down_dgrad", "tp", "all_gather", routed, chained=True),
+                          Rule("expert_up_wgrad", "permute_bwd", "tp", "reduce_scatter", routed),
+                          Rule("expert_up_wgrad", "permute_bwd", "ep", "all_to_all", a2a, chained=True)]
+            else:
+                rules += [Rule("permute", "+permute", "ep", "all_to_all", a2a),
+                          Rule("permute", "expert_up", "tp", "all_gather", routed, chained=True),
+                          Rule("expert_down", "unpermute", "tp", "reduce_scatter", routed),
+                          Rule("expert_down", "unpermute", "ep", "all_to_all", a2a, chained=True)]
+        elif backward:
             rules += [Rule("unpermute_bwd", "+unpermute_bwd", "ep", "all_to_all", a2a),
                       Rule(PREV, "permute_bwd", "ep", "all_to_all", a2a)]
         else:
@@ -138,29 +158,35 @@ def _index(names: list[str], key: str | tuple[str, ...]) -> int | None:
 def weave(ops: list[tuple[str, str]], rules: list[Rule]) -> list[Node]:
     """Compute nodes in order with the rules' collectives woven in (launch after producer, block consumer)."""
     names = [n for n, _ in ops]
-    after: dict[int, list[Rule]] = {}
-    for r in rules:
+    after: dict[int, list[tuple[int, Rule, int]]] = {}
+    for k, r in enumerate(rules):
         ci = _index(names, r.consumer)
         if ci is None:
             continue
         li = _index(names, r.launch)
         if li is None or li >= ci:
             li = ci - 1
-        after.setdefault(li, []).append((r, ci))   # type: ignore[arg-type]
+        after.setdefault(li, []).append((k, r, ci))
     nodes: list[Node] = []
     waits: dict[int, list[int]] = {}
-    prev = -1
-    for li_list in after.get(-1, []):
-        r, ci = li_list
+    node_of: dict[int, int] = {}               # rule index -> its comm node
+
+    def emit(k: int, r: Rule, ci: int, launch: tuple[int, ...]) -> None:
+        # a chained rule follows the node of the rule before it, woven at the same launch point
+        deps = launch + ((node_of[k - 1],) if r.chained and k - 1 in node_of else ())
+        node_of[k] = len(nodes)
         waits.setdefault(ci, []).append(len(nodes))
-        nodes.append(Node(f"{r.axis}.{r.op}", COMM, deps=(), axis=r.axis, op=r.op, nbytes=r.nbytes))
+        nodes.append(Node(f"{r.axis}.{r.op}", COMM, deps=deps, axis=r.axis, op=r.op, nbytes=r.nbytes))
+
+    prev = -1
+    for k, r, ci in after.get(-1, []):
+        emit(k, r, ci, ())
     for i, (name, phase) in enumerate(ops):
         deps = tuple(([prev] if prev >= 0 else []) + waits.get(i, []))
         prev = len(nodes)
         nodes.append(Node(name, COMPUTE, phase, deps))
-        for r, ci in after.get(i, []):
-            waits.setdefault(ci, []).append(len(nodes))
-            nodes.append(Node(f"{r.axis}.{r.op}", COMM, deps=(prev,), axis=r.axis, op=r.op, nbytes=r.nbytes))
+        for k, r, ci in after.get(i, []):
+            emit(k, r, ci, (prev,))
     return nodes
 
 
@@ -358,13 +384,15 @@ def shared_case_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsVie
     """`case_templates`, built once per distinct input in `Caches.templates` (sweep-1000: 64 distinct of
     1,142 simulated cases). The key is everything the templates are made of: the table's (section, name,
     phase) rows and what `layer_rules` reads (model, tp, sp, cp, ep, etp, activation precision, the tokens
-    of each layer section and, for MoE, the dispatch bytes, which can depend on the fabric). Templates
-    are read-only once built."""
+    of each layer section and, for MoE, the dispatch bytes, which can depend on the fabric, and what the
+    dispatcher does with expert TP: two dispatchers can send equal bytes, e.g. DeepEP's distinct nodes
+    = top_k, and differ there). Templates are read-only once built."""
     view = ops_view(ops)
     p = case.parallelism
     prefixes = ("",) if case.training else ("prefill_", "decode_first_", "decode_last_")
     tokens = tuple(layer_tokens(case, prefix) for prefix in prefixes)
-    moe = tuple(dispatch_bytes(case, n) for n in tokens) if moe_all_to_all(case) else ()
+    moe = (tuple(dispatch_bytes(case, n) for n in tokens), routed_tp_copies(case), moe_tp_collectives(case)) \
+        if moe_all_to_all(case) else ()
     key = (tuple(zip(view.section_of, view.names, view.phases)), case.model, case.training, p.tp, p.sp, p.cp, p.ep,
            p.expert_tp, case.activation_precision, tokens, moe)
     table = current().templates
