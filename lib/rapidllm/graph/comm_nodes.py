@@ -5,7 +5,8 @@ dispatch+combine), `pp` (per micro-batch per stage boundary), `dp` (per step, gr
 `fsdp` (per micro-batch per traversal, parameter gathers). Counts follow Megatron-LM: two TP all-reduces
 per layer per traversal (after attention and after the MLP; with SP a reduce-scatter + all-gather pair of
 the same volume; none around routed experts that are not TP-sharded, etp 1), two all-to-alls per MoE
-layer per traversal, none when inference keeps EP inside the TP group (the TP all-reduce combines).
+layer per traversal, none when inference keeps EP inside the TP group (the TP all-reduce combines). A
+parallel block (`model.block`) reduces its two branches' partial sums once (`parallel_block_reductions`).
 """
 from __future__ import annotations
 
@@ -162,13 +163,23 @@ def dp_reduced_parameters(case: Case, params: float, experts: float) -> float:
     return params - experts * (1.0 - expert_grad_weight(case)) if experts else params
 
 
+def parallel_block_reductions(case: Case) -> float:
+    """TP all-reduces (or reduce-scatter + all-gather pairs under SP) per traversal of a parallel block
+    (graph/templates.py `parallel_block_rules`): one forward, one per norm backward, so in training
+    (1 + parallel_norms) / 2 on average over the forward and backward traversals the baseline counts;
+    inference runs the forward alone."""
+    return (1 + case.model.parallel_norms) / 2 if case.training else 1.0
+
+
 def layer_nodes(case: Case, tokens: int, scope: str) -> list[CommNode]:
     m, p = case.model, case.parallelism
     b = DTYPE_BYTES[case.activation_precision]
     act = tokens * m.hidden * b
     nodes = []
     moe = scope.endswith("moe") and m.moe is not None
-    if p.tp > 1:
+    if p.tp > 1 and m.block == "parallel":
+        nodes.append(CommNode(scope, "tp", "all_reduce", act, parallel_block_reductions(case)))
+    elif p.tp > 1:
         nodes.append(CommNode(scope, "tp", "all_reduce", act, 2 if not moe or moe_tp_collectives(case) else 1))
         if moe and routed_tp_copies(case):     # the expert-TP gather / reduce-scatter pair, as one all-reduce
             nodes.append(CommNode(scope, "tp", "all_reduce", act * routed_tp_copies(case), 1))

@@ -85,7 +85,9 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
     act = float(tokens * m.hidden * b)
     mlp_in = ("router", "mlp_up") if moe else ("mlp_up",)
     rules: list[Rule] = []
-    if p.tp > 1 and not p.sp:
+    if p.tp > 1 and m.block == "parallel":      # dense only (spec/model.py refuses parallel MoE blocks)
+        rules += parallel_block_rules(case, act, backward)
+    elif p.tp > 1 and not p.sp:
         if backward:
             rules += [Rule("qkv_dgrad", "norm1_bwd", "tp", "all_reduce", act),
                       Rule(("mlp_up_dgrad", PREV), "norm2_bwd", "tp", "all_reduce", act)]
@@ -141,6 +143,41 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
             rules += [Rule("permute", "+permute", "ep", "all_to_all", a2a),
                       Rule(PREV, "unpermute", "ep", "all_to_all", a2a)]
     return rules
+
+
+def parallel_block_rules(case: Case, act: float, backward: bool) -> list[Rule]:
+    """TP collectives of a parallel block (`ops.workload.parallel_block`), `act` bytes each.
+
+    Forward: the attention output projection and the MLP down projection are both row-parallel; their
+    partial sums are added (`residual1`) and reduced once, an all-reduce, or a reduce-scatter under SP
+    (GPT-NeoX megatron/model/transformer.py ParallelTransformerLayer, gpt_j_residual: `residual +
+    self.reduce(output)`; mesh-transformer-jax layers.py TransformerLayerShard: `g_psum(attn_out +
+    dense_out)`; vLLM falcon.py: one tensor_model_parallel_all_reduce). Under SP each norm output is
+    gathered once before the GEMMs that read it, so one all-gather with one norm, two with two (GPT-NeoX
+    gathers each branch's input in its ColumnParallelLinear).
+    Backward mirrors it: the output gradient is gathered once under SP and read by both branches'
+    input-gradient GEMMs; each norm output's gradient is reduced once (all-reduce, reduce-scatter under
+    SP), so one norm gives one (mesh-transformer-jax's f_psum on the shared input), two norms two; the
+    column-parallel GEMMs re-gather their SP input for the weight gradient as in the sequential block.
+    """
+    if not backward:
+        if not case.parallelism.sp:
+            return [Rule("residual1", "residual2", "tp", "all_reduce", act)]
+        gathers = [Rule("norm1", "qkv", "tp", "all_gather", act)]
+        if case.model.parallel_norms == 2:
+            gathers.append(Rule("norm2", "mlp_up", "tp", "all_gather", act))
+        return gathers + [Rule("residual1", "residual2", "tp", "reduce_scatter", act)]
+    if not case.parallelism.sp:
+        rules = [Rule("qkv_dgrad", "norm1_bwd", "tp", "all_reduce", act)]
+        if case.model.parallel_norms == 2:
+            rules.insert(0, Rule("mlp_up_dgrad", "norm2_bwd", "tp", "all_reduce", act))
+        return rules
+    rules = [Rule("residual2_bwd", "+residual2_bwd", "tp", "all_gather", act),
+             Rule("mlp_act_bwd", "mlp_up_wgrad", "tp", "all_gather", act)]
+    if case.model.parallel_norms == 2:
+        rules.append(Rule("mlp_up_dgrad", "norm2_bwd", "tp", "reduce_scatter", act))
+    return rules + [Rule("attn_bwd", "qkv_wgrad", "tp", "all_gather", act),
+                    Rule("qkv_dgrad", "norm1_bwd", "tp", "reduce_scatter", act)]
 
 
 def _index(names: list[str], key: str | tuple[str, ...]) -> int | None:

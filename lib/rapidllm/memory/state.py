@@ -133,7 +133,7 @@ def layer_params(model: ModelSpec, tp: int, expert_shards: int) -> tuple[float, 
     """(dense, routed-expert) parameters of one average transformer layer on one rank: dense split over
     tp, routed experts over expert_shards = ep x etp."""
     replicated = replicated_attention_params(model)        # MLA latents: whole on every TP rank
-    dense = (attention_params(model) - replicated) / tp + replicated + 2 * norm_params(model)
+    dense = (attention_params(model) - replicated) / tp + replicated + model.norms_per_layer * norm_params(model)
     experts = 0.0
     if model.moe:
         moe, frac = model.moe, model.moe_layer_count() / model.layers

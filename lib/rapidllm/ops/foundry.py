@@ -101,7 +101,7 @@ def layer_parameters(case: Case, is_moe: bool) -> float:
         mlp = shared / p.tp + experts / (p.ep * p.expert_tp)
     else:
         mlp = mlp_params(m, m.ffn) / p.tp
-    return attention_params(m) / p.tp + mlp + 2 * norm_params(m)
+    return attention_params(m) / p.tp + mlp + m.norms_per_layer * norm_params(m)
 
 
 def fsdp_gradient_passes(case: Case, is_moe: bool) -> list[Operator]:

@@ -82,7 +82,7 @@ def mtp_params(m: ModelSpec) -> tuple[int, int]:
     head are shared with the main model."""
     if not m.mtp_depth:
         return 0, 0
-    dense = 2 * m.hidden * m.hidden + 3 * norm_params(m) + attention_params(m) + 2 * norm_params(m)
+    dense = 2 * m.hidden * m.hidden + 3 * norm_params(m) + attention_params(m) + m.norms_per_layer * norm_params(m)
     experts = 0
     if m.moe:
         shared, experts = moe_layer_params(m)
@@ -128,7 +128,7 @@ def _parameter_counts(m: ModelSpec) -> ParamCounts:
         dense_mlp=dense_layers * mlp_params(m, m.ffn),
         experts=experts,
         shared_experts=shared,
-        norms=(2 * m.layers + 1) * norm_params(m),
+        norms=(m.norms_per_layer * m.layers + 1) * norm_params(m),
         attention_replicated=m.layers * replicated_attention_params(m),
         mtp=sum(mtp_params(m)),
     )

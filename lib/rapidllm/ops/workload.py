@@ -226,7 +226,8 @@ def expert_load(model: ModelSpec, s: Shard) -> tuple[int, int]:
 
 
 def layer_forward(model: ModelSpec, s: Shard, moe_layer: bool) -> list[Operator]:
-    """Attention block, then the dense MLP or the MoE block, each closed by its residual add.
+    """Attention block, then the dense MLP or the MoE block, each closed by its residual add (a parallel
+    block, `model.block`, instead: `parallel_block`).
 
     `inputs` is the layer's data flow: the permute reads the normed tokens and the routing, the routed
     experts the permuted tokens, the unpermute (combine) the experts' output and the routing weights, the
@@ -236,6 +237,8 @@ def layer_forward(model: ModelSpec, s: Shard, moe_layer: bool) -> list[Operator]
     h, b = model.hidden, s.dtype_bytes
     norm_elems = s.tokens * h / (s.tp if s.sp else 1)
     ops = attention_forward(model, s)
+    if model.block == "parallel":
+        return parallel_block(model, s, ops)
     ops.append(_pointwise("norm2", "fwd", norm_elems, b, 1, 1, NORM_FLOPS, inputs=("residual1",)))
     if moe_layer and model.moe:
         moe, T = model.moe, s.moe_tokens
@@ -256,6 +259,29 @@ def layer_forward(model: ModelSpec, s: Shard, moe_layer: bool) -> list[Operator]
         ops += mlp_forward(model, s, model.ffn, "mlp")
         mlp_out = ("mlp_down",)
     ops.append(_pointwise("residual2", "fwd", norm_elems, b, 2, 1, 1.0, inputs=("residual1",) + mlp_out))
+    return ops
+
+
+def parallel_block(model: ModelSpec, s: Shard, attention: list[Operator]) -> list[Operator]:
+    """A parallel block, y = x + Attn(LN(x)) + MLP(LN(x)), from the attention operators of a sequential one.
+
+    The MLP reads the attention's norm (`parallel_norms` 1: GPT-J, Falcon-7B) or a second norm of the
+    same layer input, computed beside the first as Falcon-40B's ln_attn / ln_mlp and GPT-NeoX's
+    input_layernorm / post_attention_layernorm are (2), so it does not wait for attention. Under TP both
+    branches end in row-parallel GEMMs whose partial sums are added first (`residual1`, at the unreduced
+    width: vLLM's FalconDecoderLayer `mlp_output += attention_output`, GPT-NeoX's bias_dropout_add of the
+    two outputs) and reduced once (graph/templates.py); `residual2` then adds the layer input. Same GEMMs,
+    attention and activation as the sequential block; one norm fewer with one norm."""
+    h, b = model.hidden, s.dtype_bytes
+    norm_elems = _norm_elements(model, s)
+    ops = [o for o in attention if o.name != "residual1"]
+    source = "norm1"
+    if model.parallel_norms == 2:
+        ops.insert(1, _pointwise("norm2", "fwd", norm_elems, b, 1, 1, NORM_FLOPS))   # reads the layer input
+        source = "norm2"
+    ops += mlp_forward(model, s, model.ffn, "mlp", source=source)
+    ops.append(_pointwise("residual1", "fwd", s.tokens * h, b, 2, 1, 1.0, inputs=("o_proj", "mlp_down")))
+    ops.append(_pointwise("residual2", "fwd", norm_elems, b, 2, 1, 1.0, inputs=(LAYER_INPUT, "residual1")))
     return ops
 
 

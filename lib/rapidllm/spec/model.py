@@ -72,10 +72,21 @@ class ModelSpec:
     # Image patch side in pixels: > 0 for a vision transformer, whose tokens are patches of an RGB image
     # embedded by one linear projection (3·p² -> hidden) instead of a vocabulary lookup. 0: token input.
     patch_size: int = 0
+    # Transformer block: "sequential", y = x' + MLP(LN(x')) with x' = x + Attn(LN(x)), or "parallel",
+    # y = x + Attn(LN(x)) + MLP(LN(x)) (GPT-J, GPT-NeoX-20B, PaLM, Falcon; docs/operator-model.md, "Parallel
+    # blocks"). `parallel_norms`: the norms of a parallel block, 1 shared by both branches (GPT-J,
+    # Falcon-7B) or 2, one per branch over the same input (Falcon-40B/180B, GPT-NeoX-20B's untied norms).
+    block: str = "sequential"
+    parallel_norms: int = 1
 
     # Fields added after case ids were first published: omitted from `case_id`'s hash while they hold their
     # default, so every case that does not use them keeps its id (spec/case.py `_plain`).
-    HASH_OMITTED_DEFAULTS = ("causal", "patch_size")
+    HASH_OMITTED_DEFAULTS = ("causal", "patch_size", "block", "parallel_norms")
+
+    @property
+    def norms_per_layer(self) -> int:
+        """Norms of one transformer layer: two in a sequential block, `parallel_norms` in a parallel one."""
+        return self.parallel_norms if self.block == "parallel" else 2
 
     @property
     def q_dim(self) -> int:
@@ -128,6 +139,12 @@ class ModelSpec:
         if m.get("mtp_depth") and (m["vocab"] == 0 or m.get("causal") is False):
             raise SpecError.at(source, "mtp_depth", "multi-token prediction predicts later tokens of a causal "
                                "model through its output head; allowed with causal: false or vocab 0: 0")
+        if m.get("block") == "parallel" and moe:
+            raise SpecError.at(source, "block", "'parallel' (attention and MLP side by side) is modelled for dense "
+                               "models only; allowed with moe: sequential")
+        if "parallel_norms" in m and m.get("block") != "parallel":
+            raise SpecError.at(source, "parallel_norms", "applies to block: parallel only; "
+                               "a sequential block has one norm before attention and one before the MLP")
         return cls(
             name=m["name"], hidden=m["hidden"], layers=m["layers"], heads=heads, kv_heads=kv_heads,
             head_dim=head_dim, ffn=m["ffn"], vocab=m["vocab"], mlp=m.get("mlp", "gated"),
@@ -137,4 +154,5 @@ class ModelSpec:
             moe=moe, mla=MLASpec(**m["mla"]) if m.get("mla") else None,
             published_params=m.get("published_params"), mtp_depth=m.get("mtp_depth", 0),
             causal=m.get("causal", True), patch_size=m.get("patch_size", 0),
+            block=m.get("block", "sequential"), parallel_norms=m.get("parallel_norms", 1),
         )
