@@ -7,7 +7,8 @@ Engine (TensorRT-LLM's in-flight batching scheduler, GUARANTEED_NO_EVICT, FCFS c
 iteration runs one decode token for each request past its prefill, then prefill tokens of the waiting
 requests in arrival order until `max_num_tokens` tokens are scheduled; a request's prompt may be split across
 iterations (chunked prefill). The first output token is produced by the iteration that finishes the prefill;
-each later iteration adds one token. KV-cache capacity is not limited.
+each later iteration adds one token. KV-cache capacity is not limited here: the memory model holds the cache
+of all C sequences (at 1 B per element under `kv_cache_precision: fp8`) and marks a case that does not fit.
 
 Iteration time comes from `IterationCost`, a piecewise-linear table over anchor forward passes priced by the
 engine (see `engine/inference.py`). Everything runs on two clocks at once: the iteration span (the schedule)
@@ -35,7 +36,8 @@ class IterationCost:
 
     Prefill-only and decode-only iterations are interpolated between priced anchors: prefill over k (anchors
     at 0 and n x P tokens: a burst of n whole prompts), decode over b (anchors at batch n) and linearly in the
-    mean context S / b (decode attention reads the KV cache once per token). A mixed iteration costs
+    mean context S / b (decode attention reads the KV cache once per token, at the cache's element size:
+    an FP8 cache halves the slope, `Case.kv_precision`). A mixed iteration costs
     prefill(k) + decode(b, S) - floor, where floor is a one-token iteration (batch 1, empty cache): the fused
     GEMMs read every weight once for all k + b rows, and launch and collective latencies are paid once, so
     the part both passes share is counted once; the rest (GEMM rows, prefill and decode attention, which run

@@ -14,6 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from rapidllm.spec.case import SEARCH_CASE_KEYS
+
 SearchFn = Callable[..., pd.DataFrame]
 # where the entry point may live: the public package, or its runner module
 ENTRY_POINTS = (("rapidllm.search", "search"), ("rapidllm.search.run", "search"))
@@ -37,11 +39,11 @@ def search_function() -> tuple[SearchFn | None, str]:
 
 
 def search_spec(case: dict[str, Any], gpus: int, objective: str, space: dict[str, list] | None = None) -> dict:
-    """A search spec around a case: its model, hardware, network, precision (FP8 recipe, decode kernel),
-    framework and workload, on `gpus` GPUs, over `space` (axis -> values; axes left out take every sensible
+    """A search spec around a case: its model, hardware, network, precision (FP8 recipe, decode kernel, KV-cache
+    precision), framework and workload, on `gpus` GPUs, over `space` (axis -> values; axes left out take every sensible
     value), ranked by `objective`."""
-    spec = {k: case[k] for k in ("model", "hardware", "network", "workload", "precision", "fp8_recipe",
-                                 "decode_attention", "framework") if k in case}
+    spec = {k: case[k] for k in ("model", "hardware", "network", "workload", "precision", *SEARCH_CASE_KEYS,
+                                 "framework") if k in case}
     # the case's micro-batch would be the search's only one (search/spec.py); case_axes passes it when kept
     if isinstance(spec.get("workload"), dict):
         spec["workload"] = {k: v for k, v in spec["workload"].items() if k != "micro_batch"}

@@ -131,8 +131,8 @@ def closed_form_memory(case: Case) -> MemoryResult:
 
 
 def kv_cache_bytes(case: Case) -> float:
-    """Per-rank KV cache at the end of generation: 2 (K and V) x layers x kv heads x head dim x tokens;
-    none for an encoder (causal: false), which generates nothing."""
+    """Per-rank KV cache at the end of generation: 2 (K and V) x layers x kv heads x head dim x tokens x the
+    cache's element size (`Case.kv_precision`); none for an encoder (causal: false), which generates nothing."""
     w, p, m = case.workload, case.parallelism, case.model
     assert isinstance(w, InferenceWorkload)
     if not m.causal:
@@ -143,7 +143,7 @@ def kv_cache_bytes(case: Case) -> float:
         per_token = (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
     else:
         per_token = 2 * max(m.kv_heads // p.tp, 1) * m.head_dim
-    return per_token * layers * tokens * DTYPE_BYTES[case.activation_precision]
+    return per_token * layers * tokens * DTYPE_BYTES[case.kv_precision]
 
 
 def inference_transient_bytes(case: Case) -> float:

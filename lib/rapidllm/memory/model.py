@@ -221,13 +221,15 @@ def _training_memory(case: Case, stages: list[int], conv: Conventions, layer: La
 
 
 def kv_cache_per_token(case: Case) -> float:
-    """KV-cache bytes per token per layer on one TP rank (GQA/MQA: KV heads; MLA: latent + rope key)."""
+    """KV-cache bytes per token per layer on one TP rank (GQA/MQA: KV heads; MLA: latent + rope key), at the
+    cache's element type (`Case.kv_precision`: 1 B under `kv_cache_precision: fp8`; the per-tensor scales,
+    one per layer, are not counted)."""
     m, p = case.model, case.parallelism
     if m.attention == "mla" and m.mla:
         width = m.mla.kv_lora_rank + m.mla.qk_rope_head_dim
     else:
         width = 2 * max(m.kv_heads // p.tp, 1) * m.head_dim
-    return width * DTYPE_BYTES[case.activation_precision]
+    return width * DTYPE_BYTES[case.kv_precision]
 
 
 def _head_working_set(ops: list) -> float:

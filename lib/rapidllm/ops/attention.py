@@ -45,6 +45,12 @@ VEC_OPS_BWD = 12.0       # recompute P (scale, subtract) and dS = P * (dP - D) (
 # (FlashAttention-3, §3) contrast with its 989 TFLOP/s of matmul. Not a fixed ratio to the FP32 rate:
 # sm_90 doubled the FP32 lanes per SM (128) but not the SFUs.
 EXP_PER_SM_CLOCK = 16.0
+# FP8 KV-cache elements an SM widens to 16 bits per clock where the kernel dequantizes before a 16-bit MMA:
+# the packed PTX conversion cvt.rn.f16x2.e4m3x2 gives two elements per instruction lane (TensorRT-LLM XQA,
+# cpp/kernels/xqa/mha.cu + mhaUtils.cuh `convertKCacheWordToF16`), on the conversion pipe of 16 results per
+# clock per SM (CUDA C++ Programming Guide, arithmetic-instruction throughput table, "all other type
+# conversions", compute capability 8.x-9.0). BF16 activations take a longer sequence there, not priced.
+FP8_WIDEN_PER_SM_CLOCK = 2 * 16.0
 # Fraction of the dense tensor peak the legacy warp-level mma.sync reaches, by compute-capability major.
 # Hopper's peak needs the warpgroup wgmma instruction; mma.sync (all FlashAttention-2 uses) reaches about
 # 2/3 of it (Shah et al. 2024, §2.2, after the microbenchmarks of Luo et al. 2024, arXiv:2402.13499).
@@ -112,6 +118,27 @@ def block_rows(hw: HardwareSpec, head_dim: int, dtype: str, tiles: int) -> int:
     m = hw.limits.max_shared_memory_per_block / DTYPE_BYTES[dtype]
     b = min(MAX_BLOCK, int(m // (tiles * head_dim)))
     return max(16, 2 ** int(math.log2(max(b, 1))))
+
+
+def kv_math(hw: HardwareSpec, dtype: str, kv_dtype: str, impl: str) -> tuple[str, bool]:
+    """(MMA input type, whether the cache is widened on the CUDA cores first) of an attention kernel reading
+    a `kv_dtype` cache with `dtype` queries. An FP8 cache (TensorRT-LLM FP8_KV_CACHE, vLLM / SGLang
+    --kv-cache-dtype fp8, per-tensor scales): Hopper-native kernels quantize Q to FP8 and run both products
+    as FP8 wgmma (TensorRT-LLM XQA's mha_sm90.cu: MathElem is the cache type, `F16QToF8Converter`; vLLM's
+    FlashAttention-3 backend: "queries are quantized to FP8"), so no widening; the others (XQA's mha.cu on
+    sm_80-sm_89 and wherever QGMMA is off, vLLM's and FlashInfer's decode) widen each K/V element to 16 bits
+    in registers and run the 16-bit MMA at the activation type ("dequantized on-the-fly in the MHA/MQA
+    kernel", TensorRT-LLM docs, gpt-attention "INT8/FP8 KV Caches")."""
+    if kv_dtype == dtype:
+        return dtype, False
+    if impl == "flash3" and kv_dtype in hw.tensor_flops:
+        return kv_dtype, False
+    return dtype, True
+
+
+def _widen_s(hw: HardwareSpec, elements: float) -> float:
+    """Seconds the CUDA cores of the whole device take to widen `elements` FP8 cache elements to 16 bits."""
+    return elements / (FP8_WIDEN_PER_SM_CLOCK * hw.sm_count * hw.clock_hz)
 
 
 def _softmax_s(hw: HardwareSpec, elements: float, vec_ops: float) -> float:
@@ -205,9 +232,10 @@ def _naive(hw, batch, q_heads, kv_heads, q_len, kv_len, dqk, dv, dtype, backward
 
 def attention_forward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int,
                       head_dim_qk: int, head_dim_v: int, causal: bool = True, dtype: str = "bf16",
-                      impl: str = "flash", kv_shared: bool = False, training: bool = True, cp: int = 1
-                      ) -> AttentionPrice:
-    """Forward attention of one rank; `training` adds the log-sum-exp the backward pass needs."""
+                      impl: str = "flash", kv_shared: bool = False, training: bool = True, cp: int = 1,
+                      kv_dtype: str | None = None) -> AttentionPrice:
+    """Forward attention of one rank; `training` adds the log-sum-exp the backward pass needs. `kv_dtype`:
+    the element type K and V are read in (a decode step's FP8 cache, `kv_math`); default `dtype`."""
     group = _check(q_heads, kv_heads, impl)
     if impl == "naive":
         return _naive(hw, batch, q_heads, kv_heads, q_len, kv_len, head_dim_qk, head_dim_v, dtype, False)
@@ -216,6 +244,8 @@ def attention_forward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int,
         return triton_forward(hw, batch, q_heads, q_len, kv_len, head_dim_qk, head_dim_v, causal, dtype,
                               training, cp)
     b = DTYPE_BYTES[dtype]
+    kv_dtype = kv_dtype or dtype
+    kb = DTYPE_BYTES[kv_dtype]
     # shared memory holds the Q, K, V and O tiles; with kv_shared V is a slice of the K tile (FlashMLA
     # keeps a 64 x 576 Q tile and two 64 x 576 K/V stages, its output in registers): three tiles
     br = block_rows(hw, max(head_dim_qk, head_dim_v), dtype, 3 if kv_shared else 4)
@@ -226,7 +256,7 @@ def attention_forward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int,
     n_qb = math.ceil(q_len * group / br)
     ctas = batch * kv_heads * n_qb
     vis = pairs / (float(batch) * q_heads * q_len * kv_len)               # share of K/V a block reads
-    kv_head = kv_len * (head_dim_qk if kv_shared else head_dim_qk + head_dim_v) * b
+    kv_head = kv_len * (head_dim_qk if kv_shared else head_dim_qk + head_dim_v) * kb
     reread = float(batch) * kv_heads * n_qb * kv_head * vis
     kv_hbm = batch * kv_heads * kv_head * vis * _hbm_rereads(hw, ctas, n_qb, kv_head, kv_head * br / kv_len)
     hbm = kv_hbm + float(batch) * q_heads * q_len * ((head_dim_qk + head_dim_v) * b + (4 if training else 0))
@@ -235,9 +265,13 @@ def attention_forward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int,
         hbm += float(batch) * q_heads * q_len * splits * (head_dim_v + 1) * 4 * 2
         ctas *= splits
     run = batch * q_heads * executed
-    compute = 2.0 * run * (head_dim_qk + head_dim_v) / flash_mma_flops(hw, dtype, impl)
-    smem = run * FA2_FWD_WARPS * (head_dim_qk + head_dim_v) / FA2_FWD_QUERIES * b
-    math_s = _math_s(hw, impl, compute, _softmax_s(hw, run, VEC_OPS_FWD), smem, ctas)
+    mma, widen = kv_math(hw, dtype, kv_dtype, impl)
+    compute = 2.0 * run * (head_dim_qk + head_dim_v) / flash_mma_flops(hw, mma, impl)
+    smem = run * FA2_FWD_WARPS * (head_dim_qk + head_dim_v) / FA2_FWD_QUERIES * kb
+    vector_s = _softmax_s(hw, run, VEC_OPS_FWD)
+    if widen:                   # every K/V element a CTA loads, widened in registers before its 16-bit MMA
+        vector_s += _widen_s(hw, reread / kb)
+    math_s = _math_s(hw, impl, compute, vector_s, smem, ctas)
     rate = hw.hbm_bandwidth * hw.utilization.hbm
     hbm_s = hbm / (rate if training else min(rate, _load_bandwidth(hw, ctas)))
     t = hw.launch_overhead_s + max(math_s, hbm_s, (reread + hbm - kv_hbm) / hw.l2_bandwidth)
@@ -307,10 +341,12 @@ def attention_backward(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int
 
 def decode_attention(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int, kv_len: int,
                      head_dim_qk: int, head_dim_v: int, dtype: str = "bf16", impl: str = "flash",
-                     kv_shared: bool = False, q_len: int = 1) -> AttentionPrice:
-    """One decode step: q_len new tokens per sequence attend to a KV cache of kv_len (read once per group)."""
+                     kv_shared: bool = False, q_len: int = 1, kv_dtype: str | None = None) -> AttentionPrice:
+    """One decode step: q_len new tokens per sequence attend to a KV cache of kv_len (read once per group),
+    stored in `kv_dtype` (default `dtype`)."""
     return attention_forward(hw, batch, q_heads, kv_heads, q_len, kv_len, head_dim_qk, head_dim_v,
-                             causal=q_len > 1, dtype=dtype, impl=impl, kv_shared=kv_shared, training=False)
+                             causal=q_len > 1, dtype=dtype, impl=impl, kv_shared=kv_shared, training=False,
+                             kv_dtype=kv_dtype)
 
 
 def attention(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int, q_len: int, kv_len: int,

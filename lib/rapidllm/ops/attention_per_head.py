@@ -18,13 +18,15 @@ read the cache once and price within a few percent of each other (tests/test_dec
 from __future__ import annotations
 
 from rapidllm.ops.attention import (VEC_OPS_FWD, AttentionPrice, _check, _hbm_rereads, _load_bandwidth,
-                                    _softmax_s, _wave_factor, block_rows, kv_splits)
+                                    _softmax_s, _wave_factor, _widen_s, block_rows, kv_splits)
 from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec
 
 
 def per_head_decode(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int, kv_len: int,
-                    head_dim_qk: int, head_dim_v: int, dtype: str = "bf16") -> AttentionPrice:
-    """One decode step (one query token per sequence) of per-query-head kernels on one rank.
+                    head_dim_qk: int, head_dim_v: int, dtype: str = "bf16", kv_dtype: str | None = None
+                    ) -> AttentionPrice:
+    """One decode step (one query token per sequence) of per-query-head kernels on one rank, over a cache of
+    `kv_dtype` (default `dtype`); an FP8 cache is widened on the CUDA cores by every CTA that reads it.
 
     Grid batch x q_heads, split over the keys like the grouped kernels when it leaves SMs idle
     (`attention.kv_splits`: TensorRT-LLM's multi-block mode); HBM reads each KV head's cache once (the
@@ -32,8 +34,8 @@ def per_head_decode(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int, k
     (query head, key) on the FP32 CUDA cores plus the softmax; time = launch + max(math, HBM, L2).
     """
     group = _check(q_heads, kv_heads, "flash")
-    b = DTYPE_BYTES[dtype]
-    kv_head = kv_len * (head_dim_qk + head_dim_v) * b             # one sequence's cache of one KV head
+    b, kb = DTYPE_BYTES[dtype], DTYPE_BYTES[kv_dtype or dtype]
+    kv_head = kv_len * (head_dim_qk + head_dim_v) * kb            # one sequence's cache of one KV head
     ctas = batch * q_heads
     rows = block_rows(hw, max(head_dim_qk, head_dim_v), dtype, 4)
     splits = kv_splits(hw, ctas, kv_len, rows)
@@ -49,7 +51,10 @@ def per_head_decode(hw: HardwareSpec, batch: int, q_heads: int, kv_heads: int, k
     pairs = float(batch) * q_heads * kv_len
     flops = 2.0 * pairs * (head_dim_qk + head_dim_v)
     compute_s = flops / hw.vector_flops
-    math_s = (compute_s + _softmax_s(hw, pairs, VEC_OPS_FWD)) * _wave_factor(hw, ctas)
+    vector_s = compute_s + _softmax_s(hw, pairs, VEC_OPS_FWD)
+    if kb != b:                 # each query head's CTA widens the FP8 elements it reads
+        vector_s += _widen_s(hw, l2_reads / kb)
+    math_s = vector_s * _wave_factor(hw, ctas)
     hbm_s = hbm / min(hw.hbm_bandwidth * hw.utilization.hbm, _load_bandwidth(hw, ctas))
     t = hw.launch_overhead_s + max(math_s, hbm_s, (l2_reads + hbm - kv_hbm) / hw.l2_bandwidth)
     return AttentionPrice(t, flops, hbm, compute_s, hbm_s, 1, l2_reads)

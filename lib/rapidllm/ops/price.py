@@ -151,12 +151,13 @@ def operator_times(case: Case, ops: list[Operator], method: str = "tiles") -> np
     for i, o in enumerate(ops):
         if o.kind == ATTENTION and o.attention is not None:
             a = o.attention
+            kv_dtype = case.kv_precision if a.decode else dtype    # prefill reads K/V from its QKV output
             if a.decode and case.decode_attention == "per_head":
                 times[i] = per_head_decode(hw, a.batch, a.q_heads, a.kv_heads, a.kv_len, a.head_dim_qk,
-                                           a.head_dim_v, dtype).time_s
+                                           a.head_dim_v, dtype, kv_dtype).time_s
                 continue
             fn = attention_backward if o.phase == "bwd" else attention_forward
-            kwargs = {} if o.phase == "bwd" else {"training": case.training}
+            kwargs = {} if o.phase == "bwd" else {"training": case.training, "kv_dtype": kv_dtype}
             times[i] = fn(hw, a.batch, a.q_heads, a.kv_heads, a.q_len, a.kv_len, a.head_dim_qk, a.head_dim_v,
                           a.causal, dtype, case.attention_impl, kv_shared=a.kv_shared, cp=a.cp, **kwargs).time_s
     return times

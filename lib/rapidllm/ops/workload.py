@@ -47,6 +47,7 @@ class Shard:
     redundant_experts: int = 0        # inference: extra routed-expert replicas over the ep ranks (EPLB)
     draft_tokens: int = 0             # decode: drafts verified per sequence (q_len = 1 + draft_tokens)
     ep_in_tp: bool = False            # inference: the ep ranks are the TP group's and share its tokens
+    cache_bytes: int = 0              # inference: bytes per KV-cache element when not dtype_bytes (FP8 cache)
 
     @property
     def ep_sources(self) -> int:
@@ -57,6 +58,11 @@ class Shard:
     @property
     def moe_tokens(self) -> int:
         return moe_tokens(self.tokens, self.tp, self.etp, self.sp)
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of one cached K or V element (`Case.kv_precision`)."""
+        return self.cache_bytes or self.dtype_bytes
 
 
 def moe_tokens(tokens: int, tp: int, etp: int, sp: bool) -> int:
@@ -99,7 +105,11 @@ def attention_forward(model: ModelSpec, s: Shard) -> list[Operator]:
         _gemm("qkv", "fwd", T, (qh + 2 * kvh) * d, h, b, inputs=("norm1",)),
     ]
     if model.position == "rope":
-        ops.append(_pointwise("rope", "fwd", T * (qh + kvh) * d, b, 1, 1, ROPE_FLOPS, inputs=("qkv",)))
+        rope = _pointwise("rope", "fwd", T * (qh + kvh) * d, b, 1, 1, ROPE_FLOPS, inputs=("qkv",))
+        if s.kv_bytes != b:     # the kernel that rotates K writes it to an FP8 cache, quantized in its epilogue
+            out = float(T * d * (qh * b + kvh * s.kv_bytes))
+            rope = replace(rope, bytes=T * (qh + kvh) * d * b + out, out_bytes=out)
+        ops.append(rope)
     return ops + _core_and_output(model, s, qh, kvh, d, d, ("qkv",))
 
 
@@ -163,7 +173,8 @@ def _core_and_output(model: ModelSpec, s: Shard, qh: int, kvh: int, d_qk: int, d
     if shape.causal:
         attn_flops *= 0.5
     kv_width = d_qk if kv_shared else d_qk + d_v
-    attn_bytes = b * s.batch * (qh * s.q_len * (d_qk + d_v) + kvh * s.kv_len * kv_width)
+    kb = s.kv_bytes if s.decode else b          # a prefill attends to its own K and V, not to the cache
+    attn_bytes = s.batch * (b * qh * s.q_len * (d_qk + d_v) + kb * kvh * s.kv_len * kv_width)
     ops = [Operator(name="attn", kind=ATTENTION, phase="fwd", flops=attn_flops, bytes=float(attn_bytes),
                     out_bytes=float(b * T * qh * d_v), attention=shape, inputs=inputs, dtype_bytes=b)]
     out, width = "attn", qh * d_v
@@ -396,7 +407,8 @@ def prefill_shard(case: Case) -> Shard:
     return Shard(tokens=w.batch * w.prompt_tokens, batch=w.batch, q_len=w.prompt_tokens, kv_len=w.prompt_tokens,
                  tp=p.tp, sp=False, ep=p.ep, etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.activation_precision],
                  causal=case.model.causal, hot_expert_factor=case.moe_hot_expert_factor, last_token_logits=True,
-                 redundant_experts=p.redundant_experts, draft_tokens=w.draft_tokens, ep_in_tp=p.ep_in_tp(False))
+                 redundant_experts=p.redundant_experts, draft_tokens=w.draft_tokens, ep_in_tp=p.ep_in_tp(False),
+                 cache_bytes=DTYPE_BYTES[case.kv_precision])
 
 
 def decode_shard(case: Case, context: int) -> Shard:
@@ -408,7 +420,8 @@ def decode_shard(case: Case, context: int) -> Shard:
     return Shard(tokens=w.batch * q, batch=w.batch, q_len=q, kv_len=context + q, tp=p.tp, sp=False, ep=p.ep,
                  etp=p.expert_tp, dtype_bytes=DTYPE_BYTES[case.activation_precision], causal=False, decode=True,
                  hot_expert_factor=case.moe_hot_expert_factor, last_token_logits=True,
-                 redundant_experts=p.redundant_experts, draft_tokens=w.draft_tokens, ep_in_tp=p.ep_in_tp(False))
+                 redundant_experts=p.redundant_experts, draft_tokens=w.draft_tokens, ep_in_tp=p.ep_in_tp(False),
+                 cache_bytes=DTYPE_BYTES[case.kv_precision])
 
 
 def head_forward(model: ModelSpec, s: Shard) -> list[Operator]:

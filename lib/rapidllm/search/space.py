@@ -246,15 +246,15 @@ def _layouts(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, si
     build = (par, workload, sized) if not reason else None
     training, shard, place = _keys(cand, par, workload, values)
     for attn in attns:
-        why = reason or _kernel_refusal(cand.base.model, attn)
+        why = reason or _kernel_refusal(cand.base.model, attn, cand.base.kv_cache_precision)
         yield Layout((*values, attn), training, (*shard, attn), place, why, cand.base, None if why else build)
 
 
 @functools.lru_cache(maxsize=256)
-def _kernel_refusal(model: ModelSpec, attn: str) -> str:
-    """Why `attn` cannot run `model` (`check_attention`'s key and message), or ''."""
+def _kernel_refusal(model: ModelSpec, attn: str, kv_cache: str) -> str:
+    """Why `attn` cannot run `model` over its `kv_cache` (`check_attention`'s key and message), or ''."""
     try:
-        check_attention(model, attn, "layout")
+        check_attention(model, attn, "layout", kv_cache)
     except SpecError as err:
         return str(err).removeprefix("layout: ")
     return ""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rapidllm.search.objectives import Objective, objective_from_spec, record_columns
-from rapidllm.spec.case import Case, resolve_case
+from rapidllm.spec.case import SEARCH_CASE_KEYS, Case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import NetworkSpec
@@ -97,7 +97,7 @@ def _candidates(m: dict, source: str) -> tuple[Candidate, ...]:
                          else f"{source} (model {mi}, hardware {hi}, network {ni})")
                 case_m = {"model": model, "hardware": hw, "network": net, "workload": m["workload"],
                           "precision": m.get("precision", "bf16"), "framework": m.get("framework", "megatron"),
-                          **{k: m[k] for k in ("fp8_recipe", "decode_attention") if k in m}}
+                          **{k: m[k] for k in SEARCH_CASE_KEYS if k in m}}
                 base = resolve_case(case_m, where)
                 net_m, net_src = resolve_named("network", net, where, "network", copy_named=False)
                 label = " / ".join(x[i] for x, i in ((_labels(lists["model"], "model"), mi),

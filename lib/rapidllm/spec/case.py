@@ -43,8 +43,10 @@ class Case:
     decode_attention: str = "grouped"    # generation-step attention kernel: one CTA per KV head ("grouped":
                                          # FlashAttention, FlashInfer, XQA) or per query head ("per_head":
                                          # 2023 engines' masked MHA, ops/attention_per_head.py)
+    kv_cache_precision: str = "auto"     # element type of the inference KV cache: "auto" (the activation
+                                         # precision, vLLM's and TensorRT-LLM's `auto`) or "fp8" (docs/fp8.md)
 
-    HASH_OMITTED_DEFAULTS = ("fp8_recipe", "decode_attention")
+    HASH_OMITTED_DEFAULTS = ("fp8_recipe", "decode_attention", "kv_cache_precision")
 
     @property
     def training(self) -> bool:
@@ -56,8 +58,15 @@ class Case:
         Engine runs FP8 training (only its Linear/GroupedLinear GEMMs take FP8 inputs; attention, norms,
         softmax, residuals and communication stay BF16; TE user guide, "Using FP8 with Transformer
         Engine") and FP8 serving engines run inference (TensorRT-LLM FP8: GEMMs FP8, KV cache BF16
-        unless kv_cache_dtype fp8 is configured). Other precisions: the precision itself."""
-        return "bf16" if self.precision == "fp8" else self.precision
+        unless kv_cache_dtype fp8 is configured: `kv_precision`). Other precisions: the precision itself."""
+        return activation_of(self.precision)
+
+    @property
+    def kv_precision(self) -> str:
+        """Element type of the KV cache: FP8 where the case sets `kv_cache_precision: fp8` (TensorRT-LLM's
+        FP8_KV_CACHE, vLLM's and SGLang's --kv-cache-dtype fp8: K and V quantized with a per-tensor scale
+        as they are written, dequantized in the attention kernel), else the activation precision."""
+        return self.activation_precision if self.kv_cache_precision == "auto" else self.kv_cache_precision
 
     @property
     def expert_replication(self) -> float:
@@ -95,6 +104,14 @@ class Case:
 
 
 _SHARED_SPECS = ("model", "hardware", "network")
+# case keys a search spec (search/spec.py) and the explorer's search (explore/search_hook.py) carry to every
+# searched case beside precision and framework: kernel options, not layout axes
+SEARCH_CASE_KEYS = ("fp8_recipe", "decode_attention", "kv_cache_precision")
+
+
+def activation_of(precision: str) -> str:
+    """The activation precision of a case precision (`Case.activation_precision`)."""
+    return "bf16" if precision == "fp8" else precision
 
 
 def _spec(cls: Any, value: Any, mapping: dict, source: str) -> Any:
@@ -172,12 +189,18 @@ def expert_grid(par: Parallelism, workload: Any) -> Parallelism:
     return par if etp == par.expert_tp else dataclasses.replace(par, etp=etp)
 
 
-def check_attention(model: ModelSpec, attention_impl: str, source: str) -> None:
+def check_attention(model: ModelSpec, attention_impl: str, source: str, kv_cache: str = "auto") -> None:
     """flash_triton runs equal q/k/v head dims of at most 128 (flash_attn_triton.py L591-593): a case or a
-    searched layout asking it of an MLA model or wider heads is bad input, not a failure of the kernel's price."""
+    searched layout asking it of an MLA model or wider heads is bad input, not a failure of the kernel's price.
+    An FP8 cache (`kv_cache`, the stored `kv_cache_precision`) is read by fused serving kernels (XQA,
+    FlashAttention, FlashInfer); unfused attention would read it through GEMMs priced at the activation type."""
     if attention_impl == "flash_triton" and (model.attention == "mla" or model.head_dim > 128):
         raise SpecError.at(source, "attention_impl", f"flash_triton (the 2023 Triton FlashAttention) runs equal "
                            f"q/k/v head dims of at most 128, not {model.name}'s; allowed: flash, flash3, naive")
+    if kv_cache == "fp8" and attention_impl not in ("flash", "flash3"):
+        raise SpecError.at(source, "attention_impl", f"{attention_impl} does not read an FP8 KV cache (fused "
+                           "kernels do: XQA, FlashAttention, FlashInfer); allowed with kv_cache_precision fp8: "
+                           "flash, flash3")
 
 
 def check_decode_attention(model: ModelSpec, workload: Any, kernel: str, source: str) -> None:
@@ -195,6 +218,28 @@ def check_decode_attention(model: ModelSpec, workload: Any, kernel: str, source:
     if workload.draft_tokens:
         raise SpecError.at(source, "decode_attention", "per-query-head decode kernels take one query token "
                            "per sequence, not draft tokens; allowed with draft_tokens > 0: grouped")
+
+
+def kv_cache_option(model: ModelSpec, workload: Any, precision: str, value: str, source: str) -> str:
+    """The stored `kv_cache_precision` of a case: "auto" for the activation precision (named or not, so the
+    case id of a case that names it is that of one that does not), or "fp8". FP8 caches are an inference
+    option of a GQA/MHA decoder's cache (the kernels that read one: `check_attention`): training keeps no
+    cache, and FlashMLA's dense decode reads BF16 latents only (its FP8 cache, 656 B per token with per-128
+    scales and a BF16 rope part, serves DeepSeek-V3.2's sparse decode, not modelled)."""
+    activation = activation_of(precision)
+    if value in ("auto", activation):
+        return "auto"
+    if value != "fp8":
+        raise SpecError.at(source, "kv_cache_precision", f"{value} is neither the activation precision "
+                           f"({activation}) nor fp8; allowed: auto, {activation}, fp8")
+    if not isinstance(workload, InferenceWorkload) or not model.causal:
+        raise SpecError.at(source, "kv_cache_precision", "fp8 stores the KV cache of inference decode, which "
+                           f"this case keeps none of; allowed: auto or {activation}")
+    if model.attention == "mla":
+        raise SpecError.at(source, "kv_cache_precision", f"{model.name} uses MLA: FlashMLA's dense decode reads "
+                           "a BF16 latent cache (its FP8 cache serves DeepSeek-V3.2's sparse decode, not modelled); "
+                           f"allowed: auto or {activation}")
+    return "fp8"
 
 
 def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str) -> None:
@@ -378,7 +423,9 @@ def resolve_case(mapping: Any, source: str) -> Case:
     _check_bounds(hardware, par, workload, mapping.get("precision", "bf16"), source,
                   mapping.get("fp8_recipe", "tensorwise"))
     check_layout(model, par, workload, source)
-    check_attention(model, mapping.get("attention_impl", "flash"), source)
+    kv_cache = kv_cache_option(model, workload, mapping.get("precision", "bf16"),
+                               mapping.get("kv_cache_precision", "auto"), source)
+    check_attention(model, mapping.get("attention_impl", "flash"), source, kv_cache)
     check_decode_attention(model, workload, mapping.get("decode_attention", "grouped"), source)
     par = framework_parallelism(mapping, expert_grid(par, workload), source)
     network = sized_network(network, par.world, source)
@@ -391,7 +438,7 @@ def resolve_case(mapping: Any, source: str) -> Case:
                 precision=mapping.get("precision", "bf16"), attention_impl=mapping.get("attention_impl", "flash"),
                 moe_hot_expert_factor=hot, framework=mapping.get("framework", "megatron"),
                 name=mapping.get("name", ""), fp8_recipe=mapping.get("fp8_recipe", "tensorwise"),
-                decode_attention=mapping.get("decode_attention", "grouped"))
+                decode_attention=mapping.get("decode_attention", "grouped"), kv_cache_precision=kv_cache)
 
 
 def layout_case(base: Case, sized: NetworkSpec, par: Parallelism, workload: TrainingWorkload | InferenceWorkload,

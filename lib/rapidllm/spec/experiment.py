@@ -349,7 +349,8 @@ def flat_columns(case: Any) -> dict[str, Any]:
 
 _NAMES = ("model", "hardware", "network", "precision", "mode", "world")
 # the Case fields a sweep may cross besides the specs, the workload and the layout
-CASE_OPTIONS = ("attention_impl", "decode_attention", "framework", "fp8_recipe", "moe_hot_expert_factor")
+CASE_OPTIONS = ("attention_impl", "decode_attention", "framework", "fp8_recipe", "moe_hot_expert_factor",
+                "kv_cache_precision")
 WORKLOADS = {cls.mode: cls for cls in (TrainingWorkload, InferenceWorkload)}     # by `workload.mode`
 
 
