@@ -1,7 +1,7 @@
 """The NeMo / Megatron-Bridge performance-summary suite (issue 22): held out of calibration, every row
-predicted or skipped with a reason, B200 rows flagged as a device without rows of its own.
+predicted or skipped with a reason, B200 / GB200 / GB300 rows flagged as devices without rows of their own.
 
-One sweep of its 34 scored rows (~20 s CPU)."""
+One sweep of its 57 expressible rows (~25 s CPU)."""
 import math
 
 import pandas as pd
@@ -52,20 +52,52 @@ def test_every_row_predicted_or_listed_with_a_reason(suite, rows):
     skipped = rows[rows.status == "skipped"]
     assert (skipped.reason.str.len() > 0).all()
     scored = rows[rows.status != "skipped"]
-    assert len(scored) == 34
+    assert len(scored) == 58
     for r in scored.itertuples():
         assert (r.status == "ok" and math.isfinite(r.predicted) and r.predicted > 0) or r.reason, r
+    # Grace-Blackwell rows: scored, except the Megatron-FSDP layouts that offload layers to the Grace CPU's
+    # memory (not modelled) and GPT-OSS (no model config); none dropped silently
     table = pd.read_csv(suite.reference)
-    gb = table.index[table.system.isin(["DGX-GB200", "DGX-GB300"])]
-    assert set(gb) <= set(skipped.row)                 # no Grace-Blackwell config: skipped, never guessed
+    gb = table[table.system.isin(["DGX-GB200", "DGX-GB300"])]
+    why = dict(zip(skipped.row, skipped.reason))
+    offload = set(gb.index[gb.fsdp == 64])
+    assert len(offload) == 4 and all("CPU offloading" in why[r] for r in offload)
+    assert all("GPT-OSS" in why[r] for r in gb.index[gb.model == "GPT OSS 120B"])
+    assert set(gb.index) - set(why) == set(scored.row[scored.row.isin(gb.index)])
+    assert (scored.row.isin(gb.index)).sum() == 24 and (rows.status[rows.row.isin(gb.index)] == "ok").sum() == 22
 
 
-def test_b200_rows_carry_device_validated_false(summary):
-    """B200 has no rows of its own: its constants are transferred (docs/transfer.md) and every B200 row says
-    so; the H100 rows run on fitted constants."""
-    b200 = summary[summary.hardware == "b200"]
-    assert len(b200) == 16 and not b200.device_validated.astype(bool).any()
+@pytest.mark.parametrize("device, cases", [("b200", 16), ("gb200", 16), ("gb300", 7)])
+def test_transferred_device_rows_carry_device_validated_false(summary, device, cases):
+    """B200, GB200 and GB300 have no rows of their own: their constants are transferred (docs/transfer.md)
+    and every one of their rows says so; the H100 rows run on fitted constants."""
+    rows = summary[summary.hardware == device]
+    assert len(rows) == cases and not rows.device_validated.astype(bool).any()
     assert summary[summary.hardware == "h100-sxm5-80gb"].device_validated.astype(bool).all()
+
+
+def test_grace_blackwell_rows_run_on_nvl72_racks_with_their_release_settings(suite):
+    """GB200 / GB300 rows run on the NVL72 networks (64 GPUs per NVLink domain: Megatron-Bridge's SLURM
+    segments, config/networks/nvl72-gb200.yaml) with each release's MoE settings: 25.09 (v0.1.0rc4) token drop
+    over the alltoall dispatcher, 25.11 (v0.2.0) the HybridEP flex dispatcher (priced as deepep), no EP
+    overlap; DeepSeek-V3 recomputes mla_up_proj on GB200, moe_act on GB300."""
+    def case(label):
+        return next(c for c in suite.experiment.cases if c["label"] == label)
+    gb = [c for c in suite.experiment.cases if c["hardware"] in ("gb200", "gb300")]
+    assert len(gb) == 24 and all(c["network"] == "nvl72-" + c["hardware"] for c in gb)
+    assert case("25.11 DGX-GB200 LLAMA3.1_405B primary 256")["parallelism"] == {
+        "tp": 4, "pp": 16, "cp": 1, "ep": 1, "virtual_stages": 4, "dp": 4, "sp": True, "tp_comm_overlap": True,
+        "embedding_in_split": True, "loss_in_split": True, "schedule": "interleaved"}
+    for label in ("25.11 DGX-GB200 DeepSeekV3 primary 256", "25.11 DGX-GB300 Qwen3_235B_a22B primary 256",
+                  "25.11 DGX-GB200 Qwen3_30B_a3B primary 8"):
+        p = case(label)["parallelism"]
+        assert p["moe_dispatcher"] == "deepep" and not p.get("moe_a2a_overlap"), label
+    for label in ("25.09 DGX-GB200 DeepSeekV3 primary 256", "25.09 DGX-GB200 Qwen3_235B_a22B primary 64"):
+        p = case(label)["parallelism"]
+        assert "moe_dispatcher" not in p and not p.get("moe_a2a_overlap"), label
+    assert case("25.11 DGX-GB200 DeepSeekV3 primary 256")["parallelism"]["recompute_modules"] == ["mla_up_proj"]
+    assert case("25.11 DGX-GB300 DeepSeekV3 primary 256")["parallelism"]["recompute_modules"] == ["moe_act"]
+    assert case("25.11 DGX-GB300 Qwen3_30B_a3B primary 8")["parallelism"].get("recompute", "none") == "none"
 
 
 def test_moe_rows_take_their_own_release_settings(suite):

@@ -109,6 +109,18 @@ def test_network_parses(name):
             assert d.topology in ("mesh", "torus", "kingmesh")
 
 
+@pytest.mark.parametrize("name, cc, mib", [("gb200", "10.0", 189471), ("gb300", "10.3", 284208)])
+def test_grace_blackwell_gpus_are_the_nvl72_rack_figures_per_gpu(name, cc, mib):
+    """NVIDIA's GB200 / GB300 NVL72 pages give rack totals with sparsity: 360 PFLOPS FP16/BF16, 720 FP8,
+    180 TF32 and 576 TB/s of HBM over 72 GPUs; dense is half. Capacity is nvidia-smi's total, as b200."""
+    hw = hardware(name)
+    for dtype, rack_sparse in (("bf16", 360e15), ("fp16", 360e15), ("fp8", 720e15), ("tf32", 180e15)):
+        assert hw.tensor_flops[dtype] == pytest.approx(rack_sparse / 72 / 2)
+    assert hw.hbm_bandwidth == pytest.approx(576e12 / 72)
+    assert hw.hbm_capacity == mib * MiB and hw.compute_capability == cc
+    assert hw.peak_flops("bf16") > hardware("b200").peak_flops("bf16")    # 1200 / 1400 W against B200's 1000 W
+
+
 def test_node_networks_match_nvlink_specs():
     # node_interconnect_specs.csv: per-GPU NVLink per direction 300 GB/s (DGX A100), 450 GB/s (DGX H100)
     assert network("dgx-a100").dimensions[0].link_bandwidth == 300e9
@@ -130,6 +142,28 @@ def test_superpods(name, nvlink, nic):
     assert sized.total_size == 256 and sized.dimensions[1].size == 32
 
 
+def segment_gpus(gpus: int, per_tray: int = 4, trays_per_rack: int = 18) -> int:
+    """GPUs per NVLink domain of a Megatron-Bridge GB200/GB300 run (scripts/performance/utils/executors.py at
+    v0.1.0rc4 and v0.2.0): a job of more than one rack's trays gets the SLURM segment equal to the largest
+    divisor of its node count not above 18; a smaller job lies in one rack."""
+    nodes = gpus // per_tray
+    if nodes <= trays_per_rack:
+        return gpus
+    return per_tray * max(k for k in range(1, trays_per_rack + 1) if nodes % k == 0)
+
+
+@pytest.mark.parametrize("name, nic", [("nvl72-gb200", 400e9 / 8), ("nvl72-gb300", 800e9 / 8)])
+def test_nvl72_networks_hold_the_runs_nvlink_domains(name, nic):
+    net = network(name)
+    rack, fabric = net.dimensions
+    # NVLink5 900 GB/s per direction per GPU, one switch domain per segment of 16 trays = 64 GPUs
+    assert (rack.topology, rack.link_bandwidth) == ("switch", 900e9) and rack.in_switch_reduction_s
+    assert rack.size == segment_gpus(128) == segment_gpus(256) == segment_gpus(64) == 64
+    assert fabric.topology == "fat_tree" and fabric.rail_optimized and fabric.link_bandwidth == pytest.approx(nic)
+    for gpus, racks in ((8, 1), (64, 1), (128, 2), (256, 4)):   # the suite's job sizes
+        assert net.sized_for(gpus, "test").dimensions[1].size == racks
+
+
 def test_direct_networks():
     torus = network("torus2d").dimensions[0]
     assert (torus.topology, torus.shape, torus.size) == ("torus", (8, 8), 64)
@@ -139,8 +173,8 @@ def test_direct_networks():
 
 # The highest SM clock each file states: H100 SXM5 and H800 their 1980 MHz max boost (the 67 TFLOP/s FP32
 # figure's clock; tensor rates are quoted at 1830 MHz), the others the boost their `clock` is.
-MAX_MHZ = {"a100-sxm4-40gb": 1410, "a100-sxm4-80gb": 1410, "b200": 1965, "h100-sxm5-80gb": 1980, "h200": 1830,
-           "h800": 1980}
+MAX_MHZ = {"a100-sxm4-40gb": 1410, "a100-sxm4-80gb": 1410, "b200": 1965, "gb200": 1965, "gb300": 1965,
+           "h100-sxm5-80gb": 1980, "h200": 1830, "h800": 1980}
 
 
 @pytest.mark.parametrize("name", HARDWARE)

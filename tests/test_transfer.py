@@ -23,6 +23,10 @@ def test_rule_same_generation_first_then_nearest_capability():
     assert transfer.donor("a100-sxm4-40gb", fitted) == A100        # sm_80, same die
     assert transfer.donor("h200", fitted) == H100                  # sm_90, same die
     assert transfer.donor("b200", fitted) == H100                  # sm_100: nearest is sm_90
+    assert transfer.donor("gb200", fitted) == H100                 # GB200's B200 (sm_100), as b200
+    assert transfer.donor("gb300", fitted) == H100                 # Blackwell Ultra (sm_103): nearest is sm_90
+    assert transfer.donor("gb200", fitted + ["b200"]) == "b200"    # were B200 fitted: same sm_100 first
+    assert transfer.donor("gb300", fitted + ["b200"]) == "b200"    # and the nearest capability to sm_103
     assert transfer.donor(A100, [H100]) == H100                    # leave-one-device-out partners
     assert transfer.donor(H100, [A100]) == A100
     assert transfer.donor("b200", [A100]) == A100
