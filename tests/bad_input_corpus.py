@@ -195,6 +195,12 @@ PREDICT = [
         {"case.yaml": with_key(with_key(CASE, "workload", {**INFERENCE, "batch": 2}), "parallelism.microbatch_overlap", 2)}),
     case_bad("hot-expert-nan", "moe_routing", {"hot_expert_factor": NAN}, "hot_expert_factor"),
     case_bad("fp8-without-fp8-units", "precision", "fp8", "precision: toy-gpu has no fp8 tensor units", "message"),
+    # NVFP4 needs sm_100's block-scaled MMAs (docs/fp4.md): refused where the device has no fp4 rate, and in training
+    case_bad("fp4-on-h100", "precision", "fp4", "precision: h100-sxm5-80gb has no fp4 tensor units; allowed: bf16, "
+             "fp16, fp8, tf32", "message", base={**CASE, "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
+                                                  "workload": INFERENCE}),
+    case_bad("fp4-training", "precision", "fp4", "precision: fp4 is a serving precision", "message",
+             base={**CASE, "hardware": "b200", "network": "dgx-b200"}),
     case_bad("fp8-recipe-unknown", "fp8_recipe", "mxfp8", "fp8_recipe"),
     case_bad("fp8-recipe-without-fp8", "fp8_recipe", "blockwise", "fp8_recipe: blockwise scales FP8 GEMMs", "message"),
     case_bad("decode-attention-unknown", "decode_attention", "mmha", "decode_attention"),
@@ -450,6 +456,7 @@ GEMM = [
         "a100-sxm4-80gb's highest SM clock (config/hardware/a100-sxm4-80gb.yaml: clock); allowed: a frequency > 0 "
         "and at most 1.41 GHz", "quantity"),
     Bad("fp8-on-a100", (*GEMM_OK, "--m", "64", "--dtype", "fp8"), "a100-sxm4-80gb has no fp8 tensor units", "message"),
+    Bad("fp4-on-a100", (*GEMM_OK, "--m", "64", "--dtype", "fp4"), "a100-sxm4-80gb has no fp4 tensor units", "message"),
     Bad("dtype-unknown", (*GEMM_OK, "--m", "64", "--dtype", "int3"), "invalid choice", "message"),
     Bad("hardware-traversal", ("gemm", "--hardware", "../../etc/passwd", "--m", "1", "--n", "1", "--k", "1"),
         "is not a hardware name", "message"),

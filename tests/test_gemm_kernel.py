@@ -34,7 +34,7 @@ def reference(hw: HardwareSpec, B: int, M: int, N: int, K: int, dtype: str,
     hbm_bw = hw.hbm_bandwidth * hw.utilization.hbm
     lat = memory_latency_s(hw)
     ib = DTYPE_BYTES[dtype]
-    ob = 4 if accumulate else DTYPE_BYTES["bf16" if dtype == "fp8" else dtype]
+    ob = 4 if accumulate else DTYPE_BYTES["bf16" if dtype in ("fp8", "fp4") else dtype]
     src = 4 if accumulate else 0
     foot = (M * K + K * N) * ib
     spill = 0.0 if foot <= hw.l2_size else 1.0 - hw.l2_size / foot
@@ -106,6 +106,20 @@ def test_kernel_matches_reference_on_hopper_like_device():
         for i, s in enumerate(SHAPES):
             t, c, sk = reference(hw, *s, dtype, accumulate)
             assert math.isclose(pr.time_s[i], t, rel_tol=1e-12) and pr.candidate[i] == c and pr.split_k[i] == sk
+
+
+def test_kernel_matches_reference_for_fp4_on_blackwell_like_device():
+    """NVFP4 operands: the stored 0.5625 B per element (E2M1 + an E4M3 scale per 16) in every byte term,
+    the K depth in packed 4-bit elements (128 and 256 per CTA), the fp4 rate, BF16 output."""
+    hw = make_hw(name="b200-like", sm_count=148, clock_hz=1.965e9,
+                 tensor_flops={"bf16": 2250e12, "fp8": 4500e12, "fp4": 9000e12}, hbm_bandwidth=8e12,
+                 l2_size=126 * 2**20, l2_bandwidth=20e12, smem_bandwidth_per_sm=128 * 1.965e9,
+                 limits=SMLimits(2048, 1024, 65536, 255, 228 * 1024, 227 * 1024, 32), compute_capability="10.0")
+    assert sorted(set(build_catalog(hw, "fp4").cta_k.tolist())) == [128, 256]
+    pr = price_gemms(hw, *zip(*SHAPES), "fp4")
+    for i, s in enumerate(SHAPES):
+        t, c, sk = reference(hw, *s, "fp4")
+        assert math.isclose(pr.time_s[i], t, rel_tol=1e-12) and pr.candidate[i] == c and pr.split_k[i] == sk
 
 
 def test_accumulating_epilogue_adds_the_fp32_read_per_round():

@@ -8,7 +8,7 @@ import argparse
 
 from rapidllm.cli.common import check_flags, print_json
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec, locked_clock
+from rapidllm.spec.hardware import DTYPE_BYTES, GEMM_PRECISIONS, HardwareSpec, locked_clock
 from rapidllm.spec.named import resolve_named
 
 
@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
                          "dtype": args.dtype, "clock": clock}, "gemm")
     mapping, where = resolve_named("hardware", args.hardware, "rapidllm gemm", "--hardware")
     hw = HardwareSpec.from_mapping(mapping, where)
-    if args.dtype == "fp8" and "fp8" not in hw.tensor_flops:
-        raise SpecError(f"rapidllm gemm: --dtype: {hw.name} has no fp8 tensor units; allowed: "
+    if args.dtype in GEMM_PRECISIONS and args.dtype not in hw.tensor_flops:
+        raise SpecError(f"rapidllm gemm: --dtype: {hw.name} has no {args.dtype} tensor units; allowed: "
                         f"{', '.join(sorted(hw.tensor_flops))}")
     if clock is not None:
         hw = locked_clock(hw, mapping, where, clock, "rapidllm gemm", "--clock")

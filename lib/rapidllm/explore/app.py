@@ -31,7 +31,7 @@ from rapidllm.spec.layout import Parallelism
 from rapidllm.units import parse_quantity
 
 INLINE = "(inline, from the case)"
-PRECISIONS = ("bf16", "fp16", "fp8", "tf32", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "tf32", "fp32")
 LAYOUT_INTS = ("tp", "pp", "dp", "cp", "ep")
 
 

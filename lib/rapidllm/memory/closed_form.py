@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rapidllm.ops import foundry
-from rapidllm.ops.price import local_parameters
+from rapidllm.ops.price import local_embedding_head, local_parameters
 from rapidllm.spec.case import Case
 from rapidllm.spec.hardware import DTYPE_BYTES
 from rapidllm.spec.layout import InferenceWorkload, TrainingWorkload
@@ -126,7 +126,8 @@ def closed_form_memory(case: Case) -> MemoryResult:
         return MemoryResult(weights, grads, optim, acts, 0.0, hw.framework_memory, hw.hbm_capacity)
     w = case.workload
     assert isinstance(w, InferenceWorkload)
-    return MemoryResult(params * wb, 0.0, 0.0, inference_transient_bytes(case), kv_cache_bytes(case),
+    weights = params * wb + local_embedding_head(case) * (DTYPE_BYTES[case.embedding_precision] - wb)
+    return MemoryResult(weights, 0.0, 0.0, inference_transient_bytes(case), kv_cache_bytes(case),
                         hw.framework_memory, hw.hbm_capacity)
 
 

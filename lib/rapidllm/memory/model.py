@@ -26,6 +26,7 @@ from rapidllm.memory.state import (
     ZERO_PAPER,
     Conventions,
     StateBytes,
+    stage_embedding_head,
     stage_layer_counts,
     stage_params,
     state_bytes,
@@ -246,7 +247,8 @@ def _inference_stage(case: Case, stage: int, conv: Conventions) -> MemoryResult:
     m, p, hw, w = case.model, case.parallelism, case.hardware, case.workload
     assert isinstance(w, InferenceWorkload)
     sp = stage_params(case, stage, conv)
-    weights = sp.total * DTYPE_BYTES[case.weight_precision]
+    wb, eb = DTYPE_BYTES[case.weight_precision], DTYPE_BYTES[case.embedding_precision]
+    weights = sp.total * wb + sum(stage_embedding_head(case, stage)) * (eb - wb)   # FP4: BF16 embedding, head
     # an encoder (causal: false) keeps no cache: a layer's K and V live in its forward working set only;
     # in-flight batching (concurrency > batch; steady_state, simulated or a disaggregated decode instance)
     # holds every running sequence's cache

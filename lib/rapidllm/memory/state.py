@@ -152,22 +152,27 @@ def stage_params(case: Case, stage: int, conv: Conventions = ZERO_PAPER) -> Stag
     m, p = case.model, case.parallelism
     layers = stage_layer_counts(case, conv)[stage]
     dense_l, expert_l = layer_params(m, p.tp, p.expert_tp * p.ep)
-    embed = m.vocab * m.hidden / p.tp + (m.max_seq_len * m.hidden if m.position == "learned" else 0)
-    dense = layers * dense_l
-    if stage == 0:
-        dense += embed
+    embed, head = stage_embedding_head(case, stage)
+    dense = layers * dense_l + embed
     if stage == p.pp - 1:
         dense += norm_params(m)
-        if not m.tied_embeddings:
-            dense += m.vocab * m.hidden / p.tp
-        elif p.pp > 1:
-            dense += m.vocab * m.hidden / p.tp
+    dense += head
     experts = layers * expert_l
     if stage == p.pp - 1 and m.mtp_depth:             # DeepSeek-V3 keeps its MTP module on the last stage
         mtp_dense, mtp_experts = mtp_params(m)
         dense += mtp_dense / p.tp
         experts += mtp_experts / (p.expert_tp * p.ep)
     return StageParams(dense=dense, experts=experts * case.expert_replication, layers=layers)
+
+
+def stage_embedding_head(case: Case, stage: int) -> tuple[float, float]:
+    """(token embedding, output head) parameters of one rank of `stage`: the embedding on the first stage,
+    the head on the last (a tied head again when pp > 1), 0 elsewhere; the weights serving keeps at
+    `Case.embedding_precision`."""
+    m, p = case.model, case.parallelism
+    embed = m.vocab * m.hidden / p.tp + (m.max_seq_len * m.hidden if m.position == "learned" else 0)
+    head = stage == p.pp - 1 and (not m.tied_embeddings or p.pp > 1)
+    return (embed if stage == 0 else 0.0), (m.vocab * m.hidden / p.tp if head else 0.0)
 
 
 def all_stage_params(case: Case, conv: Conventions = ZERO_PAPER) -> list[StageParams]:

@@ -13,7 +13,7 @@ import numpy as np
 
 from rapidllm.ops import gemm_kernel as gk
 from rapidllm.ops.tiles import Catalog, build_catalog
-from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec
+from rapidllm.spec.hardware import DTYPE_BYTES, GEMM_PRECISIONS, HardwareSpec
 
 # Global-memory load latency in SM cycles (pointer-chase figures for Ampere/Hopper HBM under load are
 # ~500-900 cycles; Jia et al. 2018/2021, Luo et al. 2024). Used only until HardwareSpec carries a
@@ -24,8 +24,9 @@ SPLITS = np.array([1, 2, 3, 4, 6, 8, 12, 16], dtype=np.int64)
 
 
 def output_dtype(dtype: str) -> str:
-    """What the GEMM writes: fp8 GEMMs emit bf16 (cuBLASLt/XLA convention), others their input type."""
-    return "bf16" if dtype == "fp8" else dtype
+    """What the GEMM writes: fp8 and fp4 GEMMs emit bf16 (cuBLASLt/XLA convention; TensorRT-LLM's
+    nvfp4_gemm and CUTLASS's sm100 NVFP4 GEMMs write BF16 D), others their input type."""
+    return "bf16" if dtype in GEMM_PRECISIONS else dtype
 
 
 def memory_latency_s(hw: HardwareSpec) -> float:
@@ -73,7 +74,7 @@ def kernel_params(hw: HardwareSpec, dtype: str, accumulate: bool = False) -> np.
     p[gk.P_HBM_BW] = hw.hbm_bandwidth * hw.utilization.hbm
     p[gk.P_LAUNCH] = hw.launch_overhead_s
     p[gk.P_LAT] = memory_latency_s(hw)
-    p[gk.P_IN] = DTYPE_BYTES[dtype]
+    p[gk.P_IN] = DTYPE_BYTES[dtype]        # stored size, block scales included (0.5625 B for NVFP4)
     p[gk.P_OUT] = ACC_BYTES if accumulate else DTYPE_BYTES[output_dtype(dtype)]
     p[gk.P_ACC] = ACC_BYTES
     p[gk.P_SRC] = ACC_BYTES if accumulate else 0.0

@@ -23,7 +23,7 @@ from rapidllm.ops.params import mtp_params, parameter_counts
 from rapidllm.ops.roofline import roofline_times
 from rapidllm.ops.tiles import uses_warpgroup_mma
 from rapidllm.spec.case import Case
-from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec
+from rapidllm.spec.hardware import DTYPE_BYTES, GEMM_PRECISIONS, HardwareSpec, packed_bytes
 from rapidllm.spec.layout import InferenceWorkload, Parallelism
 
 if TYPE_CHECKING:
@@ -40,7 +40,14 @@ def local_parameters(case: Case) -> float:
     c = parameter_counts(case.model)
     split = c.attention - c.attention_replicated + c.dense_mlp + c.shared_experts + c.norms
     dense = split / (p.tp * p.pp) + c.attention_replicated / p.pp + mtp_params(case.model)[0] / (p.tp * p.pp)
-    return dense + local_expert_parameters(case) + (c.embedding + c.lm_head) / p.tp / (2 if p.pp > 1 else 1)
+    return dense + local_expert_parameters(case) + local_embedding_head(case)
+
+
+def local_embedding_head(case: Case) -> float:
+    """Token embedding and output head parameters of one rank in `local_parameters`: split over tp, and
+    over the first and last stage when pp > 1 (counted as their mean over the two)."""
+    c, p = parameter_counts(case.model), case.parallelism
+    return (c.embedding + c.lm_head) / p.tp / (2 if p.pp > 1 else 1)
 
 
 def local_expert_parameters(case: Case) -> float:
@@ -116,7 +123,7 @@ def _gemm_weights(case: Case) -> float:
     router's, part of shared_experts, are few)."""
     p = case.parallelism
     c = parameter_counts(case.model)
-    return local_parameters(case) - (c.embedding + c.lm_head) / p.tp / (2 if p.pp > 1 else 1) - c.norms / (p.tp * p.pp)
+    return local_parameters(case) - local_embedding_head(case) - c.norms / (p.tp * p.pp)
 
 
 def _optimizer_parameters(case: Case) -> float:
@@ -164,8 +171,9 @@ def operator_times(case: Case, ops: list[Operator], method: str = "tiles") -> np
 
 
 def _gemm_dtype(case: Case, name: str) -> str:
-    """Input type of one GEMM: the case precision, but BF16 for the GEMMs FP8 recipes keep high."""
-    return case.precision if case.precision != "fp8" or wl.fp8_gemm(name) else case.activation_precision
+    """Input type of one GEMM: the case precision, but BF16 for the GEMMs FP8 recipes and FP4 checkpoints
+    keep high (router, LM head: `workload.HIGH_PRECISION_GEMMS`)."""
+    return case.precision if case.precision not in GEMM_PRECISIONS or wl.fp8_gemm(name) else case.activation_precision
 
 
 def _accumulates(name: str) -> bool:
@@ -190,7 +198,8 @@ def _gemm_times(hw, dtype: str, shapes: list, accumulate: bool = False) -> np.nd
     if dtype not in DTYPE_BYTES:                      # let price_gemms raise its error
         arr = np.array(shapes, dtype=np.int64)
         return price_gemms(hw, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], dtype).time_s
-    key = (kernel_params(hw, dtype, accumulate).tobytes(), hw.limits, DTYPE_BYTES[dtype], uses_warpgroup_mma(hw))
+    key = (kernel_params(hw, dtype, accumulate).tobytes(), hw.limits, DTYPE_BYTES[dtype], packed_bytes(dtype),
+           uses_warpgroup_mma(hw))
     table = current().gemm_times
     known = table.get(key)
     if known is None:

@@ -8,12 +8,13 @@ The catalog is deliberately small (tens of entries) because the pricing kernel v
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec, SMLimits
+from rapidllm.spec.hardware import DTYPE_BYTES, HardwareSpec, SMLimits, packed_bytes
 
 # CTA tiles (M, N) and the warp grid that covers them: 4 warps up to 128x128, 8 warps for 256-wide tiles,
 # the layouts CUTLASS's default GEMM configurations use on Ampere and Hopper.
@@ -22,7 +23,9 @@ CTA_SHAPES: tuple[tuple[int, int, int, int], ...] = (
     (64, 64, 2, 2), (64, 128, 2, 2), (128, 64, 2, 2), (128, 128, 2, 2),
     (64, 256, 1, 4), (256, 64, 4, 1), (128, 256, 2, 4), (256, 128, 4, 2),
 )
-# CTA K depth in bytes of one operand row: 64 B and 128 B (32/64 bf16 elements, 64/128 fp8, 16/32 fp32).
+# CTA K depth in bytes of one packed operand row: 64 B and 128 B (32/64 bf16 elements, 64/128 fp8, 128/256
+# fp4, 16/32 fp32). Block scales are not counted in it: they sit in tensors of their own (CUTLASS sm100
+# block-scaled GEMMs load them beside A and B), but they take shared memory and bandwidth with the operands.
 CTA_K_BYTES: tuple[int, ...] = (64, 128)
 STAGES: tuple[int, ...] = (2, 3, 4, 5, 6)
 # Registers per thread besides accumulators and operand fragments: addresses, loop counters, predicates.
@@ -59,14 +62,16 @@ def _round_up(x: int, g: int) -> int:
     return -(-x // g) * g
 
 
-def _all_candidates(in_bytes: int, warpgroup: bool) -> list[tuple[int, ...]]:
-    """Every candidate before the SM-limit filter; columns as in Catalog (minus occupancy)."""
+def _all_candidates(in_bytes: float, element_bytes: float, warpgroup: bool) -> list[tuple[int, ...]]:
+    """Every candidate before the SM-limit filter; columns as in Catalog (minus occupancy). `in_bytes` is
+    what an operand element occupies with its block scales (shared memory), `element_bytes` the packed element
+    alone (the K depth): 0.5625 and 0.5 B for NVFP4, equal for the other types."""
     rows = []
     for cm, cn, wm_count, wn_count in CTA_SHAPES:
         for kb in CTA_K_BYTES:
-            ck = kb // in_bytes
+            ck = int(kb / element_bytes)
             for st in STAGES:
-                smem = st * (cm + cn) * ck * in_bytes + SMEM_RESERVED
+                smem = math.ceil(st * (cm + cn) * ck * in_bytes) + SMEM_RESERVED
                 if warpgroup:
                     # sm_90 wgmma: 1-2 consumer warpgroups (split along M) read A and B straight from
                     # shared memory, once per warpgroup; one producer warpgroup issues TMA loads, optionally
@@ -113,8 +118,8 @@ def occupancy(limits: SMLimits, threads: np.ndarray, regs: np.ndarray, smem: np.
 
 
 @lru_cache(maxsize=64)
-def _catalog(limits: SMLimits, in_bytes: int, warpgroup: bool) -> Catalog:
-    a = np.array(_all_candidates(in_bytes, warpgroup), dtype=np.int64)
+def _catalog(limits: SMLimits, in_bytes: float, element_bytes: float, warpgroup: bool) -> Catalog:
+    a = np.array(_all_candidates(in_bytes, element_bytes, warpgroup), dtype=np.int64)
     occ = occupancy(limits, a[:, 7], a[:, 8], a[:, 9])
     keep = occ > 0
     # Exact pruning: among candidates equal but for the stage count and with the same occupancy, the
@@ -132,7 +137,7 @@ def _catalog(limits: SMLimits, in_bytes: int, warpgroup: bool) -> Catalog:
 
 def build_catalog(hw: HardwareSpec, dtype: str) -> Catalog:
     """The candidates that fit on hw's SMs for operands of dtype (cached per SM limits and element size)."""
-    cat = _catalog(hw.limits, DTYPE_BYTES[dtype], uses_warpgroup_mma(hw))
+    cat = _catalog(hw.limits, DTYPE_BYTES[dtype], packed_bytes(dtype), uses_warpgroup_mma(hw))
     if len(cat) == 0:
         raise ValueError(f"no GEMM tile candidate fits the SM limits of {hw.name}")
     return cat

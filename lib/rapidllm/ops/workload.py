@@ -352,7 +352,8 @@ def layer_training(model: ModelSpec, s: Shard, moe_layer: bool, recompute: str,
 # FP8 inputs (E4M3 forward, E5M2 gradients, per-tensor scales); everything else stays BF16. The MoE router
 # (Megatron-Core's TopKRouter is a plain torch linear) and the output head (Megatron's output_layer is not
 # a TE module; DeepSeek-V3 §3.3.1 keeps head and gating in BF16; TensorRT-LLM / ModelOpt FP8 checkpoints
-# leave lm_head unquantized) are BF16 GEMMs.
+# leave lm_head unquantized) are BF16 GEMMs. NVFP4 checkpoints quantize only the linear layers of the
+# blocks, so under `precision: fp4` the same two stay BF16 (docs/fp4.md).
 HIGH_PRECISION_GEMMS = ("router", "lm_head")
 # FP8 cast of one element in training: read it in BF16 (2 B), write the FP8 copy and its transpose (1 B
 # each; Hopper's FP8 wgmma takes only K-major operands, so TE's fused cast-transpose emits both, the
@@ -361,7 +362,7 @@ CAST_READ_BYTES, CAST_WRITE_BYTES, CAST_FLOPS = 2, 2, 3.0
 
 
 def fp8_gemm(name: str) -> bool:
-    """Whether a GEMM (forward, dgrad or wgrad) runs in FP8 under `precision: fp8`."""
+    """Whether a GEMM (forward, dgrad or wgrad) runs in FP8 under `precision: fp8` (in FP4 under `fp4`)."""
     return not name.removesuffix("_dgrad").removesuffix("_wgrad").endswith(HIGH_PRECISION_GEMMS)
 
 

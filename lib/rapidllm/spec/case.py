@@ -17,7 +17,7 @@ from rapidllm.caches import current
 from rapidllm.spec.case_id import hash_fields, json_text, key_text, plain, spec_json
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.frameworks import framework_parallelism
-from rapidllm.spec.hardware import HardwareSpec, locked_clock
+from rapidllm.spec.hardware import GEMM_PRECISIONS, HardwareSpec, locked_clock
 from rapidllm.spec.layout import InferenceWorkload, Parallelism, TrainingWorkload
 from rapidllm.spec.model import ModelSpec
 from rapidllm.spec.named import resolve_named, validate_by_key
@@ -58,7 +58,9 @@ class Case:
         Engine runs FP8 training (only its Linear/GroupedLinear GEMMs take FP8 inputs; attention, norms,
         softmax, residuals and communication stay BF16; TE user guide, "Using FP8 with Transformer
         Engine") and FP8 serving engines run inference (TensorRT-LLM FP8: GEMMs FP8, KV cache BF16
-        unless kv_cache_dtype fp8 is configured: `kv_precision`). Other precisions: the precision itself."""
+        unless kv_cache_dtype fp8 is configured: `kv_precision`); so does `fp4` serving (NVFP4 checkpoints:
+        only the linear layers of the blocks are quantized, docs/fp4.md). Other precisions: the precision
+        itself."""
         return activation_of(self.precision)
 
     @property
@@ -77,8 +79,18 @@ class Case:
     @property
     def weight_precision(self) -> str:
         """Element type of the stored weights: FP8 serving checkpoints hold FP8 weights (per-tensor
-        scales); FP8 training keeps BF16 weights with FP32 master copies and casts them per step (TE)."""
+        scales), FP4 ones NVFP4 weights with their block scales; FP8 training keeps BF16 weights with FP32
+        master copies and casts them per step (TE)."""
         return self.precision if not self.training else self.activation_precision
+
+    @property
+    def embedding_precision(self) -> str:
+        """Element type of the stored token embedding and LM head. NVFP4 checkpoints quantize "only the
+        weights and activations of the linear operators within transformers blocks" (nvidia/Llama-3.1-405B-
+        Instruct-FP4 model card, TensorRT Model Optimizer): both stay BF16, and the LM head GEMM runs BF16
+        (`workload.HIGH_PRECISION_GEMMS`). Other precisions: the weight precision (FP8 serving counts them at
+        1 B, as it did before FP4 existed: docs/fp4.md, "Not modelled")."""
+        return self.activation_precision if self.precision == "fp4" else self.weight_precision
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -110,8 +122,9 @@ SEARCH_CASE_KEYS = ("fp8_recipe", "decode_attention", "kv_cache_precision")
 
 
 def activation_of(precision: str) -> str:
-    """The activation precision of a case precision (`Case.activation_precision`)."""
-    return "bf16" if precision == "fp8" else precision
+    """The activation precision of a case precision (`Case.activation_precision`): BF16 under the GEMM-only
+    precisions fp8 and fp4."""
+    return "bf16" if precision in GEMM_PRECISIONS else precision
 
 
 def _spec(cls: Any, value: Any, mapping: dict, source: str) -> Any:
@@ -142,8 +155,8 @@ MAX_PIPELINE_TASKS = 2**21         # pp x virtual stages x micro-batches: the pi
 
 def _check_bounds(hardware: HardwareSpec, par: Parallelism, workload: Any, precision: str, source: str,
                   recipe: str = "tensorwise") -> None:
-    """Limits on products of keys (work and memory that would explode), and fp8 (and an FP8 recipe) only
-    where the device has it (and the case runs FP8)."""
+    """Limits on products of keys (work and memory that would explode), fp8 and fp4 only where the device
+    has their tensor units (an FP8 recipe only when the case runs FP8), and fp4 in inference only."""
     if par.world > MAX_WORLD:
         raise SpecError.at(source, "parallelism", f"dp x tp x pp x cp = {par.world} GPUs; allowed: at most {MAX_WORLD}")
     if isinstance(workload, TrainingWorkload) and workload.microbatches(par.dp) > MAX_MICROBATCHES:
@@ -164,9 +177,13 @@ def _check_bounds(hardware: HardwareSpec, par: Parallelism, workload: Any, preci
     if recipe != "tensorwise" and precision != "fp8":
         raise SpecError.at(source, "fp8_recipe", f"{recipe} scales FP8 GEMMs, and precision is {precision}; "
                            "allowed: fp8_recipe only with precision fp8")
-    if precision == "fp8" and "fp8" not in hardware.tensor_flops:
-        raise SpecError.at(source, "precision", f"{hardware.name} has no fp8 tensor units; allowed: "
+    if precision in GEMM_PRECISIONS and precision not in hardware.tensor_flops:
+        raise SpecError.at(source, "precision", f"{hardware.name} has no {precision} tensor units; allowed: "
                            f"{', '.join(sorted(hardware.tensor_flops))}")
+    if precision == "fp4" and isinstance(workload, TrainingWorkload):
+        raise SpecError.at(source, "precision", "fp4 is a serving precision (NVFP4 checkpoints for inference); "
+                           "FP4 training recipes are not modelled; allowed in training: "
+                           f"{', '.join(sorted(set(hardware.tensor_flops) - {'fp4'}))}")
 
 
 def expert_tp_of(par: Parallelism, training: bool) -> int:

@@ -7,7 +7,26 @@ from typing import Any
 from rapidllm.spec.errors import SpecError
 from rapidllm.units import parse_quantity as q
 
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# NVFP4 (NVIDIA's block-scaled FP4, the format of TensorRT Model Optimizer's nvidia/*-FP4 checkpoints):
+# E2M1 elements packed two per byte, one FP8 E4M3 scale per 16 consecutive elements along K, and one FP32
+# scale per tensor (negligible): 4 + 8/16 = 4.5 bits per element. MXFP4 (OCP Microscaling Formats spec v1.0,
+# one E8M0 scale per 32 elements) would store 4.25 bits; no `precision` runs it (docs/fp4.md says why).
+FP4_SCALE_BLOCK = 16
+# Bytes one element of each type occupies in HBM, L2 and shared memory, block scales included.
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5 + 1 / FP4_SCALE_BLOCK}
+# Bytes of the element alone where it differs (scales travel beside the data, in tensors of their own): what
+# a tensor-core MMA's K depth counts. CUTLASS's sm100 NVFP4 GEMM (examples/72_blackwell_narrow_precision_gemm/
+# 72a_blackwell_nvfp4_bf16_gemm.cu) runs 256-element K tiles: 128 B of packed operand row, as 128 B is 64
+# elements of FP8.
+PACKED_BYTES: dict[str, float] = {"fp4": 0.5}
+# Case precisions that only the GEMMs take (and, in serving, the stored weights): everything else runs and
+# moves BF16 (`Case.activation_precision`, docs/fp8.md and docs/fp4.md).
+GEMM_PRECISIONS = ("fp8", "fp4")
+
+
+def packed_bytes(dtype: str) -> float:
+    """Bytes of one element without its block scales (`PACKED_BYTES`, else `DTYPE_BYTES`)."""
+    return PACKED_BYTES.get(dtype, DTYPE_BYTES[dtype])
 
 
 @dataclass(frozen=True)
@@ -58,8 +77,12 @@ class HardwareSpec:
         return not self.utilization_from
 
     def peak_flops(self, dtype: str) -> float:
-        """Dense tensor FLOP/s for dtype; falls back to the nearest slower dtype the device has."""
-        for d in {"fp8": ("fp8", "bf16", "fp16"), "bf16": ("bf16", "fp16"), "fp16": ("fp16", "bf16"),
+        """Dense tensor FLOP/s for dtype; falls back to the nearest slower dtype the device has, except FP4:
+        block-scaled FP4 operands need the block-scaled MMAs of sm_100 (an FP8 or BF16 unit cannot read them),
+        so a device without an fp4 rate has no FP4 GEMM to price (cases and `rapidllm gemm` refuse it first)."""
+        if dtype == "fp4" and "fp4" not in self.tensor_flops:
+            raise ValueError(f"{self.name} has no fp4 tensor units")
+        for d in {"fp4": ("fp4",), "fp8": ("fp8", "bf16", "fp16"), "bf16": ("bf16", "fp16"), "fp16": ("fp16", "bf16"),
                   "tf32": ("tf32", "fp32"), "fp32": ("fp32",)}[dtype]:
             if d in self.tensor_flops:
                 return self.tensor_flops[d]
