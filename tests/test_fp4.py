@@ -55,8 +55,8 @@ def test_stored_bytes_and_catalog_k_depth(b200):
 def test_fp4_gemm_between_its_roofline_and_fp8(b200):
     """Over 20,000 random shapes on B200: never faster than the roofline at the fp4 rate and stored bytes,
     never faster than half the FP8 time (both the rate and the bytes improve by at most 2x), and never slower
-    than FP8 once K spans a few FP4 K tiles (K >= 1024, every layer GEMM of the Llama family at tp <= 8).
-    Below that the FP4 tile's coarser K (128 elements, 72 B of operand row with scales, against FP8's 64
+    than FP8 once K spans a few FP4 K tiles (K >= 1024: every layer GEMM of Llama-3.1-70B and 405B at tp <= 8,
+    of 8B at tp <= 4). Below that the FP4 tile's coarser K (128 elements, 72 B of operand row with scales, against FP8's 64
     elements, 64 B) pads short K loops and allows fewer split-K ways: at most the 12.5% more shared-memory
     bytes of one padded slab (2.7% the most seen over 100,000 shapes, at K = 1)."""
     rng = np.random.default_rng(7)
@@ -74,8 +74,8 @@ def test_fp4_gemm_between_its_roofline_and_fp8(b200):
 def test_decode_gemm_time_scales_with_stored_bytes(b200):
     """A memory-bound decode GEMM (batch 8) reads its weights once: in FP4 its time above the launch is the
     FP8 time x 0.5625 within 1% for the MLP projections of Llama-3.1-70B at tp 4 and 405B at tp 8 (n x k >=
-    54M weights, 80% of a layer's); the smaller QKV and output projections gain less (ratio up to 0.66:
-    at a quarter of the FP8 bytes they turn shared-memory or latency bound), never more than the bytes."""
+    58M weights per GPU, 82% of a layer's); the smaller QKV and output projections gain less (ratio up to 0.66:
+    with fewer bytes to move they turn shared-memory or latency bound), never more than the bytes (1%)."""
     L = b200.launch_overhead_s
     big = [(14336, 8192), (8192, 7168), (13312, 16384), (16384, 6656)]          # mlp_up, mlp_down
     small = [(2560, 8192), (8192, 2048), (2304, 16384), (16384, 2048)]           # qkv, o_proj
