@@ -41,6 +41,17 @@ def _cases(base: dict, precisions=("bf16", "fp8", "fp4")) -> dict:
     return {p: resolve_case({**copy.deepcopy(base), "precision": p}, "test") for p in precisions}
 
 
+@pytest.mark.parametrize("name, fp4", [("b200", 18e15 / 2), ("gb200", 1440e15 / 72 / 2), ("gb300", 1080e15 / 72),
+                                       ("a100-sxm4-80gb", None), ("h100-sxm5-80gb", None), ("h200", None),
+                                       ("h800", None)])
+def test_fp4_rate_where_the_datasheets_give_one(name, fp4):
+    """Dense FP4 from the datasheets: B200 18 PF per GPU with sparsity (HGX/DGX B200), GB200 1,440 PF per NVL72
+    rack with sparsity, GB300 1,080 PF dense per rack; Ampere and Hopper have no FP4 MMA."""
+    m, where = resolve_named("hardware", name, "test", "hardware")
+    hw = HardwareSpec.from_mapping(m, where)
+    assert hw.tensor_flops.get("fp4") == (pytest.approx(fp4) if fp4 else None)
+
+
 def test_stored_bytes_and_catalog_k_depth(b200):
     """NVFP4 stores 4.5 bits per element; the tile catalog's K depth counts packed 4-bit elements (64 B and
     128 B of operand row: 128 and 256 elements, CUTLASS's sm100 NVFP4 tile K is 256), its shared memory the
@@ -127,7 +138,8 @@ def test_fp4_refused_without_fp4_units_or_in_training():
 
 def test_case_ids_unchanged():
     """The ids of existing cases are those main gave before FP4 existed (2026-12-02, 7bdc350): no Case field was
-    added. (Cases on b200 change id: its device file gained the fp4 rate, as any edit of a hardware file does.)"""
+    added. (Cases on b200, gb200 and gb300 change id: their device files gained the fp4 rate, as any edit of a
+    hardware file does.)"""
     assert load_case("examples/gpt175b-tp8-pp8.yaml").case_id == "50bcfc8a2e2efcd3"
     assert load_case("examples/deepseek-v3-8xh200-serving.yaml").case_id == "a8d9dd212b14b519"
     assert load_case("examples/gpt530b-deepspeed.yaml").case_id == "5fa7956e6ba6d0f7"
