@@ -85,12 +85,12 @@ class Case:
 
     @property
     def embedding_precision(self) -> str:
-        """Element type of the stored token embedding and LM head. NVFP4 checkpoints quantize "only the
-        weights and activations of the linear operators within transformers blocks" (nvidia/Llama-3.1-405B-
-        Instruct-FP4 model card, TensorRT Model Optimizer): both stay BF16, and the LM head GEMM runs BF16
-        (`workload.HIGH_PRECISION_GEMMS`). Other precisions: the weight precision (FP8 serving counts them at
-        1 B, as it did before FP4 existed: docs/fp4.md, "Not modelled")."""
-        return self.activation_precision if self.precision == "fp4" else self.weight_precision
+        """Element type of the stored token embedding and LM head: the activation precision. FP8 and NVFP4
+        serving checkpoints quantize "only the weights and activations of the linear operators within
+        transformers blocks" (TensorRT Model Optimizer's model cards, e.g. nvidia/Llama-3.1-405B-Instruct-FP4
+        and -FP8): both stay BF16, and the LM head GEMM runs BF16 (`workload.HIGH_PRECISION_GEMMS`); training
+        keeps every weight at the activation precision (`weight_precision`)."""
+        return self.activation_precision
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
