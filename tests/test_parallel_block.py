@@ -92,6 +92,30 @@ def test_baseline_counts_follow_the_templates() -> None:
     assert count(case(model("parallel", 2), 4, False, INFER)) == 1
 
 
+@pytest.mark.parametrize("norms", [1, 2])
+def test_userbuffers_fuse_only_the_forward_gathers(norms: int) -> None:
+    """tp_comm_overlap (docs/operator-model.md, "Parallel blocks"): the forward gathers feed qkv (and mlp_up
+    with two norms) and run as ring exchanges; the backward gather of the output gradient feeds the branch
+    sum's backward, not a GEMM, and the forward reduce-scatter follows the branch sum: neither is fused,
+    where the sequential block fuses both of its forward reduce-scatters and its output-gradient gathers."""
+    from rapidllm.engine.tp_overlap import overlap_durations
+    from rapidllm.graph.templates import compute_durations
+
+    def fused(c: Case) -> dict[str, list[tuple[str, str]]]:
+        ops, out = price_case(c), {}
+        for t in case_templates(c, ops):
+            if t.section == "layer_dense":
+                done = overlap_durations(t, compute_durations(ops, t), lambda axis, op, nb: 1e-4, 4, 132)
+                out[t.part] = [(t.nodes[i].op, next(n.name for n in t.nodes if i in n.deps)) for i in sorted(done)]
+        return out
+    par = fused(case(model("parallel", norms), 4, True, tp_comm_overlap=True))
+    assert par == {"fwd": [("all_gather", "qkv")] + [("all_gather", "mlp_up")] * (norms == 2), "bwd": []}
+    seq = fused(case(model("sequential"), 4, True, tp_comm_overlap=True))
+    assert seq == {"fwd": [("all_gather", "qkv"), ("reduce_scatter", "residual1"), ("all_gather", "mlp_up"),
+                           ("reduce_scatter", "residual2")],
+                   "bwd": [("all_gather", "mlp_down_dgrad"), ("all_gather", "o_proj_dgrad")]}
+
+
 def shard(tp: int, sp: bool) -> Shard:
     return Shard(tokens=2048, batch=1, q_len=2048, kv_len=2048, tp=tp, sp=sp, ep=1, dtype_bytes=2, etp=tp,
                  causal=True)
