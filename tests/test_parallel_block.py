@@ -92,6 +92,20 @@ def test_baseline_counts_follow_the_templates() -> None:
     assert count(case(model("parallel", 2), 4, False, INFER)) == 1
 
 
+@pytest.mark.parametrize("block, norms", [("sequential", 1), ("parallel", 1), ("parallel", 2)])
+def test_recomputed_mlp_gathers_its_input_again(block: str, norms: int) -> None:
+    """Selective recompute of the MLP alone (recompute_modules: mlp) under SP re-runs mlp_up on the norm
+    output, which is kept sequence-sharded: one all-gather before it in the recompute, whichever norm it
+    reads (with one norm, the one whose forward gather qkv consumed; it had none)."""
+    c = case(model(block, norms), 4, True, recompute="selective", recompute_modules=["mlp"])
+    t = next(t for t in case_templates(c, price_case(c)) if t.section == "layer_dense" and t.part == "bwd")
+    up = next(i for i, n in enumerate(t.nodes) if n.name == "mlp_up" and n.phase == "recompute")
+    before = [i for i, n in enumerate(t.nodes[:up]) if n.kind == COMM]
+    assert [(t.nodes[i].axis, t.nodes[i].op, t.nodes[i].nbytes) for i in before] == \
+        [("tp", "all_gather", 2048 * 2048 * 2.0)]
+    assert before[0] in t.nodes[up].deps
+
+
 @pytest.mark.parametrize("norms", [1, 2])
 def test_userbuffers_fuse_only_the_forward_gathers(norms: int) -> None:
     """tp_comm_overlap (docs/operator-model.md, "Parallel blocks"): the forward gathers feed qkv (and mlp_up

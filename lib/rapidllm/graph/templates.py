@@ -172,8 +172,11 @@ def parallel_block_rules(case: Case, act: float, backward: bool) -> list[Rule]:
     if not backward:
         if not case.parallelism.sp:
             return [Rule("residual1", "residual2", "tp", "all_reduce", act)]
-        gathers = [Rule("norm1", "qkv", "tp", "all_gather", act)]
-        if case.model.parallel_norms == 2:
+        # one norm: its gathered output is read by qkv and mlp_up, so a recompute of the MLP alone
+        # (recompute_modules: mlp) gathers it again for mlp_up, as the sequential block's MLP does
+        shared = case.model.parallel_norms == 1
+        gathers = [Rule("norm1", ("qkv", "mlp_up") if shared else "qkv", "tp", "all_gather", act)]
+        if not shared:
             gathers.append(Rule("norm2", "mlp_up", "tp", "all_gather", act))
         return gathers + [Rule("residual1", "residual2", "tp", "reduce_scatter", act)]
     if not case.parallelism.sp:
