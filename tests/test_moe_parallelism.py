@@ -258,6 +258,27 @@ def test_etp_tp_gathers_the_routed_copies_after_the_dispatch() -> None:
         assert tp_nodes == [(SEQ * h * 2, 1), (routed, 1)]
 
 
+def test_baseline_reruns_the_expert_tp_pair_with_the_experts() -> None:
+    """Recompute of the MoE block reruns the dispatcher, the expert-TP gather included: the event engine's
+    recompute weaves the gather before the recomputed experts, and the alpha-beta ablation counts the pair
+    once more exactly then (it counted it twice whatever the recompute, as for the attention's TP pair)."""
+    from rapidllm.engine.baseline import recompute_passes
+    from rapidllm.graph.templates import COMM, COMPUTE, layer_templates, ops_view
+    from rapidllm.ops.price import price_case
+    for par, passes in ((dict(recompute_modules=["moe_act"]), 2), (dict(recompute_modules=["moe"]), 3),
+                        (dict(recompute="full"), 3), (dict(recompute="none"), 2)):
+        case = qwen3(ep=16, **{"recompute": "selective", **par})
+        routed = [n for n in layer_nodes(case, SEQ, "layer_moe") if n.axis == "tp"][-1]
+        assert routed.nbytes == SEQ * case.model.hidden * 2 * routed_tp_copies(case)
+        assert recompute_passes(case, routed.axis, routed.rerun) == passes
+        bwd = next(t for t in layer_templates(case, ops_view(price_case(case)))
+                   if t.section == "layer_moe" and t.part == "bwd")
+        first_bwd = next(i for i, n in enumerate(bwd.nodes) if n.kind == COMPUTE and n.phase == "bwd")
+        again = [n for n in bwd.nodes[:first_bwd] if n.kind == COMM and (n.axis, n.op) == ("tp", "all_gather")
+                 and n.nbytes == routed.nbytes]
+        assert len(again) == passes - 2
+
+
 def test_chained_collective_waits_for_the_all_to_all() -> None:
     """The gather reads what the all-to-all delivered: its node depends on the all-to-all's node, and the
     experts on both."""
