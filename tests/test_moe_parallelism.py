@@ -248,7 +248,7 @@ def test_etp_tp_gathers_the_routed_copies_after_the_dispatch() -> None:
         assert routed_tp_copies(case) == copies
         fwd = [(r.axis, r.op, r.nbytes, r.launch, r.consumer, r.chained) for r in _tp_rules(case, False)][2:]
         assert fwd == [("ep", "all_to_all", dispatch_bytes(case, SEQ), "permute", "+permute", False),
-                       ("tp", "all_gather", routed, "permute", "expert_up", True),
+                       ("tp", "all_gather", routed, "permute", ("expert_up_fp8_cast", "expert_up"), True),
                        ("tp", "reduce_scatter", routed, "expert_down", "unpermute", False),
                        ("ep", "all_to_all", dispatch_bytes(case, SEQ), "expert_down", "unpermute", True)]
         bwd = [(r.axis, r.op, r.nbytes, r.chained) for r in _tp_rules(case, True) if r.nbytes == routed]
@@ -256,6 +256,27 @@ def test_etp_tp_gathers_the_routed_copies_after_the_dispatch() -> None:
         # the baseline engine: the attention pair at the sequence's bytes, the routed pair at copies x
         tp_nodes = [(n.nbytes, n.count) for n in layer_nodes(case, SEQ, "layer_moe") if n.axis == "tp"]
         assert tp_nodes == [(SEQ * h * 2, 1), (routed, 1)]
+
+
+def test_baseline_reruns_the_expert_tp_pair_with_the_experts() -> None:
+    """Recompute of the MoE block reruns the dispatcher, the expert-TP gather included: the event engine's
+    recompute weaves the gather before the recomputed experts, and the alpha-beta ablation counts the pair
+    once more exactly then (it counted it twice whatever the recompute, as for the attention's TP pair)."""
+    from rapidllm.engine.baseline import recompute_passes
+    from rapidllm.graph.templates import COMM, COMPUTE, layer_templates, ops_view
+    from rapidllm.ops.price import price_case
+    for par, passes in ((dict(recompute_modules=["moe_act"]), 2), (dict(recompute_modules=["moe"]), 3),
+                        (dict(recompute="full"), 3), (dict(recompute="none"), 2)):
+        case = qwen3(ep=16, **{"recompute": "selective", **par})
+        routed = [n for n in layer_nodes(case, SEQ, "layer_moe") if n.axis == "tp"][-1]
+        assert routed.nbytes == SEQ * case.model.hidden * 2 * routed_tp_copies(case)
+        assert recompute_passes(case, routed.axis, routed.rerun) == passes
+        bwd = next(t for t in layer_templates(case, ops_view(price_case(case)))
+                   if t.section == "layer_moe" and t.part == "bwd")
+        first_bwd = next(i for i, n in enumerate(bwd.nodes) if n.kind == COMPUTE and n.phase == "bwd")
+        again = [n for n in bwd.nodes[:first_bwd] if n.kind == COMM and (n.axis, n.op) == ("tp", "all_gather")
+                 and n.nbytes == routed.nbytes]
+        assert len(again) == passes - 2
 
 
 def test_chained_collective_waits_for_the_all_to_all() -> None:
@@ -269,6 +290,28 @@ def test_chained_collective_waits_for_the_all_to_all() -> None:
     a2a, gather = names.index(("ep", "all_to_all")), names.index(("tp", "all_gather"), names.index("permute"))
     assert a2a in fwd.nodes[gather].deps
     assert {a2a, gather} <= set(fwd.nodes[names.index("expert_up")].deps)
+
+
+def test_fp8_cast_of_the_gathered_tokens_waits_for_the_gather() -> None:
+    """FP8 training: TE's GroupedLinear casts the expert input (and, backward, the incoming gradient) that the
+    dispatcher gathered in BF16, so the cast, the first operator reading the gathered tensor and sized as
+    all of it, waits for the expert-TP gather as well as the all-to-all (it waited for the all-to-all alone:
+    the cast of top_k x the sequence ran beside the gather of those very tokens)."""
+    from rapidllm.graph.templates import COMM, layer_templates, ops_view
+    from rapidllm.ops.price import price_case
+    case = resolve_case({**mapping(ep=16), "precision": "fp8"}, "test")
+    for t in layer_templates(case, ops_view(price_case(case))):
+        if t.section != "layer_moe" or t.part not in ("fwd", "bwd"):
+            continue
+        nodes = t.nodes
+        names = [n.name for n in nodes]
+        cast = names.index("expert_up_fp8_cast" if t.part == "fwd" else "expert_down_dgrad_fp8_cast")
+        gather = max(i for i in nodes[cast].deps if nodes[i].kind == COMM)
+        assert (nodes[gather].axis, nodes[gather].op, nodes[gather].nbytes) == \
+            ("tp", "all_gather", SEQ * case.model.hidden * 2 * case.model.moe.top_k)
+        a2a = [i for i in nodes[gather].deps if nodes[i].kind == COMM]
+        assert [(nodes[i].axis, nodes[i].op) for i in a2a] == [("ep", "all_to_all")]
+        assert a2a[0] in nodes[cast].deps
 
 
 def test_flex_dispatcher_carries_expert_tp_in_its_dispatch() -> None:

@@ -92,6 +92,44 @@ def test_baseline_counts_follow_the_templates() -> None:
     assert count(case(model("parallel", 2), 4, False, INFER)) == 1
 
 
+@pytest.mark.parametrize("block, norms", [("sequential", 1), ("parallel", 1), ("parallel", 2)])
+def test_recomputed_mlp_gathers_its_input_again(block: str, norms: int) -> None:
+    """Selective recompute of the MLP alone (recompute_modules: mlp) under SP re-runs mlp_up on the norm
+    output, which is kept sequence-sharded: one all-gather before it in the recompute, whichever norm it
+    reads (with one norm, the one whose forward gather qkv consumed; it had none)."""
+    c = case(model(block, norms), 4, True, recompute="selective", recompute_modules=["mlp"])
+    t = next(t for t in case_templates(c, price_case(c)) if t.section == "layer_dense" and t.part == "bwd")
+    up = next(i for i, n in enumerate(t.nodes) if n.name == "mlp_up" and n.phase == "recompute")
+    before = [i for i, n in enumerate(t.nodes[:up]) if n.kind == COMM]
+    assert [(t.nodes[i].axis, t.nodes[i].op, t.nodes[i].nbytes) for i in before] == \
+        [("tp", "all_gather", 2048 * 2048 * 2.0)]
+    assert before[0] in t.nodes[up].deps
+
+
+@pytest.mark.parametrize("norms", [1, 2])
+def test_userbuffers_fuse_only_the_forward_gathers(norms: int) -> None:
+    """tp_comm_overlap (docs/operator-model.md, "Parallel blocks"): the forward gathers feed qkv (and mlp_up
+    with two norms) and run as ring exchanges; the backward gather of the output gradient feeds the branch
+    sum's backward, not a GEMM, and the forward reduce-scatter follows the branch sum: neither is fused,
+    where the sequential block fuses both of its forward reduce-scatters and its output-gradient gathers."""
+    from rapidllm.engine.tp_overlap import overlap_durations
+    from rapidllm.graph.templates import compute_durations
+
+    def fused(c: Case) -> dict[str, list[tuple[str, str]]]:
+        ops, out = price_case(c), {}
+        for t in case_templates(c, ops):
+            if t.section == "layer_dense":
+                done = overlap_durations(t, compute_durations(ops, t), lambda axis, op, nb: 1e-4, 4, 132)
+                out[t.part] = [(t.nodes[i].op, next(n.name for n in t.nodes if i in n.deps)) for i in sorted(done)]
+        return out
+    par = fused(case(model("parallel", norms), 4, True, tp_comm_overlap=True))
+    assert par == {"fwd": [("all_gather", "qkv")] + [("all_gather", "mlp_up")] * (norms == 2), "bwd": []}
+    seq = fused(case(model("sequential"), 4, True, tp_comm_overlap=True))
+    assert seq == {"fwd": [("all_gather", "qkv"), ("reduce_scatter", "residual1"), ("all_gather", "mlp_up"),
+                           ("reduce_scatter", "residual2")],
+                   "bwd": [("all_gather", "mlp_down_dgrad"), ("all_gather", "o_proj_dgrad")]}
+
+
 def shard(tp: int, sp: bool) -> Shard:
     return Shard(tokens=2048, batch=1, q_len=2048, kv_len=2048, tp=tp, sp=sp, ep=1, dtype_bytes=2, etp=tp,
                  causal=True)

@@ -79,16 +79,17 @@ def comm_time(case: Case, nodes: list[CommNode], scope: str, tokens_scale: float
     """Alpha-beta time of all nodes of one scope (bytes scaled for decode steps); `passes` counts each layer
     collective once per traversal that runs it (forward, backward, and recompute when it reruns it)."""
     return sum(n.count * _comm(case, n.axis, n.op, n.nbytes * tokens_scale)
-               * (recompute_passes(case, n.axis) if passes else 1) for n in nodes if n.scope == scope)
+               * (recompute_passes(case, n.axis, n.rerun) if passes else 1) for n in nodes if n.scope == scope)
 
 
-def recompute_passes(case: Case, axis: str) -> int:
+def recompute_passes(case: Case, axis: str, rerun: str = "") -> int:
     """Traversals of a layer that run its `axis` collectives: 3 when recompute reruns their consumers (full;
-    selective: CP before a recomputed attention core, EP around a recomputed MoE block), else 2."""
+    selective: CP before a recomputed attention core, EP around a recomputed MoE block, or the operator a
+    node names, `CommNode.rerun`: the expert-TP pair of etp = tp before recomputed experts), else 2."""
     p = case.parallelism
     if p.recompute == "full":
         return 3
-    again = {"cp": "attn", "ep": "router"}.get(axis)
+    again = rerun or {"cp": "attn", "ep": "router"}.get(axis)
     return 3 if again and recomputed(again, p.recompute, p.recompute_modules) else 2
 
 

@@ -28,6 +28,8 @@ class CommNode:
     op: str
     nbytes: float
     count: float          # occurrences per scope unit
+    # the forward operator whose recompute runs it again (`engine.baseline.recompute_passes`); "": its axis's
+    rerun: str = ""
 
 
 def expected_distinct(experts: int, top_k: int, groups: int) -> float:
@@ -181,8 +183,9 @@ def layer_nodes(case: Case, tokens: int, scope: str) -> list[CommNode]:
         nodes.append(CommNode(scope, "tp", "all_reduce", act, parallel_block_reductions(case)))
     elif p.tp > 1:
         nodes.append(CommNode(scope, "tp", "all_reduce", act, 2 if not moe or moe_tp_collectives(case) else 1))
-        if moe and routed_tp_copies(case):     # the expert-TP gather / reduce-scatter pair, as one all-reduce
-            nodes.append(CommNode(scope, "tp", "all_reduce", act * routed_tp_copies(case), 1))
+        if moe and routed_tp_copies(case):     # the expert-TP gather / reduce-scatter pair, as one all-reduce,
+            # gathered again where the experts are recomputed (the graph's recompute weaves it before them)
+            nodes.append(CommNode(scope, "tp", "all_reduce", act * routed_tp_copies(case), 1, rerun="expert_up"))
     if p.cp > 1:
         nodes.append(CommNode(scope, "cp", "all_gather", float(m.cp_kv_dim) * b * tokens * p.cp / p.tp, 1))
     if moe and moe_all_to_all(case):

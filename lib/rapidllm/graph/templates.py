@@ -125,15 +125,18 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
             # the received tokens before the experts; their output reduce-scattered, then the combine. In
             # backward the mirror image (the gather's gradient is a reduce-scatter and vice versa), run by
             # autograd between the grouped linears' backward nodes: the reduce-scatter after expert_up's
-            # dgrad and wgrad both (no asynchronous TP communication inside the expert GEMMs)
+            # dgrad and wgrad both (no asynchronous TP communication inside the expert GEMMs). The gathered
+            # tokens (gradient) are first read by the expert GEMM's FP8 cast where there is one: Megatron-Core
+            # gathers them in BF16 and TE's GroupedLinear casts them after (`first_reader`)
             if backward:
                 rules += [Rule("unpermute_bwd", "+unpermute_bwd", "ep", "all_to_all", a2a),
-                          Rule("unpermute_bwd", "expert_down_dgrad", "tp", "all_gather", routed, chained=True),
+                          Rule("unpermute_bwd", first_reader("expert_down_dgrad"), "tp", "all_gather", routed,
+                               chained=True),
                           Rule("expert_up_wgrad", "permute_bwd", "tp", "reduce_scatter", routed),
                           Rule("expert_up_wgrad", "permute_bwd", "ep", "all_to_all", a2a, chained=True)]
             else:
                 rules += [Rule("permute", "+permute", "ep", "all_to_all", a2a),
-                          Rule("permute", "expert_up", "tp", "all_gather", routed, chained=True),
+                          Rule("permute", first_reader("expert_up"), "tp", "all_gather", routed, chained=True),
                           Rule("expert_down", "unpermute", "tp", "reduce_scatter", routed),
                           Rule("expert_down", "unpermute", "ep", "all_to_all", a2a, chained=True)]
         elif backward:
@@ -143,6 +146,12 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
             rules += [Rule("permute", "+permute", "ep", "all_to_all", a2a),
                       Rule(PREV, "unpermute", "ep", "all_to_all", a2a)]
     return rules
+
+
+def first_reader(gemm: str) -> tuple[str, str]:
+    """The consumer of a GEMM's input: the FP8 cast of that input where `precision: fp8` puts one before the
+    GEMM (`ops.workload.with_fp8_casts`: `{gemm}_fp8_cast`, sized as the GEMM's whole input), else the GEMM."""
+    return f"{gemm}_fp8_cast", gemm
 
 
 def parallel_block_rules(case: Case, act: float, backward: bool) -> list[Rule]:
@@ -163,8 +172,11 @@ def parallel_block_rules(case: Case, act: float, backward: bool) -> list[Rule]:
     if not backward:
         if not case.parallelism.sp:
             return [Rule("residual1", "residual2", "tp", "all_reduce", act)]
-        gathers = [Rule("norm1", "qkv", "tp", "all_gather", act)]
-        if case.model.parallel_norms == 2:
+        # one norm: its gathered output is read by qkv and mlp_up, so a recompute of the MLP alone
+        # (recompute_modules: mlp) gathers it again for mlp_up, as the sequential block's MLP does
+        shared = case.model.parallel_norms == 1
+        gathers = [Rule("norm1", ("qkv", "mlp_up") if shared else "qkv", "tp", "all_gather", act)]
+        if not shared:
             gathers.append(Rule("norm2", "mlp_up", "tp", "all_gather", act))
         return gathers + [Rule("residual1", "residual2", "tp", "reduce_scatter", act)]
     if not case.parallelism.sp:
