@@ -314,6 +314,31 @@ def test_fp8_cast_of_the_gathered_tokens_waits_for_the_gather() -> None:
         assert a2a[0] in nodes[cast].deps
 
 
+@pytest.mark.parametrize("par, routed_gathered", [(dict(etp=1), False), (dict(), False),
+                                                   (dict(ep=1, dp=8), True)])
+def test_sequence_gather_of_the_shared_experts(par: dict, routed_gathered: bool) -> None:
+    """Qwen2-57B-A14B (a shared expert), tp 2 + SP: where the router reads the rank's shard (etp 1; etp = tp
+    with the dispatcher moving the routed tokens), the sequence is gathered for the shared expert alone
+    (Megatron-Core's SharedExpertMLP, TE column-parallel fc1 / row-parallel fc2): the router does not wait
+    for it, nor does the combine's backward for the gather of the output gradient; the shared expert's GEMMs
+    do. With ep 1 and etp = tp the router reads the gathered sequence and waits, as before."""
+    from rapidllm.graph.templates import COMM, layer_templates, ops_view
+    from rapidllm.ops.price import price_case
+    case = resolve_case({**mapping(), "model": "qwen2-57b-a14b",
+                         "parallelism": {"tp": 2, "ep": 4, "pp": 1, "dp": 4, "sp": True, **par}}, "test")
+    waits = {}
+    for t in layer_templates(case, ops_view(price_case(case))):
+        if t.section == "layer_moe" and t.part in ("fwd", "bwd"):
+            for n in t.nodes:
+                gathers = [(t.nodes[d].nbytes, t.nodes[d].op) for d in n.deps
+                           if t.nodes[d].kind == COMM and t.nodes[d].axis == "tp" and t.nodes[d].op == "all_gather"]
+                waits[t.part, n.name] = gathers
+    gather = [(SEQ * case.model.hidden * 2.0, "all_gather")]
+    assert waits["fwd", "router"] == waits["bwd", "unpermute_bwd"] == (gather if routed_gathered else [])
+    if not routed_gathered:
+        assert waits["fwd", "shared_up"] == waits["bwd", "shared_down_dgrad"] == gather
+
+
 def test_flex_dispatcher_carries_expert_tp_in_its_dispatch() -> None:
     """DeepEP (flex) with etp = tp replicates the routing over the expert-TP ranks and dispatches over TP x
     EP: no TP collective at the MLP position; inside one node a token goes to etp x its distinct EP ranks."""

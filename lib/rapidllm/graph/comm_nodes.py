@@ -128,9 +128,17 @@ def moe_tp_collectives(case: Case) -> bool:
     TP-sharded MLPs on the gathered sequence and keep them. Experts inside the TP group (inference, ep x
     etp = tp) see every token of the group and leave partial sums for the TP all-reduce.
     """
-    m, p = case.model, case.parallelism
-    return (p.expert_tp == p.tp and not routed_tp_in_dispatcher(case)) or moe_dispatch_free(case) \
-        or bool(m.moe and m.moe.shared_experts)
+    m = case.model
+    return routed_on_sequence(case) or bool(m.moe and m.moe.shared_experts)
+
+
+def routed_on_sequence(case: Case) -> bool:
+    """Whether the routed experts (and the router) read the TP group's gathered sequence (`moe_tp_collectives`
+    less the shared experts): etp = tp where the dispatcher does not move the routed tokens itself, or EP
+    inside the TP group. Otherwise the router reads each rank's sequence shard, and a gather of the
+    sequence serves the shared experts alone."""
+    p = case.parallelism
+    return (p.expert_tp == p.tp and not routed_tp_in_dispatcher(case)) or moe_dispatch_free(case)
 
 
 def moe_all_to_all(case: Case) -> bool:

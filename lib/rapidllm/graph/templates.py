@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rapidllm.caches import current
-from rapidllm.graph.comm_nodes import dispatch_bytes, moe_all_to_all, moe_tp_collectives, routed_tp_copies
+from rapidllm.graph.comm_nodes import dispatch_bytes, moe_all_to_all, moe_tp_collectives, routed_on_sequence, \
+    routed_tp_copies
 from rapidllm.ops.price import OPERATOR_COLUMNS, OperatorTable, case_sections
 from rapidllm.spec.case import Case
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -97,12 +98,18 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
     elif p.tp > 1:
         full = act
         mlp_tp = not moe or moe_tp_collectives(case)
+        # an MoE layer whose router reads the rank's sequence shard gathers the sequence for its shared
+        # experts alone (Megatron-Core's SharedExpertMLP: a TE column-parallel fc1, row-parallel fc2 under SP):
+        # neither the router forward nor the combine's backward waits for that gather
+        shared_only = moe and not routed_on_sequence(case)
+        gather_in = first_reader("shared_up") if shared_only else mlp_in
+        gather_grad = first_reader("shared_down_dgrad") if shared_only else "+residual2_bwd"
         if backward:
             # the column-parallel GEMMs keep their input sequence-sharded and gather it again for the
             # weight gradient, launched before the input-gradient GEMM and overlapped with it (Megatron's
             # LinearWithGradAccumulationAndAsyncCommunication, TE's Linear); their reduce-scatter queues behind
             # (routed experts take their tokens from the dispatcher and keep them: no re-gather)
-            rules += [Rule("residual2_bwd", "+residual2_bwd", "tp", "all_gather", full)] * mlp_tp
+            rules += [Rule("residual2_bwd", gather_grad, "tp", "all_gather", full)] * mlp_tp
             rules += [Rule("mlp_act_bwd", "mlp_up_wgrad", "tp", "all_gather", full)] * (not moe)
             rules += [Rule(("mlp_up_dgrad", PREV), "norm2_bwd", "tp", "reduce_scatter", full)] * mlp_tp
             rules += [Rule("residual1_bwd", "o_proj_dgrad", "tp", "all_gather", full),
@@ -111,7 +118,7 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
         else:
             rules += [Rule("norm1", "qkv", "tp", "all_gather", full),
                       Rule("o_proj", "residual1", "tp", "reduce_scatter", full)]
-            rules += [Rule("norm2", mlp_in, "tp", "all_gather", full),
+            rules += [Rule("norm2", gather_in, "tp", "all_gather", full),
                       Rule(PREV, "residual2", "tp", "reduce_scatter", full)] * mlp_tp
     if p.cp > 1:
         kv = float(m.cp_kv_dim) * b * tokens * p.cp / p.tp
@@ -440,8 +447,8 @@ def shared_case_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsVie
     p = case.parallelism
     prefixes = ("",) if case.training else ("prefill_", "decode_first_", "decode_last_")
     tokens = tuple(layer_tokens(case, prefix) for prefix in prefixes)
-    moe = (tuple(dispatch_bytes(case, n) for n in tokens), routed_tp_copies(case), moe_tp_collectives(case)) \
-        if moe_all_to_all(case) else ()
+    moe = (tuple(dispatch_bytes(case, n) for n in tokens), routed_tp_copies(case), moe_tp_collectives(case),
+           routed_on_sequence(case)) if moe_all_to_all(case) else ()
     key = (tuple(zip(view.section_of, view.names, view.phases)), case.model, case.training, p.tp, p.sp, p.cp, p.ep,
            p.expert_tp, case.activation_precision, tokens, moe)
     table = current().templates
