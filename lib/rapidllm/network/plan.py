@@ -234,7 +234,7 @@ def for_chunks(node: Node, chunks: int) -> Node | None:
     if joint is None:
         return None
     _, _, inv, bar_ptr, bar_idx = joint
-    return Staged.join(transfers(first), bar_ptr, bar_idx.astype(np.int64), inv, first, second, node.shapes)
+    return Staged.join(transfers(first), bar_ptr, bar_idx, inv, first, second, node.shapes)
 
 
 def relinked(node: Node, mapping: np.ndarray) -> Node | None:
@@ -290,7 +290,7 @@ def run(node: Node, nbytes: float, release: np.ndarray | float, link_bw: np.ndar
             finish, _, events = simulate_kernel(node.route_of(), np.full(n, size), rel, np.zeros(n + 1, np.int64),
                                                 np.zeros(0, np.int32), node.route_ptr, node.route_links, link_bw,
                                                 link_lat)
-        return (finish if whole else _latest(finish)), int(events)
+        return (finish if whole else latest(finish)), int(events)
     if isinstance(node, Replicated):
         if not uniform and not _equal_rows(release, node.m):
             return None
@@ -311,10 +311,11 @@ def run(node: Node, nbytes: float, release: np.ndarray | float, link_bw: np.ndar
         return None
     if whole:
         return np.concatenate([first[0], bars, second[0]]), first[1] + second[1]
-    return max(_latest(first[0]), _latest(bars), second[0]), first[1] + second[1]
+    return max(latest(first[0]), latest(bars), second[0]), first[1] + second[1]
 
 
-def _latest(finish: np.ndarray) -> float:
+def latest(finish: np.ndarray) -> float:
+    """The latest finish time of a run's transfers (-inf: no transfer)."""
     return float(finish.max()) if len(finish) else -np.inf
 
 
