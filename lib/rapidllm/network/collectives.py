@@ -116,7 +116,7 @@ def sequence(first: Schedule, second: Schedule) -> Schedule:
     out = Deferred(len(first) + len(uniq) + len(second), make)
     # the stages and their joints, for `decompose.simulate`: barrier b (rank uniq // k, chunk uniq % k) waits
     # for first's transfers bar_src[bar_ptr[b]:bar_ptr[b+1]]; transfer i of `second` waits for barrier inv[i]
-    out._sequence = (first, second, bar_ptr, bar_idx.astype(np.int64), inv, uniq % k)
+    out._sequence = (first, second, bar_ptr, bar_idx, inv, uniq % k)
     # the rings' (groups, steps) of both stages when the join came from them (network/plan.py: plans for
     # other chunk counts recompute it with ring_joint)
     a, b = ring_shape(first), ring_shape(second)
@@ -128,7 +128,7 @@ def _joint(first: Schedule, second: Schedule) -> tuple[int, np.ndarray, np.ndarr
     """The barriers of `sequence(first, second)`: (k, uniq, inv, bar_ptr, bar_idx). Barrier b is (rank
     uniq[b] // k, chunk uniq[b] % k), the sorted keys of second's (source, chunk); transfer i of `second`
     waits for barrier inv[i]; barrier b waits for first's transfers bar_idx[bar_ptr[b]:bar_ptr[b+1]]
-    (ascending ids) into its rank and chunk."""
+    (ascending ids) into its rank and chunk. Transfer and barrier indices are int32, as dependency ids."""
     k = int(max(first.chunk.max(), second.chunk.max())) + 1
     uniq, inv = np.unique(second.src.astype(np.int64) * k + second.chunk, return_inverse=True)
     fkey = first.dst.astype(np.int64) * k + first.chunk
@@ -139,7 +139,7 @@ def _joint(first: Schedule, second: Schedule) -> tuple[int, np.ndarray, np.ndarr
     bar_ptr[1:] = np.cumsum(hi - lo)
     cnt = hi - lo                       # segments [lo, hi) are disjoint and ascending: gather them at once
     bar_idx = order[np.arange(int(cnt.sum())) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)].astype(np.int32)
-    return k, uniq, inv.ravel(), bar_ptr, bar_idx
+    return k, uniq, inv.ravel().astype(np.int32), bar_ptr, bar_idx
 
 
 def _ring_joint(first: Schedule, second: Schedule
@@ -168,7 +168,8 @@ def ring_joint(g1: np.ndarray, s1: int, c1: int, g2: np.ndarray, s2: int, c2: in
     (m1, n1), (m2, n2) = g1.shape, g2.shape
     keys = g2.astype(np.int64)[:, None, :] * k + np.arange(c2, dtype=np.int64)[None, :, None]   # (m2, c2, n2)
     uniq, unit_inv = np.unique(keys, return_inverse=True)
-    inv = np.broadcast_to(unit_inv.reshape(m2, c2, 1, n2), (m2, c2, s2, n2)).ravel()
+    # per transfer of the second stage (tens of millions at 16,384 ranks): int32, as transfer ids are
+    inv = np.broadcast_to(unit_inv.astype(np.int32).reshape(m2, c2, 1, n2), (m2, c2, s2, n2)).ravel()
     # first's arrivals: unit (ring, chunk, position) with key dst * k + chunk, its first transfer's id
     fkeys = (dst.reshape(m1, 1, n1) * k + np.arange(c1, dtype=np.int64)[None, :, None]).ravel()
     ring, chunk, pos = np.unravel_index(np.arange(fkeys.size), (m1, c1, n1))
@@ -179,8 +180,10 @@ def ring_joint(g1: np.ndarray, s1: int, c1: int, g2: np.ndarray, s2: int, c2: in
     cnt = np.where(found, s1, 0)
     bar_ptr = np.zeros(len(uniq) + 1, dtype=np.int64)
     bar_ptr[1:] = np.cumsum(cnt)
-    base = np.repeat(first_id[order][at][found], s1)
-    bar_idx = (base + np.tile(np.arange(s1, dtype=np.int64) * n1, int(found.sum()))).astype(np.int32)
+    # a found barrier's arrivals: its unit's first transfer, then one per step (n1 ids apart), built in
+    # int32 at once (no int64 temporaries of every arrival)
+    start = first_id[order][at][found].astype(np.int32)
+    bar_idx = (start[:, None] + np.arange(0, s1 * n1, n1, dtype=np.int32)[None, :]).ravel()
     return k, uniq, inv, bar_ptr, bar_idx
 
 
