@@ -94,8 +94,8 @@ def run_staged(router: Router, sched: Schedule, release: np.ndarray | float, lin
     staged = getattr(sched, "_sequence", None)
     if staged is None:
         return None
-    first, second, bar_ptr, bar_src, bar_of, _ = staged
-    n1, nb = len(first), len(bar_ptr) - 1
+    first, second, join = staged
+    n1, nb = len(first), join.nb
     if n1 + nb + len(second) != len(sched):
         return None
     if len(np.intersect1d(_link_set(router, first), _link_set(router, second), assume_unique=True)):
@@ -103,14 +103,11 @@ def run_staged(router: Router, sched: Schedule, release: np.ndarray | float, lin
     uniform = not isinstance(release, np.ndarray)
     r1, r2 = ([], []) if rec is not None else (None, None)
     f1, busy1, ev1 = simulate(router, first, release if uniform else release[:n1], link_bw, link_lat, r1)
-    has = np.diff(bar_ptr) > 0
-    bars = plan.barriers(f1, np.full(nb, release) if uniform else release[n1:n1 + nb], bar_src,
-                         bar_ptr[:-1][has], has)
-    rel2 = np.maximum(release if uniform else release[n1 + nb:], bars[bar_of])
+    bars = join.barriers(f1, np.full(nb, release) if uniform else release[n1:n1 + nb])
+    rel2 = join.second_release(release if uniform else release[n1 + nb:], bars)
     f2, busy2, ev2 = simulate(router, second, rel2, link_bw, link_lat, r2, whole)
     if rec is not None:
-        rec.append(plan.Staged(n1, nb, bar_src, bar_ptr[:-1][has], has, bar_of, r1[0], r2[0],
-                               getattr(sched, "_joint_shapes", None))
+        rec.append(plan.Staged(n1, join, r1[0], r2[0], getattr(sched, "_joint_shapes", None))
                    if r1[0] is not None and r2[0] is not None else None)
     finish = np.concatenate([f1, bars, f2]) if whole else max(plan.latest(f1), plan.latest(bars), f2)
     return finish, busy1 + busy2, int(ev1) + int(ev2)
@@ -130,7 +127,7 @@ def _same(a: Schedule, b: Schedule) -> bool:
     sa, sb = getattr(a, "_sequence", None), getattr(b, "_sequence", None)
     if sa is not None or sb is not None:
         return (sa is not None and sb is not None and _same(sa[0], sb[0]) and _same(sa[1], sb[1])
-                and all(np.array_equal(x, y) for x, y in zip(sa[2:], sb[2:])))
+                and sa[2].same(sb[2]))
     pa, pb = getattr(a, "_parts", None), getattr(b, "_parts", None)
     if pa or pb:
         return bool(pa) and bool(pb) and len(pa) == len(pb) and all(_same(x, y) for x, y in zip(pa, pb))

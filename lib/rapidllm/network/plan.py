@@ -46,7 +46,7 @@ from typing import Union
 
 import numpy as np
 
-from rapidllm.network.collectives import (PER_CHUNK, RingSchedule, Schedule, ring_joint, ring_shape,
+from rapidllm.network.collectives import (PER_CHUNK, Join, RingSchedule, Schedule, ring_joint, ring_shape,
                                           successors)
 from rapidllm.network.routing import Router, route_table
 from rapidllm.network.simulator import ring_kernel, simulate_kernel
@@ -136,25 +136,14 @@ class Replicated:
 
 @dataclass(frozen=True)
 class Staged:
-    """Two stages sharing no link: `first` (n1 transfers), nb barriers, `second` (decompose.run_staged).
-    `shapes`: (groups, steps) of both stages' rings when the join was computed from them (`ring_joint`),
-    so it can be recomputed for another chunk count; None otherwise."""
+    """Two stages sharing no link: `first` (n1 transfers), the barriers of `join` (collectives.Join), `second`
+    (decompose.run_staged). `shapes`: (groups, steps) of both stages' rings when the join was computed from
+    them (`ring_joint`), so it can be recomputed for another chunk count; None otherwise."""
     n1: int
-    nb: int
-    bar_src: np.ndarray
-    bar_starts: np.ndarray
-    has: np.ndarray
-    bar_of: np.ndarray
+    join: Join
     first: Node
     second: Node
     shapes: tuple | None = None
-
-    @classmethod
-    def join(cls, n1: int, bar_ptr: np.ndarray, bar_src: np.ndarray, bar_of: np.ndarray, first: Node,
-             second: Node, shapes: tuple | None) -> Staged:
-        """The node of a join whose barrier b waits for bar_src[bar_ptr[b]:bar_ptr[b+1]] of `first`."""
-        has = np.diff(bar_ptr) > 0
-        return cls(n1, len(bar_ptr) - 1, bar_src, bar_ptr[:-1][has], has, bar_of, first, second, shapes)
 
 
 Node = Union[Leaf, Direct, Replicated, Staged]
@@ -204,7 +193,7 @@ def transfers(node: Node) -> int:
         return node.route_rows.size * node.chunks
     if isinstance(node, Replicated):
         return node.m * node.size
-    return node.n1 + node.nb + transfers(node.second)
+    return node.n1 + node.join.nb + transfers(node.second)
 
 
 def for_chunks(node: Node, chunks: int) -> Node | None:
@@ -233,8 +222,7 @@ def for_chunks(node: Node, chunks: int) -> Node | None:
     joint = ring_joint(g1, s1, chunks, g2, s2, chunks)
     if joint is None:
         return None
-    _, _, inv, bar_ptr, bar_idx = joint
-    return Staged.join(transfers(first), bar_ptr, bar_idx, inv, first, second, node.shapes)
+    return Staged(transfers(first), joint, first, second, node.shapes)
 
 
 def relinked(node: Node, mapping: np.ndarray) -> Node | None:
@@ -250,16 +238,6 @@ def relinked(node: Node, mapping: np.ndarray) -> Node | None:
         return None if first is None else replace(node, first=first)
     first, second = relinked(node.first, mapping), relinked(node.second, mapping)
     return None if first is None or second is None else replace(node, first=first, second=second)
-
-
-def barriers(f1: np.ndarray, release: np.ndarray, bar_src: np.ndarray, starts: np.ndarray,
-             has: np.ndarray) -> np.ndarray:
-    """Barrier times of a staged schedule: each its release, or the max of its inputs' finish times."""
-    bars = release.copy()
-    if np.any(has):                  # segments are non-empty where has
-        seg = np.maximum.reduceat(f1[bar_src], starts)
-        bars[has] = np.maximum(bars[has], seg)
-    return bars
 
 
 def _equal_rows(release: np.ndarray, m: int) -> bool:
@@ -299,13 +277,12 @@ def run(node: Node, nbytes: float, release: np.ndarray | float, link_bw: np.ndar
         if out is None:
             return None
         return (np.tile(out[0], node.m) if whole else out[0]), out[1] * node.m
-    n1, nb = node.n1, node.nb
+    n1, nb = node.n1, node.join.nb
     first = run(node.first, nbytes, release if uniform else np.ascontiguousarray(release[:n1]), link_bw, link_lat)
     if first is None:
         return None
-    bars = barriers(first[0], np.full(nb, release) if uniform else release[n1:n1 + nb], node.bar_src,
-                    node.bar_starts, node.has)
-    rel2 = np.maximum(release if uniform else release[n1 + nb:], bars[node.bar_of])
+    bars = node.join.barriers(first[0], np.full(nb, release) if uniform else release[n1:n1 + nb])
+    rel2 = node.join.second_release(release if uniform else release[n1 + nb:], bars)
     second = run(node.second, nbytes, rel2, link_bw, link_lat, whole)
     if second is None:
         return None
@@ -382,6 +359,5 @@ def _nbytes(node: Node | None) -> int:
     if isinstance(node, Replicated):
         return _nbytes(node.first)
     if isinstance(node, Staged):
-        arrays = (node.bar_src, node.bar_starts, node.has, node.bar_of)
-        return sum(a.nbytes for a in arrays) + _nbytes(node.first) + _nbytes(node.second)
+        return node.join.nbytes + _nbytes(node.first) + _nbytes(node.second)
     return 0
