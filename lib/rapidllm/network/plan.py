@@ -33,10 +33,10 @@ decomposing the schedule again. Nothing the recording decided depends on the cou
 (whose routes and link checks decide stages and replicas) is a ring position, the same for every chunk,
 and a ring's division of the bytes by its ranks times chunks is recorded as the marker `(PER_CHUNK, n)`
 (collectives.ring_collective), replayed as a division by n times the new count. What does depend on it is
-recomputed: transfer counts, and the barrier arrays of a stage join, from the rings' shapes by the
-function `collectives.sequence` uses (`ring_joint`), which is why only joins built from ring shapes carry
-over (`Staged.shapes`; equal arrays between parts for one count are equal for every count: they are the
-rank pattern of the rings repeated per chunk). tests/test_network_plan.py compares derived plans with
+recomputed: transfer counts, and the barriers of a stage join (`collectives.RingJoin`), from the
+rings' shapes by the function `collectives.sequence` uses (`ring_joint`), which is why only joins built
+from ring shapes carry over (`Staged.shapes`; equal joins between parts for one count are equal for every
+count: they are the rank pattern of the rings repeated per chunk). tests/test_network_plan.py compares derived plans with
 fresh simulations. Fabrics of other sizes: network/relocate.py.
 """
 from __future__ import annotations
