@@ -200,7 +200,7 @@ class RingJoin(Join):
     steps2: int                 # s2: steps of the second stage (its transfers wait alike at every step)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        m1, c1, s1, n1 = self.first_shape
+        _, _, s1, n1 = self.first_shape
         m2, c2, n2 = self.unit_inv.shape
         found = self.unit >= 0
         bar_ptr = np.zeros(self.nb + 1, dtype=np.int64)
