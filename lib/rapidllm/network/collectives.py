@@ -144,13 +144,14 @@ class Join:
         raise NotImplementedError
 
     def barriers(self, f1: np.ndarray, release: np.ndarray) -> np.ndarray:
-        """Barrier times given first's finish times `f1`: each its release, or the max of its arrivals'
-        finish times (a max: exact in floating point, whatever the order it is taken in)."""
+        """Barrier times given first's finish times `f1` (in C order: decompose.simulate's `by_rows`): each
+        its release, or the max of its arrivals' finish times (a max: exact in floating point, whatever
+        the order it is taken in)."""
         raise NotImplementedError
 
     def second_release(self, release: np.ndarray | float, bars: np.ndarray) -> np.ndarray:
-        """Release of every transfer of `second`: the max of its own (`release`, per transfer or one for
-        all) and its barrier's time."""
+        """Release of every transfer of `second` (in C order): the max of its own (`release`, per transfer
+        or one for all) and its barrier's time."""
         raise NotImplementedError
 
     def same(self, other: Join) -> bool:
@@ -179,7 +180,8 @@ class IndexJoin(Join):
         bars = release.copy()
         has = np.diff(self.bar_ptr) > 0
         if np.any(has):                  # segments are non-empty where has
-            bars[has] = np.maximum(bars[has], np.maximum.reduceat(f1[self.bar_idx], self.bar_ptr[:-1][has]))
+            arrivals = np.ravel(f1)[self.bar_idx]
+            bars[has] = np.maximum(bars[has], np.maximum.reduceat(arrivals, self.bar_ptr[:-1][has]))
         return bars
 
     def second_release(self, release: np.ndarray | float, bars: np.ndarray) -> np.ndarray:
@@ -213,18 +215,23 @@ class RingJoin(Join):
 
     def barriers(self, f1: np.ndarray, release: np.ndarray) -> np.ndarray:
         m1, c1, s1, n1 = self.first_shape
-        latest = f1.reshape(m1 * c1, s1, n1).max(axis=1).ravel()      # per unit, over its steps
+        # per unit, over its steps (a broadcast over the rings, decompose's replicas, stays one)
+        latest = f1.reshape(m1, c1, s1, n1).max(axis=2).ravel()
         bars = release.copy()
         has = self.unit >= 0
         bars[has] = np.maximum(bars[has], latest[self.unit[has]])
         return bars
 
     def second_release(self, release: np.ndarray | float, bars: np.ndarray) -> np.ndarray:
+        """As `Join.second_release`; with one release for all, a read-only broadcast over the steps, shape
+        (m2, c2, s2, n2) (C order: transfer order; network/plan.py `rows`), made whole only for the rings
+        a kernel runs."""
         m2, c2, n2 = self.unit_inv.shape
         shape = (m2, c2, self.steps2, n2)
-        out = np.empty(shape)           # every step of a position waits for the same barrier
-        np.maximum(release.reshape(shape) if isinstance(release, np.ndarray) else release,
-                   bars[self.unit_inv][:, :, None, :], out=out)
+        if not isinstance(release, np.ndarray):     # every step of a position waits for the same barrier
+            return np.broadcast_to(np.maximum(release, bars[self.unit_inv])[:, :, None, :], shape)
+        out = np.empty(shape)
+        np.maximum(release.reshape(shape), bars[self.unit_inv][:, :, None, :], out=out)
         return out.ravel()
 
     def same(self, other: Join) -> bool:

@@ -48,7 +48,7 @@ Result = tuple[np.ndarray | float, np.ndarray, int]   # finish per transfer (or 
 
 
 def simulate(router: Router, sched: Schedule, release: np.ndarray | float, link_bw: np.ndarray,
-             link_lat: np.ndarray, rec: list | None = None, whole: bool = True) -> Result:
+             link_lat: np.ndarray, rec: list | None = None, whole: bool = True, by_rows: bool = False) -> Result:
     """`simulate_schedule(router, sched, release, link_bw, link_lat)`, by stages and replicas where exact.
 
     `rec`, a list, receives the plan of what was done (network/plan.py: `plan.Staged`, `plan.Replicated`,
@@ -56,17 +56,20 @@ def simulate(router: Router, sched: Schedule, release: np.ndarray | float, link_
 
     `release`: per transfer, or one float for every transfer (a collective's set-up), as `plan.run` takes
     it: then identical parts are released alike without checking and a release array is made only where
-    a kernel reads one. `whole` False: the latest finish time (-inf: no transfer) instead of every
-    transfer's, so replicas are not repeated and stages not joined. A collective of thousands of ranks has
-    tens of millions of transfers; a caller that wants its completion time needs neither array whole
-    (the max of the same floats: the same number)."""
+    a kernel reads one. A release per transfer may come with the parts as its first axis (`plan.rows`: a
+    ring join's broadcast over the steps); then only the simulated part's is made whole. `whole` False: the
+    latest finish time (-inf: no transfer) instead of every transfer's, so replicas are not repeated and
+    stages not joined. `by_rows` True: replicas' finish times may come as a read-only broadcast over the
+    parts (first axis; C order is transfer order), what a stage join's barriers read. A collective of
+    thousands of ranks has tens of millions of transfers; a caller that wants its completion time needs
+    none of these arrays whole (the max of the same floats: the same number)."""
     uniform = not isinstance(release, np.ndarray)
-    if not uniform:
+    if not uniform and release.ndim == 1:
         release = np.ascontiguousarray(release, dtype=np.float64)
-    if (uniform or release.shape == (len(sched),)) and len(sched):
+    if (uniform or release.size == len(sched)) and len(sched):
         out = run_staged(router, sched, release, link_bw, link_lat, rec, whole)
         if out is None:
-            out = run_replicated(router, sched, release, link_bw, link_lat, rec, whole)
+            out = run_replicated(router, sched, release, link_bw, link_lat, rec, whole, by_rows)
         if out is not None:
             return out
     if rec is not None:
@@ -75,8 +78,8 @@ def simulate(router: Router, sched: Schedule, release: np.ndarray | float, link_
             rec.pop()
             unequal = len(sched._parts)
         rec.append(plan.leaf(router, sched, unequal))
-    finish, busy, events = simulate_schedule(router, sched, np.full(len(sched), release) if uniform else release,
-                                             link_bw, link_lat)
+    finish, busy, events = simulate_schedule(router, sched, np.full(len(sched), release) if uniform
+                                             else plan.flat(release), link_bw, link_lat)
     return (finish if whole else plan.latest(finish)), busy, events
 
 
@@ -101,15 +104,17 @@ def run_staged(router: Router, sched: Schedule, release: np.ndarray | float, lin
     if len(np.intersect1d(_link_set(router, first), _link_set(router, second), assume_unique=True)):
         return None
     uniform = not isinstance(release, np.ndarray)
+    release = release if uniform else plan.flat(release)
     r1, r2 = ([], []) if rec is not None else (None, None)
-    f1, busy1, ev1 = simulate(router, first, release if uniform else release[:n1], link_bw, link_lat, r1)
+    f1, busy1, ev1 = simulate(router, first, release if uniform else release[:n1], link_bw, link_lat, r1,
+                              by_rows=True)
     bars = join.barriers(f1, np.full(nb, release) if uniform else release[n1:n1 + nb])
     rel2 = join.second_release(release if uniform else release[n1 + nb:], bars)
     f2, busy2, ev2 = simulate(router, second, rel2, link_bw, link_lat, r2, whole)
     if rec is not None:
         rec.append(plan.Staged(n1, join, r1[0], r2[0], getattr(sched, "_joint_shapes", None))
                    if r1[0] is not None and r2[0] is not None else None)
-    finish = np.concatenate([f1, bars, f2]) if whole else max(plan.latest(f1), plan.latest(bars), f2)
+    finish = np.concatenate([np.ravel(f1), bars, f2]) if whole else max(plan.latest(f1), plan.latest(bars), f2)
     return finish, busy1 + busy2, int(ev1) + int(ev2)
 
 
@@ -216,11 +221,12 @@ def _rows(router: Router, m: int, src: np.ndarray, dst: np.ndarray, link_bw: np.
 
 
 def run_replicated(router: Router, sched: Schedule, release: np.ndarray | float, link_bw: np.ndarray,
-                   link_lat: np.ndarray, rec: list | None = None, whole: bool = True) -> Result | None:
+                   link_lat: np.ndarray, rec: list | None = None, whole: bool = True,
+                   by_rows: bool = False) -> Result | None:
     """`sched` by simulating only the first of its identical parts, or None when it has no recorded parts
     or they are not identical and link-disjoint (module docstring). When only the release times differ
     between parts, `plan.UNEQUAL` is appended to `rec` (a plan must check them again, network/plan.py).
-    `release` and `whole` as in `simulate`."""
+    `release`, `whole` and `by_rows` as in `simulate`."""
     parts = getattr(sched, "_parts", None)
     if not parts or len(parts) < 2:
         return None
@@ -230,7 +236,7 @@ def run_replicated(router: Router, sched: Schedule, release: np.ndarray | float,
     if size == 0 or size * m != len(sched) or not all(_same(first, p) for p in parts[1:]):
         return None
     uniform = not isinstance(release, np.ndarray)
-    rel = release if uniform else release.reshape(m, size)
+    rel = release if uniform else plan.rows(release, m)
     equal = uniform or bool((rel == rel[0]).all())
     if not equal and rec is None:
         return None
@@ -247,4 +253,4 @@ def run_replicated(router: Router, sched: Schedule, release: np.ndarray | float,
         rec.append(plan.Replicated(m, size, r0[0]) if r0 and r0[0] is not None else None)
     busy = busy0.copy()
     busy[hops[1:].ravel()] = np.tile(busy0[hops[0]], m - 1)
-    return (np.tile(finish0, m) if whole else finish0), busy, int(events0) * m
+    return plan.repeated(finish0, m, whole, by_rows), busy, int(events0) * m

@@ -36,8 +36,8 @@ and a ring's division of the bytes by its ranks times chunks is recorded as the 
 recomputed: transfer counts, and the barriers of a stage join (`collectives.RingJoin`), from the
 rings' shapes by the function `collectives.sequence` uses (`ring_joint`), which is why only joins built
 from ring shapes carry over (`Staged.shapes`; equal joins between parts for one count are equal for every
-count: they are the rank pattern of the rings repeated per chunk). tests/test_network_plan.py compares derived plans with
-fresh simulations. Fabrics of other sizes: network/relocate.py.
+count: they are the rank pattern of the rings repeated per chunk). tests/test_network_plan.py compares
+derived plans with fresh simulations. Fabrics of other sizes: network/relocate.py.
 """
 from __future__ import annotations
 
@@ -240,25 +240,46 @@ def relinked(node: Node, mapping: np.ndarray) -> Node | None:
     return None if first is None or second is None else replace(node, first=first, second=second)
 
 
+def rows(release: np.ndarray, m: int) -> np.ndarray:
+    """`release` as m rows, row k the release of part k of m equal parts: as it is when its first axis is
+    already the parts (`collectives.RingJoin.second_release`, a broadcast over the steps), else reshaped."""
+    return release if release.ndim > 1 and release.shape[0] == m else release.reshape(m, -1)
+
+
+def flat(release: np.ndarray) -> np.ndarray:
+    """One float64 per transfer, contiguous, as the kernels read it (a broadcast release is made whole here,
+    once only the part a kernel runs is left of it)."""
+    return np.ascontiguousarray(release, dtype=np.float64).reshape(-1)
+
+
+def repeated(finish: np.ndarray | float, m: int, whole: bool, by_rows: bool) -> np.ndarray | float:
+    """The finish times of m identical parts from the first's (`finish`, or its latest when not `whole`):
+    repeated m times, or (`by_rows`) a read-only broadcast with the parts as first axis."""
+    if not whole:
+        return finish
+    return np.broadcast_to(finish, (m, len(finish))) if by_rows else np.tile(finish, m)
+
+
 def _equal_rows(release: np.ndarray, m: int) -> bool:
-    rel = release.reshape(m, -1)
+    rel = rows(release, m)
     return bool((rel == rel[0]).all())
 
 
 def run(node: Node, nbytes: float, release: np.ndarray | float, link_bw: np.ndarray, link_lat: np.ndarray,
-        whole: bool = True) -> tuple[np.ndarray | float, int] | None:
+        whole: bool = True, by_rows: bool = False) -> tuple[np.ndarray | float, int] | None:
     """(finish per transfer, link events) of the recorded simulation for `nbytes`, or None when the
     release times would make decompose choose differently (the caller then simulates from scratch).
 
-    `release`: per transfer, or one float for every transfer (a collective's set-up: then parts are
-    released alike without checking, and arrays are made only where a kernel reads them). `whole` False:
-    the latest finish time (-inf: no transfer) instead of every transfer's, so replicas are not repeated
-    and stages not joined."""
+    `release`: per transfer (in C order, its first axis possibly the parts: `rows`), or one float for
+    every transfer (a collective's set-up: then parts are released alike without checking, and arrays are
+    made only where a kernel reads them). `whole` False: the latest finish time (-inf: no transfer) instead
+    of every transfer's, so replicas are not repeated and stages not joined; `by_rows`: replicas' finish
+    times may come as a broadcast over the parts (`repeated`), as decompose.simulate gives them."""
     uniform = not isinstance(release, np.ndarray)
     if isinstance(node, (Leaf, Direct)):
         if node.unequal and (uniform or _equal_rows(release, node.unequal)):
             return None
-        rel = np.full(transfers(node), release) if uniform else release
+        rel = np.full(transfers(node), release) if uniform else flat(release)
         size = replay(nbytes, node.recipe, node.chunks)
         if isinstance(node, Leaf):
             finish, _, events = ring_kernel(node.pos_route, node.steps, node.chunks, size, rel, node.route_ptr,
@@ -272,13 +293,13 @@ def run(node: Node, nbytes: float, release: np.ndarray | float, link_bw: np.ndar
     if isinstance(node, Replicated):
         if not uniform and not _equal_rows(release, node.m):
             return None
-        out = run(node.first, nbytes, release if uniform else np.ascontiguousarray(release[:node.size]), link_bw,
-                  link_lat, whole)
+        out = run(node.first, nbytes, release if uniform else rows(release, node.m)[0], link_bw, link_lat, whole)
         if out is None:
             return None
-        return (np.tile(out[0], node.m) if whole else out[0]), out[1] * node.m
+        return repeated(out[0], node.m, whole, by_rows), out[1] * node.m
     n1, nb = node.n1, node.join.nb
-    first = run(node.first, nbytes, release if uniform else np.ascontiguousarray(release[:n1]), link_bw, link_lat)
+    release = release if uniform else flat(release)
+    first = run(node.first, nbytes, release if uniform else release[:n1], link_bw, link_lat, by_rows=True)
     if first is None:
         return None
     bars = node.join.barriers(first[0], np.full(nb, release) if uniform else release[n1:n1 + nb])
@@ -287,7 +308,7 @@ def run(node: Node, nbytes: float, release: np.ndarray | float, link_bw: np.ndar
     if second is None:
         return None
     if whole:
-        return np.concatenate([first[0], bars, second[0]]), first[1] + second[1]
+        return np.concatenate([np.ravel(first[0]), bars, second[0]]), first[1] + second[1]
     return max(latest(first[0]), latest(bars), second[0]), first[1] + second[1]
 
 
