@@ -42,7 +42,8 @@ def both(topo, op, nbytes, groups, algorithm="auto", chunks=None):
     router = Router(topo)
     built = [build_schedule(topo, op, nbytes, list(g), algorithm, chunks) for g in groups]
     sched = concat([b[0] for b in built])
-    release = np.full(len(sched), setup_latency(topo, built[0][2], list(groups[0])))
+    setup = setup_latency(topo, built[0][2], list(groups[0]))
+    release = np.full(len(sched), setup)
     bw = np.where(topo.alive, topo.bandwidth * 0.8, 1.0)
     used = set()
     if run_replicated(router, sched, release, bw, topo.latency) is not None:
@@ -52,7 +53,16 @@ def both(topo, op, nbytes, groups, algorithm="auto", chunks=None):
         used.add("stages")
     fast = run_schedule(topo, sched, release, 0.8, router)
     full = simulate_schedule(Router(topo), sched, release, bw, topo.latency)
+    uniform_release_matches(topo, sched, setup, full)
     return fast, full, used
+
+
+def uniform_release_matches(topo, sched, setup, full):
+    """The release as one float (every transfer at the set-up, as CommCost passes it) gives the full
+    simulation's finish times, busy seconds and events, and with whole=False its latest finish exactly."""
+    same(run_schedule(topo, sched, float(setup), 0.8, Router(topo)), full)
+    latest, busy, events = run_schedule(topo, sched, float(setup), 0.8, Router(topo), whole=False)
+    assert latest == full[0].max() and np.array_equal(busy, full[1]) and events == full[2]
 
 
 def same(fast, full):

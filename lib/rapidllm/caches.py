@@ -114,7 +114,8 @@ class Caches:
     topologies: Memo = _memo(64)          # NetworkSpec -> (Topology, Router)
     collectives: Memo = _memo(20000)      # (network, util, framework, op, bytes, groups) -> (s, events, n)
     # (network, util, op, algorithm, chunks, groups) -> network.plan.Plan: the simulation for any bytes;
-    # plans hold arrays of up to a few MB (the barriers of a 512-rank hierarchical collective): 256 MB in all
+    # plans hold arrays of up to a few MB (route tables, the listed barriers of a join not made of rings):
+    # 256 MB in all
     collective_plans: Memo = _memo(4096, 256 << 20)
     groups: Memo = _memo(4096)            # (layout, axis, stage) -> parallel groups, contending groups, dims
     templates: Memo = _memo(1024)         # (operator rows, layer-rule inputs) -> the case's layer templates

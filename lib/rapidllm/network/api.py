@@ -180,16 +180,19 @@ def build_schedule(topo: Topology, op: str, nbytes: float, ranks: list[int], alg
         raise SpecError(str(e)) from None
 
 
-def run_schedule(topo: Topology, sched: Schedule, release: np.ndarray, utilization: float,
-                 router: Router | None = None, rec: list | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+def run_schedule(topo: Topology, sched: Schedule, release: np.ndarray | float, utilization: float,
+                 router: Router | None = None, rec: list | None = None, whole: bool = True
+                 ) -> tuple[np.ndarray | float, np.ndarray, int]:
     """Route every transfer and run the event loop: (finish per transfer, busy per link, link events).
 
     Stages and identical parts that share no link are simulated one by one and once, with the same
-    result bit for bit (network/decompose.py). `rec`, a list, receives the run's plan (network/plan.py)."""
+    result bit for bit (network/decompose.py). `rec`, a list, receives the run's plan (network/plan.py).
+    `release`: per transfer, or one float for all; `whole` False: the latest finish time (-inf: no
+    transfer) instead of every transfer's (decompose.simulate)."""
     router = router or Router(topo)
     if not len(sched):
-        return np.zeros(0), np.zeros(topo.n_links), 0
-    return simulate(router, sched, release, link_bandwidths(topo, utilization), topo.latency, rec)
+        return (np.zeros(0) if whole else -np.inf), np.zeros(topo.n_links), 0
+    return simulate(router, sched, release, link_bandwidths(topo, utilization), topo.latency, rec, whole)
 
 
 def link_bandwidths(topo: Topology, utilization: float) -> np.ndarray:

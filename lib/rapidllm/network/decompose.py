@@ -44,20 +44,32 @@ from rapidllm.network.collectives import RingSchedule, Schedule, successors
 from rapidllm.network.routing import Router, route_table
 from rapidllm.network.simulator import simulate_schedule
 
-Result = tuple[np.ndarray, np.ndarray, int]      # finish per transfer, busy seconds per link, link events
+Result = tuple[np.ndarray | float, np.ndarray, int]   # finish per transfer (or the latest), busy per link, link events
 
 
-def simulate(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.ndarray,
-             link_lat: np.ndarray, rec: list | None = None) -> Result:
+def simulate(router: Router, sched: Schedule, release: np.ndarray | float, link_bw: np.ndarray,
+             link_lat: np.ndarray, rec: list | None = None, whole: bool = True, by_rows: bool = False) -> Result:
     """`simulate_schedule(router, sched, release, link_bw, link_lat)`, by stages and replicas where exact.
 
     `rec`, a list, receives the plan of what was done (network/plan.py: `plan.Staged`, `plan.Replicated`,
-    `plan.Leaf`, or None where the schedule cannot be replayed for other byte counts)."""
-    release = np.ascontiguousarray(release, dtype=np.float64)
-    if release.shape == (len(sched),) and len(sched):
-        out = run_staged(router, sched, release, link_bw, link_lat, rec)
+    `plan.Leaf`, or None where the schedule cannot be replayed for other byte counts).
+
+    `release`: per transfer, or one float for every transfer (a collective's set-up), as `plan.run` takes
+    it: then identical parts are released alike without checking and a release array is made only where
+    a kernel reads one. A release per transfer may come with the parts as its first axis (`plan.rows`: a
+    ring join's broadcast over the steps); then only the simulated part's is made whole. `whole` False: the
+    latest finish time (-inf: no transfer) instead of every transfer's, so replicas are not repeated and
+    stages not joined. `by_rows` True: replicas' finish times may come as a read-only broadcast over the
+    parts (first axis; C order is transfer order), what a stage join's barriers read. A collective of
+    thousands of ranks has tens of millions of transfers; a caller that wants its completion time needs
+    none of these arrays whole (the max of the same floats: the same number)."""
+    uniform = not isinstance(release, np.ndarray)
+    if not uniform and release.ndim == 1:
+        release = np.ascontiguousarray(release, dtype=np.float64)
+    if (uniform or release.size == len(sched)) and len(sched):
+        out = run_staged(router, sched, release, link_bw, link_lat, rec, whole)
         if out is None:
-            out = run_replicated(router, sched, release, link_bw, link_lat, rec)
+            out = run_replicated(router, sched, release, link_bw, link_lat, rec, whole, by_rows)
         if out is not None:
             return out
     if rec is not None:
@@ -66,7 +78,9 @@ def simulate(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.n
             rec.pop()
             unequal = len(sched._parts)
         rec.append(plan.leaf(router, sched, unequal))
-    return simulate_schedule(router, sched, release, link_bw, link_lat)
+    finish, busy, events = simulate_schedule(router, sched, np.full(len(sched), release) if uniform
+                                             else plan.flat(release), link_bw, link_lat)
+    return (finish if whole else plan.latest(finish)), busy, events
 
 
 def _link_set(router: Router, sched: Schedule) -> np.ndarray:
@@ -76,30 +90,32 @@ def _link_set(router: Router, sched: Schedule) -> np.ndarray:
     return router.remembered(key, len(src), lambda: np.unique(route_table(router, src, dst)[2]))
 
 
-def run_staged(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.ndarray,
-               link_lat: np.ndarray, rec: list | None = None) -> Result | None:
+def run_staged(router: Router, sched: Schedule, release: np.ndarray | float, link_bw: np.ndarray,
+               link_lat: np.ndarray, rec: list | None = None, whole: bool = True) -> Result | None:
     """A `sequence(first, second)` simulated stage by stage (module docstring), or None if it is not one or
-    its stages share a link."""
+    its stages share a link. `release` and `whole` as in `simulate`."""
     staged = getattr(sched, "_sequence", None)
     if staged is None:
         return None
-    first, second, bar_ptr, bar_src, bar_of, _ = staged
-    n1, nb = len(first), len(bar_ptr) - 1
+    first, second, join = staged
+    n1, nb = len(first), join.nb
     if n1 + nb + len(second) != len(sched):
         return None
     if len(np.intersect1d(_link_set(router, first), _link_set(router, second), assume_unique=True)):
         return None
+    uniform = not isinstance(release, np.ndarray)
+    release = release if uniform else plan.flat(release)
     r1, r2 = ([], []) if rec is not None else (None, None)
-    f1, busy1, ev1 = simulate(router, first, release[:n1], link_bw, link_lat, r1)
-    has = np.diff(bar_ptr) > 0
-    bars = plan.barriers(f1, release[n1:n1 + nb], bar_src, bar_ptr[:-1][has], has)
-    rel2 = np.maximum(release[n1 + nb:], bars[bar_of])
-    f2, busy2, ev2 = simulate(router, second, rel2, link_bw, link_lat, r2)
+    f1, busy1, ev1 = simulate(router, first, release if uniform else release[:n1], link_bw, link_lat, r1,
+                              by_rows=True)
+    bars = join.barriers(f1, np.full(nb, release) if uniform else release[n1:n1 + nb])
+    rel2 = join.second_release(release if uniform else release[n1 + nb:], bars)
+    f2, busy2, ev2 = simulate(router, second, rel2, link_bw, link_lat, r2, whole)
     if rec is not None:
-        rec.append(plan.Staged(n1, nb, bar_src, bar_ptr[:-1][has], has, bar_of, r1[0], r2[0],
-                               getattr(sched, "_joint_shapes", None))
+        rec.append(plan.Staged(n1, join, r1[0], r2[0], getattr(sched, "_joint_shapes", None))
                    if r1[0] is not None and r2[0] is not None else None)
-    return np.concatenate([f1, bars, f2]), busy1 + busy2, int(ev1) + int(ev2)
+    finish = np.concatenate([np.ravel(f1), bars, f2]) if whole else max(plan.latest(f1), plan.latest(bars), f2)
+    return finish, busy1 + busy2, int(ev1) + int(ev2)
 
 
 def _lazy_ring(part: Schedule) -> bool:
@@ -116,7 +132,7 @@ def _same(a: Schedule, b: Schedule) -> bool:
     sa, sb = getattr(a, "_sequence", None), getattr(b, "_sequence", None)
     if sa is not None or sb is not None:
         return (sa is not None and sb is not None and _same(sa[0], sb[0]) and _same(sa[1], sb[1])
-                and all(np.array_equal(x, y) for x, y in zip(sa[2:], sb[2:])))
+                and sa[2].same(sb[2]))
     pa, pb = getattr(a, "_parts", None), getattr(b, "_parts", None)
     if pa or pb:
         return bool(pa) and bool(pb) and len(pa) == len(pb) and all(_same(x, y) for x, y in zip(pa, pb))
@@ -204,11 +220,13 @@ def _rows(router: Router, m: int, src: np.ndarray, dst: np.ndarray, link_bw: np.
     return hops
 
 
-def run_replicated(router: Router, sched: Schedule, release: np.ndarray, link_bw: np.ndarray,
-                   link_lat: np.ndarray, rec: list | None = None) -> Result | None:
+def run_replicated(router: Router, sched: Schedule, release: np.ndarray | float, link_bw: np.ndarray,
+                   link_lat: np.ndarray, rec: list | None = None, whole: bool = True,
+                   by_rows: bool = False) -> Result | None:
     """`sched` by simulating only the first of its identical parts, or None when it has no recorded parts
     or they are not identical and link-disjoint (module docstring). When only the release times differ
-    between parts, `plan.UNEQUAL` is appended to `rec` (a plan must check them again, network/plan.py)."""
+    between parts, `plan.UNEQUAL` is appended to `rec` (a plan must check them again, network/plan.py).
+    `release`, `whole` and `by_rows` as in `simulate`."""
     parts = getattr(sched, "_parts", None)
     if not parts or len(parts) < 2:
         return None
@@ -217,8 +235,9 @@ def run_replicated(router: Router, sched: Schedule, release: np.ndarray, link_bw
     m = len(parts)
     if size == 0 or size * m != len(sched) or not all(_same(first, p) for p in parts[1:]):
         return None
-    rel = release.reshape(m, size)
-    equal = bool((rel == rel[0]).all())
+    uniform = not isinstance(release, np.ndarray)
+    rel = release if uniform else plan.rows(release, m)
+    equal = uniform or bool((rel == rel[0]).all())
     if not equal and rec is None:
         return None
     hops = _link_rows(router, parts, link_bw, link_lat)
@@ -229,9 +248,9 @@ def run_replicated(router: Router, sched: Schedule, release: np.ndarray, link_bw
         return None
     # parts of equal sizes for this byte count only (different recipes) make no plan for every count
     r0 = [] if rec is not None and plan.same_recipes(parts) else None
-    finish0, busy0, events0 = simulate(router, first, rel[0], link_bw, link_lat, r0)
+    finish0, busy0, events0 = simulate(router, first, rel if uniform else rel[0], link_bw, link_lat, r0, whole)
     if rec is not None:
         rec.append(plan.Replicated(m, size, r0[0]) if r0 and r0[0] is not None else None)
     busy = busy0.copy()
     busy[hops[1:].ravel()] = np.tile(busy0[hops[0]], m - 1)
-    return np.tile(finish0, m), busy, int(events0) * m
+    return plan.repeated(finish0, m, whole, by_rows), busy, int(events0) * m

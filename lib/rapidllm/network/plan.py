@@ -33,11 +33,11 @@ decomposing the schedule again. Nothing the recording decided depends on the cou
 (whose routes and link checks decide stages and replicas) is a ring position, the same for every chunk,
 and a ring's division of the bytes by its ranks times chunks is recorded as the marker `(PER_CHUNK, n)`
 (collectives.ring_collective), replayed as a division by n times the new count. What does depend on it is
-recomputed: transfer counts, and the barrier arrays of a stage join, from the rings' shapes by the
-function `collectives.sequence` uses (`ring_joint`), which is why only joins built from ring shapes carry
-over (`Staged.shapes`; equal arrays between parts for one count are equal for every count: they are the
-rank pattern of the rings repeated per chunk). tests/test_network_plan.py compares derived plans with
-fresh simulations. Fabrics of other sizes: network/relocate.py.
+recomputed: transfer counts, and the barriers of a stage join (`collectives.RingJoin`), from the
+rings' shapes by the function `collectives.sequence` uses (`ring_joint`), which is why only joins built
+from ring shapes carry over (`Staged.shapes`; equal joins between parts for one count are equal for every
+count: they are the rank pattern of the rings repeated per chunk). tests/test_network_plan.py compares
+derived plans with fresh simulations. Fabrics of other sizes: network/relocate.py.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ from typing import Union
 
 import numpy as np
 
-from rapidllm.network.collectives import (PER_CHUNK, RingSchedule, Schedule, ring_joint, ring_shape,
+from rapidllm.network.collectives import (PER_CHUNK, Join, RingSchedule, Schedule, ring_joint, ring_shape,
                                           successors)
 from rapidllm.network.routing import Router, route_table
 from rapidllm.network.simulator import ring_kernel, simulate_kernel
@@ -136,25 +136,14 @@ class Replicated:
 
 @dataclass(frozen=True)
 class Staged:
-    """Two stages sharing no link: `first` (n1 transfers), nb barriers, `second` (decompose.run_staged).
-    `shapes`: (groups, steps) of both stages' rings when the join was computed from them (`ring_joint`),
-    so it can be recomputed for another chunk count; None otherwise."""
+    """Two stages sharing no link: `first` (n1 transfers), the barriers of `join` (collectives.Join), `second`
+    (decompose.run_staged). `shapes`: (groups, steps) of both stages' rings when the join was computed from
+    them (`ring_joint`), so it can be recomputed for another chunk count; None otherwise."""
     n1: int
-    nb: int
-    bar_src: np.ndarray
-    bar_starts: np.ndarray
-    has: np.ndarray
-    bar_of: np.ndarray
+    join: Join
     first: Node
     second: Node
     shapes: tuple | None = None
-
-    @classmethod
-    def join(cls, n1: int, bar_ptr: np.ndarray, bar_src: np.ndarray, bar_of: np.ndarray, first: Node,
-             second: Node, shapes: tuple | None) -> Staged:
-        """The node of a join whose barrier b waits for bar_src[bar_ptr[b]:bar_ptr[b+1]] of `first`."""
-        has = np.diff(bar_ptr) > 0
-        return cls(n1, len(bar_ptr) - 1, bar_src, bar_ptr[:-1][has], has, bar_of, first, second, shapes)
 
 
 Node = Union[Leaf, Direct, Replicated, Staged]
@@ -204,7 +193,7 @@ def transfers(node: Node) -> int:
         return node.route_rows.size * node.chunks
     if isinstance(node, Replicated):
         return node.m * node.size
-    return node.n1 + node.nb + transfers(node.second)
+    return node.n1 + node.join.nb + transfers(node.second)
 
 
 def for_chunks(node: Node, chunks: int) -> Node | None:
@@ -233,8 +222,7 @@ def for_chunks(node: Node, chunks: int) -> Node | None:
     joint = ring_joint(g1, s1, chunks, g2, s2, chunks)
     if joint is None:
         return None
-    _, _, inv, bar_ptr, bar_idx = joint
-    return Staged.join(transfers(first), bar_ptr, bar_idx.astype(np.int64), inv, first, second, node.shapes)
+    return Staged(transfers(first), joint, first, second, node.shapes)
 
 
 def relinked(node: Node, mapping: np.ndarray) -> Node | None:
@@ -252,35 +240,46 @@ def relinked(node: Node, mapping: np.ndarray) -> Node | None:
     return None if first is None or second is None else replace(node, first=first, second=second)
 
 
-def barriers(f1: np.ndarray, release: np.ndarray, bar_src: np.ndarray, starts: np.ndarray,
-             has: np.ndarray) -> np.ndarray:
-    """Barrier times of a staged schedule: each its release, or the max of its inputs' finish times."""
-    bars = release.copy()
-    if np.any(has):                  # segments are non-empty where has
-        seg = np.maximum.reduceat(f1[bar_src], starts)
-        bars[has] = np.maximum(bars[has], seg)
-    return bars
+def rows(release: np.ndarray, m: int) -> np.ndarray:
+    """`release` as m rows, row k the release of part k of m equal parts: as it is when its first axis is
+    already the parts (`collectives.RingJoin.second_release`, a broadcast over the steps), else reshaped."""
+    return release if release.ndim > 1 and release.shape[0] == m else release.reshape(m, -1)
+
+
+def flat(release: np.ndarray) -> np.ndarray:
+    """One float64 per transfer, contiguous, as the kernels read it (a broadcast release is made whole here,
+    once only the part a kernel runs is left of it)."""
+    return np.ascontiguousarray(release, dtype=np.float64).reshape(-1)
+
+
+def repeated(finish: np.ndarray | float, m: int, whole: bool, by_rows: bool) -> np.ndarray | float:
+    """The finish times of m identical parts from the first's (`finish`, or its latest when not `whole`):
+    repeated m times, or (`by_rows`) a read-only broadcast with the parts as first axis."""
+    if not whole:
+        return finish
+    return np.broadcast_to(finish, (m, len(finish))) if by_rows else np.tile(finish, m)
 
 
 def _equal_rows(release: np.ndarray, m: int) -> bool:
-    rel = release.reshape(m, -1)
+    rel = rows(release, m)
     return bool((rel == rel[0]).all())
 
 
 def run(node: Node, nbytes: float, release: np.ndarray | float, link_bw: np.ndarray, link_lat: np.ndarray,
-        whole: bool = True) -> tuple[np.ndarray | float, int] | None:
+        whole: bool = True, by_rows: bool = False) -> tuple[np.ndarray | float, int] | None:
     """(finish per transfer, link events) of the recorded simulation for `nbytes`, or None when the
     release times would make decompose choose differently (the caller then simulates from scratch).
 
-    `release`: per transfer, or one float for every transfer (a collective's set-up: then parts are
-    released alike without checking, and arrays are made only where a kernel reads them). `whole` False:
-    the latest finish time (-inf: no transfer) instead of every transfer's, so replicas are not repeated
-    and stages not joined."""
+    `release`: per transfer (in C order, its first axis possibly the parts: `rows`), or one float for
+    every transfer (a collective's set-up: then parts are released alike without checking, and arrays are
+    made only where a kernel reads them). `whole` False: the latest finish time (-inf: no transfer) instead
+    of every transfer's, so replicas are not repeated and stages not joined; `by_rows`: replicas' finish
+    times may come as a broadcast over the parts (`repeated`), as decompose.simulate gives them."""
     uniform = not isinstance(release, np.ndarray)
     if isinstance(node, (Leaf, Direct)):
         if node.unequal and (uniform or _equal_rows(release, node.unequal)):
             return None
-        rel = np.full(transfers(node), release) if uniform else release
+        rel = np.full(transfers(node), release) if uniform else flat(release)
         size = replay(nbytes, node.recipe, node.chunks)
         if isinstance(node, Leaf):
             finish, _, events = ring_kernel(node.pos_route, node.steps, node.chunks, size, rel, node.route_ptr,
@@ -290,31 +289,31 @@ def run(node: Node, nbytes: float, release: np.ndarray | float, link_bw: np.ndar
             finish, _, events = simulate_kernel(node.route_of(), np.full(n, size), rel, np.zeros(n + 1, np.int64),
                                                 np.zeros(0, np.int32), node.route_ptr, node.route_links, link_bw,
                                                 link_lat)
-        return (finish if whole else _latest(finish)), int(events)
+        return (finish if whole else latest(finish)), int(events)
     if isinstance(node, Replicated):
         if not uniform and not _equal_rows(release, node.m):
             return None
-        out = run(node.first, nbytes, release if uniform else np.ascontiguousarray(release[:node.size]), link_bw,
-                  link_lat, whole)
+        out = run(node.first, nbytes, release if uniform else rows(release, node.m)[0], link_bw, link_lat, whole)
         if out is None:
             return None
-        return (np.tile(out[0], node.m) if whole else out[0]), out[1] * node.m
-    n1, nb = node.n1, node.nb
-    first = run(node.first, nbytes, release if uniform else np.ascontiguousarray(release[:n1]), link_bw, link_lat)
+        return repeated(out[0], node.m, whole, by_rows), out[1] * node.m
+    n1, nb = node.n1, node.join.nb
+    release = release if uniform else flat(release)
+    first = run(node.first, nbytes, release if uniform else release[:n1], link_bw, link_lat, by_rows=True)
     if first is None:
         return None
-    bars = barriers(first[0], np.full(nb, release) if uniform else release[n1:n1 + nb], node.bar_src,
-                    node.bar_starts, node.has)
-    rel2 = np.maximum(release if uniform else release[n1 + nb:], bars[node.bar_of])
+    bars = node.join.barriers(first[0], np.full(nb, release) if uniform else release[n1:n1 + nb])
+    rel2 = node.join.second_release(release if uniform else release[n1 + nb:], bars)
     second = run(node.second, nbytes, rel2, link_bw, link_lat, whole)
     if second is None:
         return None
     if whole:
-        return np.concatenate([first[0], bars, second[0]]), first[1] + second[1]
-    return max(_latest(first[0]), _latest(bars), second[0]), first[1] + second[1]
+        return np.concatenate([np.ravel(first[0]), bars, second[0]]), first[1] + second[1]
+    return max(latest(first[0]), latest(bars), second[0]), first[1] + second[1]
 
 
-def _latest(finish: np.ndarray) -> float:
+def latest(finish: np.ndarray) -> float:
+    """The latest finish time of a run's transfers (-inf: no transfer)."""
     return float(finish.max()) if len(finish) else -np.inf
 
 
@@ -381,6 +380,5 @@ def _nbytes(node: Node | None) -> int:
     if isinstance(node, Replicated):
         return _nbytes(node.first)
     if isinstance(node, Staged):
-        arrays = (node.bar_src, node.bar_starts, node.has, node.bar_of)
-        return sum(a.nbytes for a in arrays) + _nbytes(node.first) + _nbytes(node.second)
+        return node.join.nbytes + _nbytes(node.first) + _nbytes(node.second)
     return 0
