@@ -64,7 +64,14 @@ def test_every_row_predicted_or_listed_with_a_reason(suite, rows):
     assert len(offload) == 4 and all("CPU offloading" in why[r] for r in offload)
     assert all("GPT-OSS" in why[r] for r in gb.index[gb.model == "GPT OSS 120B"])
     assert set(gb.index) - set(why) == set(scored.row[scored.row.isin(gb.index)])
-    assert (scored.row.isin(gb.index)).sum() == 24 and (rows.status[rows.row.isin(gb.index)] == "ok").sum() == 22
+    assert (scored.row.isin(gb.index)).sum() == 24 and (rows.status[rows.row.isin(gb.index)] == "ok").sum() == 23
+
+
+def test_gb200_70b_mxfp8_row_runs_its_scripts_micro_batch(summary):
+    """25.09 GB200 Llama 3 70B at the table's MXFP8 layout (tp 2, pp 4, vp 5) runs micro-batch 1 as its
+    release's script sets it (the table's MBS column, 2, is the primary FP8-CS config's), and fits."""
+    row = summary[summary.label == "25.09 DGX-GB200 LLAMA3_70B alt 64"].iloc[0]
+    assert row.micro_batch == 1 and row.status == "ok"
 
 
 @pytest.mark.parametrize("device, cases", [("b200", 16), ("gb200", 16), ("gb300", 7)])
