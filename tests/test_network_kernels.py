@@ -212,7 +212,8 @@ def test_sequence_barriers_wait_for_every_arrival_of_their_rank_and_chunk():
 def test_sequence_of_rings_joins_them_without_their_arrays(seed):
     """Ring stages are joined from their shapes (collectives._ring_joint) with the same barriers as from
     their arrays (_joint), and every barrier waits for exactly the arrivals into its rank and chunk."""
-    from rapidllm.network.collectives import _joint, _ring_joint, sequence
+    from rapidllm.network.collectives import _ring_joint, sequence
+    from rapidllm.network.stage_joins import index_join
     rng = np.random.default_rng(seed)
     m1, n1 = int(rng.integers(1, 4)), int(rng.integers(2, 6))
     ranks = rng.permutation(40)
@@ -226,7 +227,7 @@ def test_sequence_of_rings_joins_them_without_their_arrays(seed):
     second = concat([ring([int(r) for r in g], 1.0, s2, c2) for g in g2])
     fast = _ring_joint(first, second)
     assert fast is not None and not first.materialized and not second.materialized
-    slow = _joint(first, second)
+    slow = index_join(first, second)
     assert fast.k == slow.k and np.array_equal(fast.uniq, slow.uniq)
     for x, y in zip(fast.arrays(), slow.arrays()):
         assert np.array_equal(x, y) and x.dtype == y.dtype

@@ -191,9 +191,10 @@ def layer_nodes(case: Case, tokens: int, scope: str) -> list[CommNode]:
         nodes.append(CommNode(scope, "tp", "all_reduce", act, parallel_block_reductions(case)))
     elif p.tp > 1:
         nodes.append(CommNode(scope, "tp", "all_reduce", act, 2 if not moe or moe_tp_collectives(case) else 1))
-        if moe and routed_tp_copies(case):     # the expert-TP gather / reduce-scatter pair, as one all-reduce,
-            # gathered again where the experts are recomputed (the graph's recompute weaves it before them)
-            nodes.append(CommNode(scope, "tp", "all_reduce", act * routed_tp_copies(case), 1, rerun="expert_up"))
+        copies = routed_tp_copies(case) if moe else 0.0
+        if copies:     # the expert-TP gather / reduce-scatter pair, as one all-reduce, gathered again where the
+            # experts are recomputed (the graph's recompute weaves it before them)
+            nodes.append(CommNode(scope, "tp", "all_reduce", act * copies, 1, rerun="expert_up"))
     if p.cp > 1:
         nodes.append(CommNode(scope, "cp", "all_gather", float(m.cp_kv_dim) * b * tokens * p.cp / p.tp, 1))
     if moe and moe_all_to_all(case):

@@ -40,9 +40,10 @@ from __future__ import annotations
 import numpy as np
 
 from rapidllm.network import plan
-from rapidllm.network.collectives import RingSchedule, Schedule, successors
+from rapidllm.network.collectives import RingSchedule, Schedule
 from rapidllm.network.routing import Router, route_table
 from rapidllm.network.simulator import simulate_schedule
+from rapidllm.network.stage_joins import successors
 
 Result = tuple[np.ndarray | float, np.ndarray, int]   # finish per transfer (or the latest), busy per link, link events
 

@@ -33,7 +33,7 @@ decomposing the schedule again. Nothing the recording decided depends on the cou
 (whose routes and link checks decide stages and replicas) is a ring position, the same for every chunk,
 and a ring's division of the bytes by its ranks times chunks is recorded as the marker `(PER_CHUNK, n)`
 (collectives.ring_collective), replayed as a division by n times the new count. What does depend on it is
-recomputed: transfer counts, and the barriers of a stage join (`collectives.RingJoin`), from the
+recomputed: transfer counts, and the barriers of a stage join (`stage_joins.RingJoin`), from the
 rings' shapes by the function `collectives.sequence` uses (`ring_joint`), which is why only joins built
 from ring shapes carry over (`Staged.shapes`; equal joins between parts for one count are equal for every
 count: they are the rank pattern of the rings repeated per chunk). tests/test_network_plan.py compares
@@ -46,9 +46,9 @@ from typing import Union
 
 import numpy as np
 
-from rapidllm.network.collectives import (PER_CHUNK, Join, RingSchedule, Schedule, ring_joint, ring_shape,
-                                          successors)
+from rapidllm.network.collectives import PER_CHUNK, RingSchedule, Schedule, ring_shape
 from rapidllm.network.routing import Router, route_table
+from rapidllm.network.stage_joins import Join, ring_joint, successors
 from rapidllm.network.simulator import ring_kernel, simulate_kernel
 
 UNEQUAL = object()      # decompose.run_replicated: the parts were identical but released at different times
@@ -136,7 +136,7 @@ class Replicated:
 
 @dataclass(frozen=True)
 class Staged:
-    """Two stages sharing no link: `first` (n1 transfers), the barriers of `join` (collectives.Join), `second`
+    """Two stages sharing no link: `first` (n1 transfers), the barriers of `join` (stage_joins.Join), `second`
     (decompose.run_staged). `shapes`: (groups, steps) of both stages' rings when the join was computed from
     them (`ring_joint`), so it can be recomputed for another chunk count; None otherwise."""
     n1: int
@@ -242,7 +242,7 @@ def relinked(node: Node, mapping: np.ndarray) -> Node | None:
 
 def rows(release: np.ndarray, m: int) -> np.ndarray:
     """`release` as m rows, row k the release of part k of m equal parts: as it is when its first axis is
-    already the parts (`collectives.RingJoin.second_release`, a broadcast over the steps), else reshaped."""
+    already the parts (`stage_joins.RingJoin.second_release`, a broadcast over the steps), else reshaped."""
     return release if release.ndim > 1 and release.shape[0] == m else release.reshape(m, -1)
 
 

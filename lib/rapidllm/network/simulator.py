@@ -40,8 +40,9 @@ from __future__ import annotations
 import numpy as np
 
 from rapidllm.jit import njit
-from rapidllm.network.collectives import ring_shape, successors
+from rapidllm.network.collectives import ring_shape
 from rapidllm.network.routing import route_table
+from rapidllm.network.stage_joins import successors
 
 
 @njit(cache=True)
