@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from rapidllm.network.api import build_schedule, chunk_count, link_bandwidths, run_schedule, setup_latency
+from rapidllm.network.api import (build_schedule, chunk_count, default_chunks, link_bandwidths, run_schedule,
+                                  setup_latency)
 from rapidllm.network.collectives import PER_CHUNK, concat, per_chunk
 from rapidllm.network.plan import Plan, Traced, replay
 from rapidllm.network.routing import Router
@@ -54,7 +55,7 @@ def test_replayed_plans_equal_fresh_simulations(kind, faulty, op):
     replayed = 0
     for groups, algorithm in cases:
         for small, large in ((1000.0, 1777.0), (8e9, 9.5e9 + 5)):      # 1 chunk; 32 chunks (the cap)
-            chunks = {chunk_count(topo, op, b, len(groups[0]), algorithm) for b in (small, large)}
+            chunks = {default_chunks(topo, op, b, groups[0], algorithm) for b in (small, large)}
             assert len(chunks) == 1                     # a plan is for one chunk count
             plan, setup, recorded = _record(topo, op, small, groups, algorithm)
             assert recorded == _fresh(topo, op, small, groups, algorithm)      # recording changes nothing
@@ -80,9 +81,8 @@ def test_plans_for_other_chunk_counts_equal_fresh_simulations(kind, faulty, op):
              ([list(range(b, b + 4)) for b in range(0, 8, 4)], "ring")]
     derived, replayed = [], 0
     for groups, algorithm in cases:
-        n = len(groups[0])
         sizes = [1000.0, 3e7 + 11, 7e7, 2e8 + 3, 8e9]           # chunk counts from 1 to the cap
-        chunks = [chunk_count(topo, op, b, n, algorithm) for b in sizes]
+        chunks = [default_chunks(topo, op, b, groups[0], algorithm) for b in sizes]
         assert len(set(chunks)) >= 4
         plan, setup, _ = _record(topo, op, sizes[2], groups, algorithm)
         derived.append(0)

@@ -3,7 +3,7 @@ bit, and is refused where the collective's footprint differs."""
 import numpy as np
 import pytest
 
-from rapidllm.network.api import build_schedule, chunk_count, link_bandwidths, run_schedule, setup_latency
+from rapidllm.network.api import build_schedule, default_chunks, link_bandwidths, run_schedule, setup_latency
 from rapidllm.network.collectives import concat
 from rapidllm.network.decompose import units
 from rapidllm.network.plan import Plan, Traced
@@ -52,9 +52,9 @@ def test_moved_plans_equal_fresh_simulations_on_the_larger_fabric(op, groups, al
     assert there is not None
     theirs = footprint(_origin(large, rl, groups, sched), link_bandwidths(large, 0.8), large.latency).used
     assert np.array_equal(mine.used, theirs) == (algorithm == "ring")    # across nodes: other link ids
-    recorded = chunk_count(small, op, 3e8, len(groups[0]), algorithm)
+    recorded = default_chunks(small, op, 3e8, groups[0], algorithm)
     for nbytes in (3e8, 1e8 + 7, 5e6):                   # the recorded size, others in other chunk counts
-        chunks = chunk_count(large, op, nbytes, len(groups[0]), algorithm)
+        chunks = default_chunks(large, op, nbytes, groups[0], algorithm)
         here = there if chunks == recorded else there.for_chunks(chunks)
         _, setup, fresh = _run(large, Router(large), op, nbytes, groups, algorithm)
         assert here.time(nbytes, setup) == fresh

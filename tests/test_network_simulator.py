@@ -171,8 +171,10 @@ def test_hierarchical_two_dimensions_beats_flat_ring_and_pipelines():
                             DimensionSpec("b", "fat_tree", 4, 25e9, 2e-6, leaf_size=4, rail_optimized=True)))
     h = simulate_collective(two, "all_reduce", 2.0**30, 32, algorithm="hierarchical")
     flat = simulate_collective(two, "all_reduce", 2.0**30, 32, algorithm="ring")
-    stages = 2 * 7 / 8 * 2**30 / 300e9 + 2 * 3 / 4 * 2**27 / 25e9    # inner RS+AG, outer all-reduce of S/8
-    assert h.time_s < flat.time_s and h.time_s == pytest.approx(stages, rel=0.1)
+    inner, outer = 2 * 7 / 8 * 2**30 / 300e9, 2 * 3 / 4 * 2**27 / 25e9    # inner RS+AG, outer all-reduce of S/8
+    assert h.time_s < flat.time_s
+    # the stages overlap chunk by chunk: less than one after the other, more than the busier links' share
+    assert max(inner, outer) < h.time_s < inner + outer
 
 
 def test_concurrent_collectives_share_links():

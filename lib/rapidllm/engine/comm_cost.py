@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rapidllm.caches import current
-from rapidllm.network.api import (build_schedule, check_work, chunk_count, link_bandwidths, resolve_algorithm,
-                                  run_schedule, setup_latency)
+from rapidllm.network.api import (build_schedule, check_work, default_chunks, link_bandwidths, resolve_algorithm,
+                                  run_schedule, setup_latency, step_limits)
 from rapidllm.network.collectives import concat
 from rapidllm.network.decompose import units
 from rapidllm.network.mapping import RankMapping, dims_spanned
@@ -239,7 +239,13 @@ class CommCost:
         # steps NCCL takes beyond a hierarchical all-gather / reduce-scatter: network/ring_steps.py)
         setup = router.remembered(("setup", op, algorithm, groups[0]), len(groups[0]),
                                   lambda: setup_latency(topo, algorithm, list(groups[0]), op, router)) if nccl else 0.0
-        chunks = tuple(chunk_count(topo, op, nbytes, n, algorithm) for n in sorted({len(g) for g in groups}))
+        firsts: dict[int, tuple[int, ...]] = {}          # the first group of each size
+        for g in groups:
+            firsts.setdefault(len(g), g)
+        chunks = tuple(default_chunks(topo, op, nbytes, firsts[n], algorithm,
+                                      router.remembered(("step_limits", op, algorithm, firsts[n]), n,
+                                                        lambda g=firsts[n]: step_limits(topo, op, g, algorithm)))
+                       for n in sorted(firsts))
         pkey = (net, self.util, op, algorithm, chunks, tuple(groups))
         plans = current().collective_plans
         plan = plans.get(pkey)

@@ -10,7 +10,7 @@ import numpy as np
 from rapidllm.network.alpha_beta import BUS_FACTOR
 from rapidllm.network.collectives import ALGORITHMS, SUPPORTED, Schedule, concat
 from rapidllm.network.decompose import simulate
-from rapidllm.network.hierarchical import hierarchical, spanned
+from rapidllm.network.hierarchical import hierarchical, rank_coords, spanned, spanned_grid
 from rapidllm.network.in_switch import NAME as IN_SWITCH, in_switch, reducing_dimension
 from rapidllm.network.ring_steps import OPS as RING_GAP_OPS, ring_gap_latency
 from rapidllm.network.routing import Router
@@ -124,14 +124,41 @@ def _auto(topo: Topology, op: str, ranks: list[int]) -> tuple[str, bool]:
     return algo, algo == "ring" and reducing_dimension(topo, op, ranks) is not None
 
 
+def step_limits(topo: Topology, op: str, ranks: Sequence[int], algorithm: str) -> tuple[int, int]:
+    """(n_0, most) for `default_chunks`: what the largest ring step of `algorithm` over `ranks` divides the
+    bytes by, and the most chunks its schedule may take. The hierarchical schedule's innermost stage carries
+    nbytes / n_0 per step (n_0: the group's ranks along the innermost dimension it spans) and every stage
+    takes the same count (their joins pair chunks: docs/network.md, "Chunking across nodes"); at most as many
+    chunks as keep its N sum_d (n_d - 1) transfers per chunk (twice that for an all-reduce) within
+    MAX_TRANSFERS, the bound on flat schedules (check_work). Any other schedule: (its ranks, MAX_CHUNKS). No
+    byte count enters (the engine remembers the limits per group)."""
+    grid = spanned_grid(rank_coords(topo, ranks)) if algorithm == "hierarchical" else None
+    if grid is None:
+        return len(ranks), MAX_CHUNKS
+    sizes = grid[1]
+    per_chunk = len(ranks) * sum(n - 1 for n in sizes) * (2 if op == "all_reduce" else 1)
+    return sizes[0], min(MAX_CHUNKS, MAX_TRANSFERS // per_chunk)
+
+
+def default_chunks(topo: Topology, op: str, nbytes: float, ranks: Sequence[int], algorithm: str,
+                   limits: tuple[int, int] | None = None) -> int:
+    """Chunks per transfer of a collective whose count is not forced: `chunk_count` of its largest transfer
+    (a ring step of nbytes / n_0, `step_limits`), at most the schedule's limit, and never fewer than a ring
+    step of nbytes / len(ranks) gives (the count of a flat schedule, and of the hierarchical one before it
+    was sized by its largest transfer). Non-decreasing in the bytes."""
+    n0, most = limits or step_limits(topo, op, ranks, algorithm)
+    least = chunk_count(topo, op, nbytes, len(ranks), algorithm)
+    return max(least, min(chunk_count(topo, op, nbytes, n0, algorithm), most))
+
+
 def chunk_count(topo: Topology, op: str, nbytes: float, n: int, algorithm: str = "ring") -> int:
     """Chunks per transfer when a collective moves through fixed-size buffers of `topo.chunk_bytes`.
 
-    A ring step (and a direct or all-to-all peer transfer) carries nbytes / n; broadcast, send/recv and a
-    rank's push into a reducing switch (in_switch) carry nbytes. Store and forward charges one chunk's
-    serialization per extra hop, so a transfer that fits in one buffer sees the whole step twice through a
-    switch while a large one pipelines: this is what makes bus bandwidth ramp up with message size
-    (docs/network.md, "Chunking").
+    A ring step (and a direct or all-to-all peer transfer) carries nbytes / n (n: the group's size, or
+    `step_limits`' n_0 in a hierarchical schedule: `default_chunks`); broadcast, send/recv and a rank's push
+    into a reducing switch (in_switch) carry nbytes. Store and forward charges one chunk's serialization per
+    extra hop, so a transfer that fits in one buffer sees the whole step twice through a switch while a large
+    one pipelines: this is what makes bus bandwidth ramp up with message size (docs/network.md, "Chunking").
     """
     whole = op in ("broadcast", "send_recv") or algorithm == IN_SWITCH
     per_transfer = nbytes if whole else nbytes / max(n, 1)
@@ -163,7 +190,7 @@ def build_schedule(topo: Topology, op: str, nbytes: float, ranks: list[int], alg
         raise SpecError(f"send_recv needs exactly 2 ranks (source, destination), got {len(ranks)}")
     algo = choose_algorithm(topo, op, ranks) if algorithm == "auto" else algorithm
     if chunks is None:
-        chunks = chunk_count(topo, op, nbytes, len(ranks), algo)
+        chunks = default_chunks(topo, op, nbytes, ranks, algo)
     if chunks < 1:
         raise SpecError(f"chunks must be >= 1, got {chunks}")
     if algo != "hierarchical":           # hierarchical runs per dimension: its groups are smaller

@@ -74,6 +74,17 @@ def spanned(topo: Topology, ranks) -> list[int]:
     return _spanned(rank_coords(topo, ranks))
 
 
+def spanned_grid(coords: np.ndarray) -> tuple[list[int], list[int]] | None:
+    """(dimensions spanned, innermost first; the group's size along each) when a group, given by its rank
+    coordinates, spans several dimensions as a full sub-grid of them, which the hierarchical schedule runs
+    over stage by stage; None otherwise (one dimension, or not a sub-grid: the schedule is a flat ring)."""
+    dims = _spanned(coords)
+    if len(dims) < 2:
+        return None
+    sizes = [len(np.unique(coords[:, d])) for d in dims]
+    return (dims, sizes) if math.prod(sizes) == len(coords) else None
+
+
 def hierarchical(op: str, topo: Topology, ranks: list[int], nbytes: float, chunks: int) -> Schedule:
     """Schedule for `op` in {all_reduce, reduce_scatter, all_gather} over a multi-dimensional group."""
     if op not in ("all_reduce", "reduce_scatter", "all_gather"):

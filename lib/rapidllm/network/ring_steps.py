@@ -36,7 +36,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rapidllm.network.hierarchical import rank_coords
+from rapidllm.network.hierarchical import rank_coords, spanned_grid
 from rapidllm.network.routing import Router
 from rapidllm.network.topology import Topology
 
@@ -61,12 +61,10 @@ def ring_gap_latency(topo: Topology, router: Router, ranks: Sequence[int]) -> fl
     (module docstring); 0 for a group within one dimension, or not a full sub-grid of the dimensions it
     spans (the hierarchical schedule is then a flat ring itself)."""
     coords = rank_coords(topo, ranks)
-    if len(coords) < 2:
+    grid = spanned_grid(coords)
+    if grid is None:
         return 0.0
-    dims = np.flatnonzero((coords != coords[0]).any(axis=0)).tolist()
-    sizes = [len(np.unique(coords[:, d])) for d in dims]
-    if len(dims) < 2 or math.prod(sizes) != len(coords):
-        return 0.0
+    dims, sizes = grid
     total = 0.0
     for d, steps in zip(dims, extra_steps(sizes)):
         if steps:
