@@ -64,11 +64,13 @@ class MemoryResult:
 VERDICT_KEYS = ("peak_memory_bytes", "feasible", "infeasible_reason")
 
 
-def state_bytes_per_param(precision: str, fp32_grad_accum: bool) -> tuple[float, float, float]:
-    """(weight, gradient, optimizer) bytes per parameter for Adam at this precision."""
+def state_bytes_per_param(precision: str, fp32_grad_accum: bool, optimizer_state: float = 4.0
+                          ) -> tuple[float, float, float]:
+    """(weight, gradient, optimizer) bytes per parameter for Adam at this precision, each optimizer-state
+    tensor (master weight, moment) `optimizer_state` bytes wide (`Parallelism.optimizer_state_bytes`)."""
     if precision in ("fp32", "tf32"):
-        return 4.0, 4.0, 8.0
-    return float(DTYPE_BYTES[precision]), 4.0 if fp32_grad_accum else 2.0, 12.0
+        return 4.0, 4.0, 2 * optimizer_state
+    return float(DTYPE_BYTES[precision]), 4.0 if fp32_grad_accum else 2.0, 3 * optimizer_state
 
 
 def reduced_gradient_bytes(case: Case) -> float:
@@ -112,7 +114,7 @@ def inflight_microbatches(case: Case) -> float:
 def closed_form_memory(case: Case) -> MemoryResult:
     p, hw, model = case.parallelism, case.hardware, case.model
     params = local_parameters(case)
-    wb, gb, ob = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)
+    wb, gb, ob = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum, p.optimizer_state_bytes)
     stage = 3 if p.fsdp == "full_shard" else 2 if p.fsdp == "shard_grad_op" else p.zero
     if case.training:
         w = case.workload

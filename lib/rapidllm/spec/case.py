@@ -370,6 +370,9 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
     if par.tp_comm_overlap and not (par.tp > 1 and par.sp and isinstance(workload, TrainingWorkload)):
         raise bad("parallelism.tp_comm_overlap", "Transformer Engine's userbuffers overlap the sequence-parallel "
                   "all-gathers and reduce-scatters of training: it needs tp > 1 and sp: true")
+    if par.optimizer_state != "fp32" and not isinstance(workload, TrainingWorkload):
+        raise bad("parallelism.optimizer_state", "the optimizer's state exists in training only; allowed in "
+                  "inference: fp32 (the default)")
     if par.zero and par.fsdp != "none":
         raise bad("parallelism.fsdp", "set either zero or fsdp, not both (fsdp full_shard is ZeRO-3, shard_grad_op is ZeRO-2)")
     if isinstance(workload, TrainingWorkload):

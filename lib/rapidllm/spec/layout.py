@@ -70,6 +70,11 @@ class Parallelism:
     schedule: str = "1f1b"           # gpipe | 1f1b | interleaved
     virtual_stages: int = 1
     fp32_grad_accum: bool = False
+    # Width of the optimizer's master weights and Adam moments: fp32 (mixed-precision Adam, 4 + 8 B per
+    # parameter) or bf16 (2 + 4 B: Apex DistributedFusedAdam with dtype=torch.bfloat16, as NeMo-Framework-
+    # Launcher 24.07 trains Nemotron-4 340B; Megatron-Core --use-precision-aware-optimizer with 16-bit
+    # --main-params-dtype / --exp-avg-dtype / --exp-avg-sq-dtype). Hashed only when set.
+    optimizer_state: str = "fp32"
     # Megatron-Core --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split: the
     # embedding and the loss (LM head) each take one layer's slot in the split over pipeline chunks
     embedding_in_split: bool = False
@@ -84,11 +89,17 @@ class Parallelism:
     microbatch_overlap: int = 1
 
     # added after cases were first hashed: left out of case_id while at their defaults (see `_plain`)
-    HASH_OMITTED_DEFAULTS = ("overlap_p2p_comm", "tp_comm_overlap", "redundant_experts", "microbatch_overlap")
+    HASH_OMITTED_DEFAULTS = ("overlap_p2p_comm", "tp_comm_overlap", "redundant_experts", "microbatch_overlap",
+                             "optimizer_state")
 
     @property
     def world(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def optimizer_state_bytes(self) -> float:
+        """Bytes per parameter of one optimizer-state tensor: a master weight or one Adam moment."""
+        return 4.0 if self.optimizer_state == "fp32" else 2.0
 
     @property
     def p2p_overlapped(self) -> bool:
