@@ -246,13 +246,17 @@ def test_etp_tp_gathers_the_routed_copies_after_the_dispatch() -> None:
         case = qwen3(ep=16, moe_dispatcher=dispatcher)
         routed = SEQ * h * 2 * copies
         assert routed_tp_copies(case) == copies
-        fwd = [(r.axis, r.op, r.nbytes, r.launch, r.consumer, r.chained) for r in _tp_rules(case, False)][2:]
-        assert fwd == [("ep", "all_to_all", dispatch_bytes(case, SEQ), "permute", "+permute", False),
-                       ("tp", "all_gather", routed, "permute", ("expert_up_fp8_cast", "expert_up"), True),
-                       ("tp", "reduce_scatter", routed, "expert_down", "unpermute", False),
-                       ("ep", "all_to_all", dispatch_bytes(case, SEQ), "expert_down", "unpermute", True)]
-        bwd = [(r.axis, r.op, r.nbytes, r.chained) for r in _tp_rules(case, True) if r.nbytes == routed]
-        assert bwd == [("tp", "all_gather", routed, True), ("tp", "reduce_scatter", routed, False)]
+        rules = _tp_rules(case, False)[2:]
+        fwd = [(r.axis, r.op, r.nbytes, r.launch, r.consumer) for r in rules]
+        assert fwd == [("ep", "all_to_all", dispatch_bytes(case, SEQ), "permute", "+permute"),
+                       ("tp", "all_gather", routed, "permute", ("expert_up_fp8_cast", "expert_up")),
+                       ("tp", "reduce_scatter", routed, "expert_down", "unpermute"),
+                       ("ep", "all_to_all", dispatch_bytes(case, SEQ), "expert_down", "unpermute")]
+        assert [r.follows for r in rules] == [None, rules[0], None, rules[2]]
+        bwd = _tp_rules(case, True)
+        gather, scatter = (r for r in bwd if r.nbytes == routed)
+        assert (gather.op, gather.follows.axis, scatter.op, scatter.follows) == \
+            ("all_gather", "ep", "reduce_scatter", None)
         # the baseline engine: the attention pair at the sequence's bytes, the routed pair at copies x
         tp_nodes = [(n.nbytes, n.count) for n in layer_nodes(case, SEQ, "layer_moe") if n.axis == "tp"]
         assert tp_nodes == [(SEQ * h * 2, 1), (routed, 1)]
@@ -290,6 +294,30 @@ def test_chained_collective_waits_for_the_all_to_all() -> None:
     a2a, gather = names.index(("ep", "all_to_all")), names.index(("tp", "all_gather"), names.index("permute"))
     assert a2a in fwd.nodes[gather].deps
     assert {a2a, gather} <= set(fwd.nodes[names.index("expert_up")].deps)
+
+
+def test_a_followed_rule_runs_where_its_follower_does() -> None:
+    """`Rule.follows` names the collective a rule waits for. Where that rule's own consumer is not among the
+    operators (dropped from a recompute, say), it still runs, ahead of its follower, with no operator
+    waiting for it; a rule that follows one not in the list waits for nothing but its launch, never for
+    the rule listed before it (the positional `chained` flag of 2026-12-01 took rule k - 1, whatever it
+    was, and lost the chain when that rule was dropped)."""
+    from rapidllm.graph.templates import Rule, weave
+    ops = [("permute", "fwd"), ("expert_up", "fwd"), ("unpermute", "fwd")]
+    a2a = Rule("permute", "absent", "ep", "all_to_all", 1.0)
+    other = Rule("permute", "unpermute", "tp", "all_gather", 3.0)
+    gather = Rule("permute", "expert_up", "tp", "all_gather", 2.0, follows=a2a)
+    nodes = weave(ops, [a2a, other, gather])
+    at = {n.nbytes: i for i, n in enumerate(nodes) if n.kind == "comm"}
+    assert nodes[at[1.0]].deps == (0,) and nodes[at[3.0]].deps == (0,)
+    assert nodes[at[2.0]].deps == (0, at[1.0])
+    assert at[1.0] not in {d for n in nodes for d in n.deps if n.kind == "compute"}
+    op = {n.name: n for n in nodes if n.kind == "compute"}
+    assert at[2.0] in op["expert_up"].deps and at[3.0] in op["unpermute"].deps
+    alone = weave(ops, [other, gather])         # no all-to-all in this case: nothing to wait for
+    assert [n.deps for n in alone if n.nbytes == 2.0] == [(0,)]
+    with pytest.raises(ValueError, match="follows a rule listed after it"):
+        weave(ops, [gather, a2a])
 
 
 def test_fp8_cast_of_the_gathered_tokens_waits_for_the_gather() -> None:

@@ -60,9 +60,11 @@ class Rule:
     axis: str
     op: str
     nbytes: float
-    # starts only once the collective of the rule before it has finished (a dispatcher's steps on one
-    # tensor: the expert-TP gather of what the EP all-to-all delivered); launched at the same operator
-    chained: bool = False
+    # starts only once this rule's collective has finished (a dispatcher's steps on one tensor: the
+    # expert-TP gather of what the EP all-to-all delivered), launched at the same operator; named, not
+    # taken from the list's order, so a rule left out of a case (ep 1 has no all-to-all) or one added
+    # before it cannot stand in. Where the rule is not in the list, nothing is waited for (`weave`)
+    follows: Rule | None = None
 
 
 def layer_tokens(case: Case, prefix: str) -> int:
@@ -136,16 +138,17 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
             # tokens (gradient) are first read by the expert GEMM's FP8 cast where there is one: Megatron-Core
             # gathers them in BF16 and TE's GroupedLinear casts them after (`first_reader`)
             if backward:
-                rules += [Rule("unpermute_bwd", "+unpermute_bwd", "ep", "all_to_all", a2a),
-                          Rule("unpermute_bwd", first_reader("expert_down_dgrad"), "tp", "all_gather", routed,
-                               chained=True),
-                          Rule("expert_up_wgrad", "permute_bwd", "tp", "reduce_scatter", routed),
-                          Rule("expert_up_wgrad", "permute_bwd", "ep", "all_to_all", a2a, chained=True)]
+                first = Rule("unpermute_bwd", "+unpermute_bwd", "ep", "all_to_all", a2a)
+                steps = [first, Rule("unpermute_bwd", first_reader("expert_down_dgrad"), "tp", "all_gather", routed,
+                                     follows=first)]
+                last = Rule("expert_up_wgrad", "permute_bwd", "tp", "reduce_scatter", routed)
+                steps += [last, Rule("expert_up_wgrad", "permute_bwd", "ep", "all_to_all", a2a, follows=last)]
             else:
-                rules += [Rule("permute", "+permute", "ep", "all_to_all", a2a),
-                          Rule("permute", first_reader("expert_up"), "tp", "all_gather", routed, chained=True),
-                          Rule("expert_down", "unpermute", "tp", "reduce_scatter", routed),
-                          Rule("expert_down", "unpermute", "ep", "all_to_all", a2a, chained=True)]
+                first = Rule("permute", "+permute", "ep", "all_to_all", a2a)
+                steps = [first, Rule("permute", first_reader("expert_up"), "tp", "all_gather", routed, follows=first)]
+                last = Rule("expert_down", "unpermute", "tp", "reduce_scatter", routed)
+                steps += [last, Rule("expert_down", "unpermute", "ep", "all_to_all", a2a, follows=last)]
+            rules += steps
         elif backward:
             rules += [Rule("unpermute_bwd", "+unpermute_bwd", "ep", "all_to_all", a2a),
                       Rule(PREV, "permute_bwd", "ep", "all_to_all", a2a)]
@@ -212,38 +215,66 @@ def _index(names: list[str], key: str | tuple[str, ...]) -> int | None:
 
 
 def weave(ops: list[tuple[str, str]], rules: list[Rule]) -> list[Node]:
-    """Compute nodes in order with the rules' collectives woven in (launch after producer, block consumer)."""
+    """Compute nodes in order with the rules' collectives woven in (launch after producer, block consumer).
+
+    A rule whose consumer is not among `ops` is dropped, unless a woven rule `follows` it: the collective
+    that one waits for then runs too (a recompute re-running a dispatcher's gather re-runs the all-to-all
+    that delivered its tokens), with no operator of `ops` waiting for it. A following rule is launched
+    right after the rule it follows, in that rule's slot, which must come earlier in the list."""
     names = [n for n, _ in ops]
-    after: dict[int, list[tuple[int, Rule, int]]] = {}
+    position = {id(r): k for k, r in enumerate(rules)}
+    before: dict[int, int] = {}                # following rule -> the rule it follows
     for k, r in enumerate(rules):
-        ci = _index(names, r.consumer)
-        if ci is None:
-            continue
-        li = _index(names, r.launch)
-        if li is None or li >= ci:
-            li = ci - 1
-        after.setdefault(li, []).append((k, r, ci))
+        if r.follows is not None and id(r.follows) in position:
+            before[k] = position[id(r.follows)]
+            if before[k] >= k:
+                raise ValueError(f"rule {k} ({r.axis}.{r.op}) follows a rule listed after it")
+    consumer = [_index(names, r.consumer) for r in rules]
+    woven = {k for k, ci in enumerate(consumer) if ci is not None}
+    for k in sorted(before, reverse=True):     # a chain's followers come after its head: back to front
+        if k in woven:
+            woven.add(before[k])
+    slot: dict[int, int] = {}
+    after: dict[int, list[int]] = {}
+    for k in sorted(woven):
+        if k in before:
+            slot[k] = slot[before[k]]
+        else:
+            # a chain launches before the first of its consumers (the head's own, when it has one)
+            chain = [k] + [j for j in sorted(woven) if j > k and _head(before, j) == k]
+            ci = min(consumer[j] for j in chain if consumer[j] is not None)
+            li = _index(names, rules[k].launch)
+            slot[k] = ci - 1 if li is None or li >= ci else li
+        after.setdefault(slot[k], []).append(k)
     nodes: list[Node] = []
     waits: dict[int, list[int]] = {}
     node_of: dict[int, int] = {}               # rule index -> its comm node
 
-    def emit(k: int, r: Rule, ci: int, launch: tuple[int, ...]) -> None:
-        # a chained rule follows the node of the rule before it, woven at the same launch point
-        deps = launch + ((node_of[k - 1],) if r.chained and k - 1 in node_of else ())
+    def emit(k: int, launch: tuple[int, ...]) -> None:
+        r = rules[k]
+        deps = launch + ((node_of[before[k]],) if k in before else ())
         node_of[k] = len(nodes)
-        waits.setdefault(ci, []).append(len(nodes))
+        if consumer[k] is not None:
+            waits.setdefault(consumer[k], []).append(len(nodes))
         nodes.append(Node(f"{r.axis}.{r.op}", COMM, deps=deps, axis=r.axis, op=r.op, nbytes=r.nbytes))
 
     prev = -1
-    for k, r, ci in after.get(-1, []):
-        emit(k, r, ci, ())
+    for k in after.get(-1, []):
+        emit(k, ())
     for i, (name, phase) in enumerate(ops):
         deps = tuple(([prev] if prev >= 0 else []) + waits.get(i, []))
         prev = len(nodes)
         nodes.append(Node(name, COMPUTE, phase, deps))
-        for k, r, ci in after.get(i, []):
-            emit(k, r, ci, (prev,))
+        for k in after.get(i, []):
+            emit(k, (prev,))
     return nodes
+
+
+def _head(before: dict[int, int], k: int) -> int:
+    """The first rule of the chain rule `k` belongs to (`Rule.follows`)."""
+    while k in before:
+        k = before[k]
+    return k
 
 
 def operator_frame(case: Case) -> pd.DataFrame:
