@@ -262,6 +262,33 @@ def test_etp_tp_gathers_the_routed_copies_after_the_dispatch() -> None:
         assert tp_nodes == [(SEQ * h * 2, 1), (routed, 1)]
 
 
+@pytest.mark.parametrize("dispatcher", ["alltoall", "capacity"])
+def test_ep1_alltoall_gathers_the_routed_copies(dispatcher: str) -> None:
+    """ep 1, etp = tp = 2, SP: Megatron-Core's alltoall dispatcher runs its all-to-all over a one-rank EP group
+    (returns its input) and all-gathers the rank's permuted top_k copies in the expert-TP group, then
+    reduce-scatters the experts' output (token_dispatcher.py `dispatch_postprocess`/`combine_preprocess`):
+    top_k x the sequence's bytes (x capacity_factor padded), no all-to-all, no sequence gather before the
+    router. Until 2026-12-02 ep 1 gathered the sequence once, as the allgather dispatcher does."""
+    from rapidllm.graph.templates import COMM, layer_templates, ops_view
+    from rapidllm.ops.price import price_case
+    case = qwen3(ep=1, dp=16, moe_dispatcher=dispatcher)
+    moe, h = case.model.moe, case.model.hidden
+    copies = moe.top_k * (moe.capacity_factor if dispatcher == "capacity" else 1)
+    routed = SEQ * h * 2 * copies
+    assert routed_tp_copies(case) == copies
+    rules = layer_rules(case, SEQ, True, False)
+    assert [(r.op, r.nbytes, r.launch) for r in rules[2:]] == [("all_gather", routed, "permute"),
+                                                                ("reduce_scatter", routed, "expert_down")]
+    assert rules[2].follows.axis == "ep" and rules[2].follows not in rules     # its all-to-all: not run at ep 1
+    assert all(r.axis == "tp" for r in layer_rules(case, SEQ, True, True))
+    assert [(n.nbytes, n.count) for n in layer_nodes(case, SEQ, "layer_moe")] == [(SEQ * h * 2, 1), (routed, 1)]
+    fwd_t = next(t for t in layer_templates(case, ops_view(price_case(case))) if t.part == "fwd" and t.section == "layer_moe")
+    names = [n.name for n in fwd_t.nodes]
+    gather = next(i for i, n in enumerate(fwd_t.nodes) if n.kind == COMM and n.nbytes == routed and n.op == "all_gather")
+    assert fwd_t.nodes[gather].deps == (names.index("permute"),)
+    assert not [d for d in fwd_t.nodes[names.index("router")].deps if fwd_t.nodes[d].kind == COMM]
+
+
 def test_baseline_reruns_the_expert_tp_pair_with_the_experts() -> None:
     """Recompute of the MoE block reruns the dispatcher, the expert-TP gather included: the event engine's
     recompute weaves the gather before the recomputed experts, and the alpha-beta ablation counts the pair
@@ -342,14 +369,15 @@ def test_fp8_cast_of_the_gathered_tokens_waits_for_the_gather() -> None:
         assert a2a[0] in nodes[cast].deps
 
 
-@pytest.mark.parametrize("par, routed_gathered", [(dict(etp=1), False), (dict(), False),
-                                                   (dict(ep=1, dp=8), True)])
+@pytest.mark.parametrize("par, routed_gathered", [(dict(etp=1), False), (dict(), False), (dict(ep=1, dp=8), False),
+                                                   (dict(ep=1, dp=8, moe_dispatcher="deepep"), True)])
 def test_sequence_gather_of_the_shared_experts(par: dict, routed_gathered: bool) -> None:
     """Qwen2-57B-A14B (a shared expert), tp 2 + SP: where the router reads the rank's shard (etp 1; etp = tp
     with the dispatcher moving the routed tokens), the sequence is gathered for the shared expert alone
     (Megatron-Core's SharedExpertMLP, TE column-parallel fc1 / row-parallel fc2): the router does not wait
     for it, nor does the combine's backward for the gather of the output gradient; the shared expert's GEMMs
-    do. With ep 1 and etp = tp the router reads the gathered sequence and waits, as before."""
+    do. So does ep 1 with the alltoall dispatcher (its gather moves the routed copies); with DeepEP at ep 1
+    (a dispatch over the TP group, priced as the sequence gather) the router reads the gathered sequence."""
     from rapidllm.graph.templates import COMM, layer_templates, ops_view
     from rapidllm.ops.price import price_case
     case = resolve_case({**mapping(), "model": "qwen2-57b-a14b",

@@ -96,14 +96,19 @@ def dispatch_bytes(case: Case, tokens: int) -> float:
 
 def routed_tp_in_dispatcher(case: Case) -> bool:
     """Whether the token dispatcher itself moves the routed tokens of TP-sharded experts: training with
-    sequence parallelism, etp = tp > 1 and an EP all-to-all. Megatron-Core's dispatchers then take each
-    rank's s/tp shard and never gather the sequence before the experts (token_dispatcher.py at d98e8a64):
-    the alltoall dispatcher all-gathers the tokens it received in the expert-TP group after the all-to-all
-    (`dispatch_postprocess`) and reduce-scatters the experts' output before the combine
-    (`combine_preprocess`); the flex (DeepEP) dispatcher replicates the routing map over the expert-TP ranks
-    and dispatches over the TP x EP group (`MoEFlexTokenDispatcher._initialize_metadata`)."""
+    sequence parallelism, etp = tp > 1 and an EP all-to-all, or ep 1 with the alltoall dispatcher (alltoall,
+    capacity). Megatron-Core's dispatchers then take each rank's s/tp shard and never gather the sequence
+    before the experts (token_dispatcher.py at d98e8a64): the alltoall dispatcher all-gathers the tokens
+    it received in the expert-TP group after the all-to-all (`dispatch_postprocess`) and reduce-scatters
+    the experts' output before the combine (`combine_preprocess`), and with ep 1 does the same, its
+    all-to-all over the one-rank EP group returning its input (tensor_parallel/mappings.py `_AllToAll`:
+    world_size 1 returns the input), so the gather carries the rank's permuted top_k copies; the flex
+    (DeepEP) dispatcher replicates the routing map over the expert-TP ranks and dispatches over the TP x EP
+    group (`MoEFlexTokenDispatcher._initialize_metadata`). At ep 1 that dispatch sends each token once to
+    each TP rank, the bytes of a sequence all-gather, which the model prices as that gather (`routed_on_sequence`)."""
     p = case.parallelism
-    return case.training and p.sp and p.expert_tp == p.tp > 1 and moe_all_to_all(case)
+    moves = moe_all_to_all(case) or (p.ep == 1 and p.moe_dispatcher != "deepep")
+    return bool(case.model.moe) and case.training and p.sp and p.expert_tp == p.tp > 1 and moves
 
 
 def routed_tp_copies(case: Case) -> float:
@@ -123,8 +128,8 @@ def moe_tp_collectives(case: Case) -> bool:
     """Whether an MoE layer's MLP position keeps the sequence's TP collectives (gather before, reduce after).
 
     Routed experts with etp < tp take each rank's sequence shard and need none; with etp = tp the
-    dispatcher moves their tokens (`routed_tp_in_dispatcher`), except without an all-to-all (ep 1) or
-    without SP, where the experts run on the TP group's whole sequence. Shared experts are ordinary
+    dispatcher moves their tokens (`routed_tp_in_dispatcher`), except without SP or with DeepEP at ep 1,
+    where the experts run on the TP group's whole sequence. Shared experts are ordinary
     TP-sharded MLPs on the gathered sequence and keep them. Experts inside the TP group (inference, ep x
     etp = tp) see every token of the group and leave partial sums for the TP all-reduce.
     """

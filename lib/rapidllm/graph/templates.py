@@ -126,12 +126,13 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
         kv = float(m.cp_kv_dim) * b * tokens * p.cp / p.tp
         rules.append(Rule("attn_bwd", "qkv_dgrad", "cp", "reduce_scatter", kv) if backward
                      else Rule("qkv", "attn", "cp", "all_gather", kv))
-    if moe and moe_all_to_all(case):
+    routed = act * routed_tp_copies(case) if moe else 0.0
+    if moe and (moe_all_to_all(case) or routed):
         a2a = dispatch_bytes(case, tokens)
-        routed = act * routed_tp_copies(case)
         if routed:
             # Megatron-Core's alltoall dispatcher with etp = tp: all-to-all, then the expert-TP all-gather of
-            # the received tokens before the experts; their output reduce-scattered, then the combine. In
+            # the received tokens before the experts; their output reduce-scattered, then the combine (ep 1:
+            # no all-to-all, the gather and reduce-scatter alone, `routed_tp_in_dispatcher`). In
             # backward the mirror image (the gather's gradient is a reduce-scatter and vice versa), run by
             # autograd between the grouped linears' backward nodes: the reduce-scatter after expert_up's
             # dgrad and wgrad both (no asynchronous TP communication inside the expert GEMMs). The gathered
@@ -148,7 +149,8 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
                 steps = [first, Rule("permute", first_reader("expert_up"), "tp", "all_gather", routed, follows=first)]
                 last = Rule("expert_down", "unpermute", "tp", "reduce_scatter", routed)
                 steps += [last, Rule("expert_down", "unpermute", "ep", "all_to_all", a2a, follows=last)]
-            rules += steps
+            send = moe_all_to_all(case)
+            rules += [r for r in steps if send or r.axis != "ep"]
         elif backward:
             rules += [Rule("unpermute_bwd", "+unpermute_bwd", "ep", "all_to_all", a2a),
                       Rule(PREV, "permute_bwd", "ep", "all_to_all", a2a)]
@@ -479,7 +481,7 @@ def shared_case_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsVie
     prefixes = ("",) if case.training else ("prefill_", "decode_first_", "decode_last_")
     tokens = tuple(layer_tokens(case, prefix) for prefix in prefixes)
     moe = (tuple(dispatch_bytes(case, n) for n in tokens), routed_tp_copies(case), moe_tp_collectives(case),
-           routed_on_sequence(case)) if moe_all_to_all(case) else ()
+           routed_on_sequence(case)) if moe_all_to_all(case) or routed_tp_copies(case) else ()
     key = (tuple(zip(view.section_of, view.names, view.phases)), case.model, case.training, p.tp, p.sp, p.cp, p.ep,
            p.expert_tp, case.activation_precision, tokens, moe)
     table = current().templates
