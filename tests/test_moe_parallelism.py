@@ -395,6 +395,31 @@ def test_sequence_gather_of_the_shared_experts(par: dict, routed_gathered: bool)
         assert waits["fwd", "shared_up"] == waits["bwd", "shared_down_dgrad"] == gather
 
 
+@pytest.mark.parametrize("par", [dict(etp=1), dict(), dict(ep=1, dp=8), dict(ep=1, dp=8, moe_dispatcher="deepep")])
+def test_shared_expert_weight_gradient_regathers_its_input(par: dict) -> None:
+    """Qwen2-57B-A14B, tp 2 + SP: the shared expert's fc1 is a column-parallel linear that keeps its input
+    sequence-sharded and all-gathers it again in backward for its weight gradient (Megatron-Core
+    tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication: saves the local `input`,
+    backward `dist_all_gather_func(..., async_op=True)` under sequence_parallel; TE's Linear likewise), as
+    the dense MLP's fc1 does: one all-gather of the sequence after shared_act_bwd, read by shared_up_wgrad
+    (shared_up_dgrad beside it). Until 2026-12-02 only dense layers had it. Routed experts have none."""
+    from rapidllm.graph.templates import COMM, layer_templates, ops_view
+    from rapidllm.ops.price import price_case
+    case = resolve_case({**mapping(), "model": "qwen2-57b-a14b",
+                         "parallelism": {"tp": 2, "ep": 4, "pp": 1, "dp": 4, "sp": True, **par}}, "test")
+    bwd = next(t for t in layer_templates(case, ops_view(price_case(case)))
+               if t.section == "layer_moe" and t.part == "bwd")
+    names = [n.name for n in bwd.nodes]
+    gathers = [d for d in bwd.nodes[names.index("shared_up_wgrad")].deps
+               if bwd.nodes[d].kind == COMM and (bwd.nodes[d].axis, bwd.nodes[d].op) == ("tp", "all_gather")]
+    assert [bwd.nodes[d].nbytes for d in gathers] == [SEQ * case.model.hidden * 2.0]
+    assert bwd.nodes[gathers[0]].deps == (names.index("shared_act_bwd"),)
+    assert gathers[0] not in bwd.nodes[names.index("shared_up_dgrad")].deps
+    for routed in ("expert_up_wgrad", "expert_down_wgrad"):
+        assert not [d for d in bwd.nodes[names.index(routed)].deps
+                    if bwd.nodes[d].kind == COMM and bwd.nodes[d].nbytes == SEQ * case.model.hidden * 2.0]
+
+
 def test_flex_dispatcher_carries_expert_tp_in_its_dispatch() -> None:
     """DeepEP (flex) with etp = tp replicates the routing over the expert-TP ranks and dispatches over TP x
     EP: no TP collective at the MLP position; inside one node a token goes to etp x its distinct EP ranks."""

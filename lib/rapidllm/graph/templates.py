@@ -110,9 +110,12 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
             # the column-parallel GEMMs keep their input sequence-sharded and gather it again for the
             # weight gradient, launched before the input-gradient GEMM and overlapped with it (Megatron's
             # LinearWithGradAccumulationAndAsyncCommunication, TE's Linear); their reduce-scatter queues behind
-            # (routed experts take their tokens from the dispatcher and keep them: no re-gather)
+            # (routed experts take their tokens from the dispatcher and keep them: no re-gather). Shared
+            # experts are such a column-parallel fc1 (Megatron-Core SharedExpertMLP, an MLP on the TP group)
+            fc1 = "shared" if moe else "mlp"
+            regather = not moe or bool(m.moe and m.moe.shared_experts)
             rules += [Rule("residual2_bwd", gather_grad, "tp", "all_gather", full)] * mlp_tp
-            rules += [Rule("mlp_act_bwd", "mlp_up_wgrad", "tp", "all_gather", full)] * (not moe)
+            rules += [Rule(f"{fc1}_act_bwd", f"{fc1}_up_wgrad", "tp", "all_gather", full)] * regather
             rules += [Rule(("mlp_up_dgrad", PREV), "norm2_bwd", "tp", "reduce_scatter", full)] * mlp_tp
             rules += [Rule("residual1_bwd", "o_proj_dgrad", "tp", "all_gather", full),
                       Rule("attn_bwd", "qkv_wgrad", "tp", "all_gather", full),
