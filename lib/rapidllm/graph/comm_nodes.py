@@ -195,7 +195,12 @@ def layer_nodes(case: Case, tokens: int, scope: str) -> list[CommNode]:
     if p.tp > 1 and m.block == "parallel":
         nodes.append(CommNode(scope, "tp", "all_reduce", act, parallel_block_reductions(case)))
     elif p.tp > 1:
-        nodes.append(CommNode(scope, "tp", "all_reduce", act, 2 if not moe or moe_tp_collectives(case) else 1))
+        # the attention's pair, and the MLP position's, which a checkpoint of the module holding it runs
+        # again (Megatron-Core recompute_modules mlp / moe / shared_experts re-run the module's forward,
+        # its fc1 gather and fc2 reduce-scatter included; templates.mlp_owner)
+        nodes.append(CommNode(scope, "tp", "all_reduce", act, 1))
+        if not moe or moe_tp_collectives(case):
+            nodes.append(CommNode(scope, "tp", "all_reduce", act, 1, rerun=mlp_module(case, moe)))
         copies = routed_tp_copies(case) if moe else 0.0
         if copies:     # the expert-TP gather / reduce-scatter pair, as one all-reduce, gathered again where the
             # experts are recomputed (the graph's recompute weaves it before them)
@@ -205,6 +210,16 @@ def layer_nodes(case: Case, tokens: int, scope: str) -> list[CommNode]:
     if moe and moe_all_to_all(case):
         nodes.append(CommNode(scope, "ep", "all_to_all", dispatch_bytes(case, tokens), 2))
     return nodes
+
+
+def mlp_module(case: Case, moe: bool) -> str:
+    """The first operator of the module that runs a layer's MLP-position TP collectives (`CommNode.rerun`):
+    the dense MLP's fc1; in an MoE layer the router where the routed experts read the gathered sequence
+    (the whole MoE block, `routed_on_sequence`), else the shared experts' fc1 (their gather serves them
+    alone: recompute_modules shared_experts re-runs it as moe does)."""
+    if not moe:
+        return "mlp_up"
+    return "router" if routed_on_sequence(case) else "shared_up"
 
 
 def communication_nodes(case: Case) -> list[CommNode]:

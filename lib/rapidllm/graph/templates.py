@@ -65,6 +65,10 @@ class Rule:
     # taken from the list's order, so a rule left out of a case (ep 1 has no all-to-all) or one added
     # before it cannot stand in. Where the rule is not in the list, nothing is waited for (`weave`)
     follows: Rule | None = None
+    # the operator whose module runs the collective inside its own forward, where that is not the consumer:
+    # a row-parallel GEMM's reduce-scatter (all-reduce) after the MLP, which a checkpoint of that module
+    # (recompute_modules mlp, moe, shared_experts) runs again though its consumer, the residual add, is kept
+    owner: str = ""
 
 
 def layer_tokens(case: Case, prefix: str) -> int:
@@ -96,10 +100,11 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
                       Rule(("mlp_up_dgrad", PREV), "norm2_bwd", "tp", "all_reduce", act)]
         else:
             rules += [Rule("o_proj", "residual1", "tp", "all_reduce", act),
-                      Rule(PREV, "residual2", "tp", "all_reduce", act)]
+                      Rule(PREV, "residual2", "tp", "all_reduce", act, owner=mlp_owner(case, moe))]
     elif p.tp > 1:
         full = act
         mlp_tp = not moe or moe_tp_collectives(case)
+        owner = mlp_owner(case, moe)
         # an MoE layer whose router reads the rank's sequence shard gathers the sequence for its shared
         # experts alone (Megatron-Core's SharedExpertMLP: a TE column-parallel fc1, row-parallel fc2 under SP):
         # neither the router forward nor the combine's backward waits for that gather
@@ -124,7 +129,7 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
             rules += [Rule("norm1", "qkv", "tp", "all_gather", full),
                       Rule("o_proj", "residual1", "tp", "reduce_scatter", full)]
             rules += [Rule("norm2", gather_in, "tp", "all_gather", full),
-                      Rule(PREV, "residual2", "tp", "reduce_scatter", full)] * mlp_tp
+                      Rule(PREV, "residual2", "tp", "reduce_scatter", full, owner=owner)] * mlp_tp
     if p.cp > 1:
         kv = float(m.cp_kv_dim) * b * tokens * p.cp / p.tp
         rules.append(Rule("attn_bwd", "qkv_dgrad", "cp", "reduce_scatter", kv) if backward
@@ -161,6 +166,16 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
             rules += [Rule("permute", "+permute", "ep", "all_to_all", a2a),
                       Rule(PREV, "unpermute", "ep", "all_to_all", a2a)]
     return rules
+
+
+def mlp_owner(case: Case, moe: bool) -> str:
+    """The operator whose module runs the TP reduction after a layer's MLP position (`Rule.owner`): the dense
+    MLP's fc2 (`mlp_down`, Megatron's RowParallelLinear / TE's row-parallel Linear reduce inside their
+    forward); in an MoE layer the shared experts' fc2 where the gathered sequence serves them alone, else
+    the MoE block's combine (`unpermute`), whose module holds it (`routed_on_sequence`)."""
+    if not moe:
+        return "mlp_down"
+    return "unpermute" if routed_on_sequence(case) else "shared_down"
 
 
 def first_reader(gemm: str) -> tuple[str, str]:
@@ -222,10 +237,11 @@ def _index(names: list[str], key: str | tuple[str, ...]) -> int | None:
 def weave(ops: list[tuple[str, str]], rules: list[Rule]) -> list[Node]:
     """Compute nodes in order with the rules' collectives woven in (launch after producer, block consumer).
 
-    A rule whose consumer is not among `ops` is dropped, unless a woven rule `follows` it: the collective
-    that one waits for then runs too (a recompute re-running a dispatcher's gather re-runs the all-to-all
-    that delivered its tokens), with no operator of `ops` waiting for it. A following rule is launched
-    right after the rule it follows, in that rule's slot, which must come earlier in the list."""
+    A rule whose consumer is not among `ops` is dropped, unless a woven rule `follows` it (the collective
+    that one waits for then runs too: a recompute re-running a dispatcher's gather re-runs the all-to-all
+    that delivered its tokens) or its `owner` is among `ops` (a recomputed module re-runs the reduction
+    inside it; launched after the owner): no operator of `ops` waits for it then. A following rule is
+    launched right after the rule it follows, in that rule's slot, which must come earlier in the list."""
     names = [n for n, _ in ops]
     position = {id(r): k for k, r in enumerate(rules)}
     before: dict[int, int] = {}                # following rule -> the rule it follows
@@ -235,7 +251,9 @@ def weave(ops: list[tuple[str, str]], rules: list[Rule]) -> list[Node]:
             if before[k] >= k:
                 raise ValueError(f"rule {k} ({r.axis}.{r.op}) follows a rule listed after it")
     consumer = [_index(names, r.consumer) for r in rules]
-    woven = {k for k, ci in enumerate(consumer) if ci is not None}
+    owned = {k: names.index(r.owner) for k, r in enumerate(rules)
+             if consumer[k] is None and r.owner in names}
+    woven = {k for k, ci in enumerate(consumer) if ci is not None} | set(owned)
     for k in sorted(before, reverse=True):     # a chain's followers come after its head: back to front
         if k in woven:
             woven.add(before[k])
@@ -244,6 +262,8 @@ def weave(ops: list[tuple[str, str]], rules: list[Rule]) -> list[Node]:
     for k in sorted(woven):
         if k in before:
             slot[k] = slot[before[k]]
+        elif k in owned:
+            slot[k] = owned[k]
         else:
             # a chain launches before the first of its consumers (the head's own, when it has one)
             chain = [k] + [j for j in sorted(woven) if j > k and _head(before, j) == k]
@@ -436,10 +456,14 @@ def layer_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, pre
             # consumer is recomputed (weave drops the others)
             rec_rules = layer_rules(case, tokens, moe, False) if rec else []
             nodes = weave(rec, rec_rules)
+            # backward starts from the recomputed module's output: it waits for the recompute's last node
+            # and for any collective of the recompute no recomputed operator reads (a re-run reduction)
+            read = {d for n in nodes for d in n.deps}
+            ends = [i for i, n in enumerate(nodes) if n.kind == COMM and i not in read and i != len(nodes) - 1]
             bwd = weave(_ops_of(ops, section, ("bwd",)), layer_rules(case, tokens, moe, True))
             shift = len(nodes)
             for j, n in enumerate(bwd):
-                deps = tuple(d + shift for d in n.deps) or ((shift - 1,) if shift and j == 0 else ())
+                deps = tuple(d + shift for d in n.deps) or ((shift - 1, *ends) if shift and j == 0 else ())
                 nodes.append(Node(n.name, n.kind, n.phase, deps, n.axis, n.op, n.nbytes))
             out.append(Template(section, "bwd", nodes))
     return out
