@@ -197,10 +197,10 @@ def layer_nodes(case: Case, tokens: int, scope: str) -> list[CommNode]:
     elif p.tp > 1:
         # the attention's pair, and the MLP position's, which a checkpoint of the module holding it runs
         # again (Megatron-Core recompute_modules mlp / moe / shared_experts re-run the module's forward,
-        # its fc1 gather and fc2 reduce-scatter included; templates.mlp_owner)
+        # its fc1 gather and fc2 reduce-scatter included; `mlp_module`)
         nodes.append(CommNode(scope, "tp", "all_reduce", act, 1))
         if not moe or moe_tp_collectives(case):
-            nodes.append(CommNode(scope, "tp", "all_reduce", act, 1, rerun=mlp_module(case, moe)))
+            nodes.append(CommNode(scope, "tp", "all_reduce", act, 1, rerun=mlp_module(case, moe)[0]))
         copies = routed_tp_copies(case) if moe else 0.0
         if copies:     # the expert-TP gather / reduce-scatter pair, as one all-reduce, gathered again where the
             # experts are recomputed (the graph's recompute weaves it before them)
@@ -212,14 +212,15 @@ def layer_nodes(case: Case, tokens: int, scope: str) -> list[CommNode]:
     return nodes
 
 
-def mlp_module(case: Case, moe: bool) -> str:
-    """The first operator of the module that runs a layer's MLP-position TP collectives (`CommNode.rerun`):
-    the dense MLP's fc1; in an MoE layer the router where the routed experts read the gathered sequence
-    (the whole MoE block, `routed_on_sequence`), else the shared experts' fc1 (their gather serves them
-    alone: recompute_modules shared_experts re-runs it as moe does)."""
+def mlp_module(case: Case, moe: bool) -> tuple[str, str]:
+    """First and last operator of the module whose forward runs a layer's MLP-position TP collectives (the
+    gather before it, the reduction after it), which a checkpoint of that module runs again: the dense MLP
+    (fc1, fc2); in an MoE layer the MoE block where the routed experts read the gathered sequence (router,
+    combine: `routed_on_sequence`), else the shared experts, whose gather serves them alone (recompute_modules
+    shared_experts re-runs it as moe does). `CommNode.rerun` names the first, `templates.Rule.owner` the last."""
     if not moe:
-        return "mlp_up"
-    return "router" if routed_on_sequence(case) else "shared_up"
+        return "mlp_up", "mlp_down"
+    return ("router", "unpermute") if routed_on_sequence(case) else ("shared_up", "shared_down")
 
 
 def communication_nodes(case: Case) -> list[CommNode]:

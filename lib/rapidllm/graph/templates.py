@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rapidllm.caches import current
-from rapidllm.graph.comm_nodes import dispatch_bytes, moe_all_to_all, moe_tp_collectives, routed_on_sequence, \
-    routed_tp_copies
+from rapidllm.graph.comm_nodes import dispatch_bytes, mlp_module, moe_all_to_all, moe_tp_collectives, \
+    routed_on_sequence, routed_tp_copies
 from rapidllm.ops.price import OPERATOR_COLUMNS, OperatorTable, case_sections
 from rapidllm.spec.case import Case
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -100,11 +100,11 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
                       Rule(("mlp_up_dgrad", PREV), "norm2_bwd", "tp", "all_reduce", act)]
         else:
             rules += [Rule("o_proj", "residual1", "tp", "all_reduce", act),
-                      Rule(PREV, "residual2", "tp", "all_reduce", act, owner=mlp_owner(case, moe))]
+                      Rule(PREV, "residual2", "tp", "all_reduce", act, owner=mlp_module(case, moe)[1])]
     elif p.tp > 1:
         full = act
         mlp_tp = not moe or moe_tp_collectives(case)
-        owner = mlp_owner(case, moe)
+        owner = mlp_module(case, moe)[1]
         # an MoE layer whose router reads the rank's sequence shard gathers the sequence for its shared
         # experts alone (Megatron-Core's SharedExpertMLP: a TE column-parallel fc1, row-parallel fc2 under SP):
         # neither the router forward nor the combine's backward waits for that gather
@@ -166,16 +166,6 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
             rules += [Rule("permute", "+permute", "ep", "all_to_all", a2a),
                       Rule(PREV, "unpermute", "ep", "all_to_all", a2a)]
     return rules
-
-
-def mlp_owner(case: Case, moe: bool) -> str:
-    """The operator whose module runs the TP reduction after a layer's MLP position (`Rule.owner`): the dense
-    MLP's fc2 (`mlp_down`, Megatron's RowParallelLinear / TE's row-parallel Linear reduce inside their
-    forward); in an MoE layer the shared experts' fc2 where the gathered sequence serves them alone, else
-    the MoE block's combine (`unpermute`), whose module holds it (`routed_on_sequence`)."""
-    if not moe:
-        return "mlp_down"
-    return "unpermute" if routed_on_sequence(case) else "shared_down"
 
 
 def first_reader(gemm: str) -> tuple[str, str]:
