@@ -282,9 +282,11 @@ def test_ep1_alltoall_gathers_the_routed_copies(dispatcher: str) -> None:
     assert rules[2].follows.axis == "ep" and rules[2].follows not in rules     # its all-to-all: not run at ep 1
     assert all(r.axis == "tp" for r in layer_rules(case, SEQ, True, True))
     assert [(n.nbytes, n.count) for n in layer_nodes(case, SEQ, "layer_moe")] == [(SEQ * h * 2, 1), (routed, 1)]
-    fwd_t = next(t for t in layer_templates(case, ops_view(price_case(case))) if t.part == "fwd" and t.section == "layer_moe")
+    fwd_t = next(t for t in layer_templates(case, ops_view(price_case(case)))
+                 if t.part == "fwd" and t.section == "layer_moe")
     names = [n.name for n in fwd_t.nodes]
-    gather = next(i for i, n in enumerate(fwd_t.nodes) if n.kind == COMM and n.nbytes == routed and n.op == "all_gather")
+    gather = next(i for i, n in enumerate(fwd_t.nodes)
+                  if n.kind == COMM and n.nbytes == routed and n.op == "all_gather")
     assert fwd_t.nodes[gather].deps == (names.index("permute"),)
     assert not [d for d in fwd_t.nodes[names.index("router")].deps if fwd_t.nodes[d].kind == COMM]
 
@@ -343,6 +345,10 @@ def test_a_followed_rule_runs_where_its_follower_does() -> None:
     assert at[2.0] in op["expert_up"].deps and at[3.0] in op["unpermute"].deps
     alone = weave(ops, [other, gather])         # no all-to-all in this case: nothing to wait for
     assert [n.deps for n in alone if n.nbytes == 2.0] == [(0,)]
+    # a follower run only by its owner (a recomputed module's reduction) still brings what it follows
+    owned = Rule("permute", "absent", "tp", "reduce_scatter", 4.0, follows=a2a, owner="expert_up")
+    chain = [n for n in weave(ops, [a2a, owned]) if n.kind == "comm"]
+    assert [n.nbytes for n in chain] == [1.0, 4.0]
     with pytest.raises(ValueError, match="follows a rule listed after it"):
         weave(ops, [gather, a2a])
 

@@ -116,9 +116,11 @@ def test_recomputed_module_reruns_its_tp_pair(model: str, sp: bool, modules: lis
     case = _tp_case(model, sp, modules)
     section = "layer_moe" if case.model.moe else "layer_dense"
     act = 4096 * case.model.hidden * 2.0
-    bwd = next(t for t in layer_templates(case, ops_view(price_case(case))) if t.section == section and t.part == "bwd")
+    bwd = next(t for t in layer_templates(case, ops_view(price_case(case)))
+               if t.section == section and t.part == "bwd")
     first = next(i for i, n in enumerate(bwd.nodes) if n.kind == COMPUTE and n.phase == "bwd")
-    rerun = [(n.op, i) for i, n in enumerate(bwd.nodes[:first]) if n.kind == COMM and n.axis == "tp" and n.nbytes == act]
+    rerun = [(n.op, i) for i, n in enumerate(bwd.nodes[:first])
+             if n.kind == COMM and n.axis == "tp" and n.nbytes == act]
     ops = ["all_gather", "reduce_scatter"] if sp else ["all_reduce"]
     assert [op for op, _ in rerun] == ops * again
     if again:

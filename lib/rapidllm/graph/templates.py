@@ -255,9 +255,10 @@ def weave(ops: list[tuple[str, str]], rules: list[Rule]) -> list[Node]:
         elif k in owned:
             slot[k] = owned[k]
         else:
-            # a chain launches before the first of its consumers (the head's own, when it has one)
+            # a chain launches before the first of its consumers (the head's own, when it has one; after
+            # the last operator where none of them is among `ops`)
             chain = [k] + [j for j in sorted(woven) if j > k and _head(before, j) == k]
-            ci = min(consumer[j] for j in chain if consumer[j] is not None)
+            ci = min((consumer[j] for j in chain if consumer[j] is not None), default=len(names))
             li = _index(names, rules[k].launch)
             slot[k] = ci - 1 if li is None or li >= ci else li
         after.setdefault(slot[k], []).append(k)
