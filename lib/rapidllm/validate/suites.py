@@ -253,7 +253,7 @@ def compare(suite: Suite, summary: pd.DataFrame) -> pd.DataFrame:
     """Predicted vs measured per reference row and metric (invalid or infeasible rows keep their reason;
     skipped rows are listed with theirs)."""
     frames = []
-    for m in suite.metrics if len(summary) else ():     # every row skipped: nothing scored, the skips listed
+    for m in suite.metrics:
         df = summary
         if m.inverse_of:
             key = m.inverse_of[0]
@@ -269,7 +269,7 @@ def compare(suite: Suite, summary: pd.DataFrame) -> pd.DataFrame:
             "predicted": predicted,
             "status": df["status"], "reason": df["reason"].fillna(""),
         }))
-    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ROW_COLUMNS)
+    out = pd.concat(frames, ignore_index=True)
     out = out[~out.measured.isna()]
     out["error_pct"] = 100.0 * (out.predicted - out.measured) / out.measured
     skipped = pd.DataFrame([{"suite": suite.name, "group": suite.group, "in_overall": suite.in_overall, "row": r,
