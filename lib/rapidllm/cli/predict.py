@@ -17,7 +17,8 @@ from rapidllm.spec.errors import SpecError
 from rapidllm.spec.paths import display
 
 JSON_KEYS = ("case_id", "status", "reason", "step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
-             "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "peak_memory_bytes",
+             "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "sequences_in_flight",
+             "in_flight_limit", "peak_memory_bytes",
              "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
              "framework_bytes", "capacity_bytes", "feasible", "device_validated")
 
@@ -134,6 +135,19 @@ def _hint(case, pred) -> str:
     return f"the largest part is the {largest}: {levers[largest]}; `rapidllm search` finds layouts that fit"
 
 
+def _in_flight(case, pred) -> str:
+    """Why that many sequences run at once (memory/kv_pool.py): the static batch, every client, or the
+    serving engine's admission, which queues the other clients."""
+    w, n = case.workload, int(pred.sequences_in_flight)
+    if pred.in_flight_limit == "batch":
+        return "(static batch)"
+    if pred.in_flight_limit == "concurrency":
+        return f"(all {w.concurrency} clients)"
+    why = (f"the KV-cache pool holds {n} requests of {w.prompt_tokens} + {w.output_tokens} tokens"
+           if pred.in_flight_limit == "kv_cache" else f"max_batch_size {w.max_batch_size}")
+    return f"({why}; {w.concurrency - n} of {w.concurrency} clients queue)"
+
+
 def _number(value: float) -> str:
     """A cost column for the table: 'n/a' where it does not apply (NaN: no $/step for inference, nothing
     rate-based for a case that does not fit), never 'nan'."""
@@ -180,7 +194,8 @@ def table(case, pred, variant: str = "") -> list[str]:
             lines.append(f"    {label:26s} {_seconds(value)} {share:6.1f}%")
         if pred.mode == "inference":
             lines += [f"  {'time to first token':28s} {_seconds(pred.ttft_s)}",
-                      f"  {'inter-token latency':28s} {_seconds(pred.itl_s)}"]
+                      f"  {'inter-token latency':28s} {_seconds(pred.itl_s)}",
+                      f"  {'sequences in flight':28s} {pred.sequences_in_flight:10.0f}    {_in_flight(case, pred)}"]
         rate = f"{pred.tokens_per_s:,.0f}" if pred.tokens_per_s >= 1000 else f"{pred.tokens_per_s:.4g}"
         dp = case.parallelism.dp        # an inference rate is one replica's; the header counts every replica's GPUs
         label = "throughput" if pred.mode == "training" or dp == 1 else f"throughput, each of {dp} replicas"

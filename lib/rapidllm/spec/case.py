@@ -407,6 +407,13 @@ def _check_inference(model: ModelSpec, par: Parallelism, workload: InferenceWork
     if not model.causal and workload.concurrency > workload.batch:
         raise bad("workload.concurrency", f"in-flight batching interleaves decode steps, which the encoder "
                   f"{model.name} has none of; allowed: concurrency <= batch ({workload.batch})")
+    if workload.max_batch_size < workload.batch:
+        raise bad("workload.max_batch_size", f"{workload.max_batch_size} sequences in flight cannot run a batch of "
+                  f"{workload.batch}; allowed: {workload.batch} to 65536")
+    if workload.kv_cache_fraction != InferenceWorkload.kv_cache_fraction and workload.concurrency <= workload.batch:
+        raise bad("workload.kv_cache_fraction", "sizes the KV-cache pool of a serving engine (concurrency > batch); "
+                  f"static batching (concurrency {workload.concurrency} <= batch {workload.batch}) holds its "
+                  "batch's cache whole; allowed: leave it unset, or concurrency > batch")
 
 
 def resolve_case(mapping: Any, source: str) -> Case:
