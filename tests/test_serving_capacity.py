@@ -150,3 +150,12 @@ def test_search_ranks_few_sequences_low() -> None:
     assert per_gpu[df.tp == 2].max() < per_gpu[df.tp == 4].min()
     assert list(df.sort_values("rank").tp)[0] == 4
     pd.testing.assert_frame_equal(df, search(spec, prune=False))
+
+
+def test_example_is_the_issue_case() -> None:
+    """examples/llama70b-fp8-serving-3000.yaml is the case above; its pool holds 331 requests
+    (docs/serving-capacity.md): 0.9 x (HBM - 16.9 GiB of weights - activations - 1.5 GiB) / 170 MiB."""
+    example = yaml.safe_load((ROOT / "examples" / "llama70b-fp8-serving-3000.yaml").read_text())
+    assert example == SERVE
+    a = memory_for_case(resolve_case(example, "example")).admission
+    assert (a.sequences, a.limit) == (331, "kv_cache") and a.request_bytes == 2176 * 80 * 2**10
