@@ -194,8 +194,10 @@ def table(case, pred, variant: str = "") -> list[str]:
             lines.append(f"    {label:26s} {_seconds(value)} {share:6.1f}%")
         if pred.mode == "inference":
             lines += [f"  {'time to first token':28s} {_seconds(pred.ttft_s)}",
-                      f"  {'inter-token latency':28s} {_seconds(pred.itl_s)}",
-                      f"  {'sequences in flight':28s} {pred.sequences_in_flight:10.0f}    {_in_flight(case, pred)}"]
+                      f"  {'inter-token latency':28s} {_seconds(pred.itl_s)}"]
+            if pred.sequences_in_flight is not None:          # not from the baseline engine
+                lines.append(f"  {'sequences in flight':28s} {pred.sequences_in_flight:10.0f}    "
+                             f"{_in_flight(case, pred)}")
         rate = f"{pred.tokens_per_s:,.0f}" if pred.tokens_per_s >= 1000 else f"{pred.tokens_per_s:.4g}"
         dp = case.parallelism.dp        # an inference rate is one replica's; the header counts every replica's GPUs
         label = "throughput" if pred.mode == "training" or dp == 1 else f"throughput, each of {dp} replicas"

@@ -5,8 +5,8 @@ schedule (GPipe, 1F1B, interleaved 1F1B) in which every forward of a micro-batch
 the layer walk says backward needs (memory/liveness.py, over the operator model's own lists) and every
 backward frees them; the transient working set of the running forward/backward, ZeRO-3/FSDP layer
 gathers and allocator-visible runtime buffers sit on top. Inference: weights, the KV cache after the last
-generated token (GQA: KV heads per TP rank; MLA: the compressed latent plus the rope key) and the largest
-prefill working set. The framework overhead outside the allocator is hw.framework_memory (one constant
+generated token (GQA: KV heads per TP rank; MLA: the compressed latent plus the rope key) of the sequences
+held (a serving engine's admission over every stage: memory/kv_pool.py) and the largest prefill working set. The framework overhead outside the allocator is hw.framework_memory (one constant
 per device, documented in config/hardware), plus the NCCL communicators a framework's conventions name beyond
 the one it budgets (memory/communicators.py). The reported stage is the one with the highest peak.
 """
