@@ -172,6 +172,10 @@ PREDICT = [
              "workload.kv_cache_fraction: 1.5 is out of range"),
     case_bad("kv-cache-fraction-static-batch", "workload", {**INFERENCE, "kv_cache_fraction": 0.5},
              "workload.kv_cache_fraction: sizes the KV-cache pool of a serving engine", "message"),
+    case_bad("simulated-queue-behind-one-sequence", "workload",        # the pool holds one 256-token request
+             {**INFERENCE, "concurrency": 16384, "serving": "simulated", "kv_cache_fraction": 0.003},
+             "16384 clients with 1 sequences in flight (kv_cache) runs concurrency x output_tokens / sequences = "
+             "2097152 iterations per window; allowed: at most 1048576", "work"),
     case_bad("redundant-experts-negative", "parallelism.redundant_experts", -8, "redundant_experts: -8 is out of range"),
     case_bad("redundant-experts-fraction", "parallelism.redundant_experts", 0.5, "not of type integer"),
     case_bad("redundant-experts-dense", "workload", INFERENCE, "allowed: 0 for training or a dense model", "message",

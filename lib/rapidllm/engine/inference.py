@@ -44,7 +44,8 @@ from rapidllm.engine.microbatch import Adjust, Ops, at_batch, overlap_active, ov
 from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, simulate
 from rapidllm.graph.templates import Template, extra_templates, layer_counts, layer_templates, layer_tokens, ops_view
 from rapidllm.memory.kv_pool import Admission
-from rapidllm.spec.case import Case
+from rapidllm.spec.case import MAX_SERVING_ITERATIONS, Case
+from rapidllm.spec.errors import SpecError
 from rapidllm.spec.hardware import DTYPE_BYTES
 from rapidllm.spec.layout import InferenceWorkload
 
@@ -183,8 +184,17 @@ def queue_wait(clients: int, inflight: int, output_tokens: int, itl: np.ndarray)
 
 
 def _replay_serving(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, admission: Admission) -> dict:
+    """The closed-loop simulator at the admitted sequences. Each of its iterations emits a token for each
+    of them, so a long queue behind few sequences runs C x O / N iterations per window: bounded by
+    MAX_SERVING_ITERATIONS (never met where every client is admitted: output_tokens <= 2^20)."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
+    steps = w.concurrency * w.output_tokens // admission.sequences
+    if steps > MAX_SERVING_ITERATIONS:
+        raise SpecError(f"workload.serving: simulated serving of {w.concurrency} clients with "
+                        f"{admission.sequences} sequences in flight ({admission.limit}) runs concurrency x "
+                        f"output_tokens / sequences = {steps} iterations per window; allowed: at most "
+                        f"{MAX_SERVING_ITERATIONS} (fewer clients, or serving: steady_state)")
     table, events = _iteration_cost(case, ops, overlap, adjust, admission.sequences)
     r = simulate(table, w.concurrency, w.prompt_tokens, w.output_tokens, w.max_num_tokens, admission.sequences)
     return _record(r.ttft_s, r.itl_s, r.e2e_latency_s, r.tokens_per_s, events, admission)

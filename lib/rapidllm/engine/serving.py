@@ -85,15 +85,16 @@ def _iteration_time(k: float, b: float, s: float, pf_tokens: np.ndarray, pf_time
     return t
 
 
-@njit(cache=True, work=lambda clients, prompt, output, budget, limit, n_done, *rest:
-      n_done * (prompt + output) * -(-clients // limit))
+@njit(cache=True, work=lambda clients, prompt, output, budget, limit, n_done, *rest: n_done * (prompt + output))
 def _simulate(clients: int, prompt: int, output: int, budget: int, limit: int, n_done: int,
               pf_tokens: np.ndarray, pf_time: np.ndarray, dec_batch: np.ndarray, dec_time: np.ndarray,
               dec_slope: np.ndarray, ctx0: float) -> tuple[np.ndarray, np.ndarray]:
     """Run until n_done requests complete, at most `limit` of them in the engine (decoding or admitted to
     prefill: the head of the FCFS queue; the others wait). Returns per completed request (completion order)
     the (start, first token, end) times on both clocks, (n_done, 3, 2), and the output tokens produced up to
-    its completion, (n_done,)."""
+    its completion, (n_done,). An iteration touches only the requests in the engine (`dec`, the decoding
+    ones, unordered, and the queue's admitted head), so a long queue costs nothing per iteration; the
+    requests finishing in one iteration complete in client order, as a scan over all clients would."""
     rec = np.zeros((n_done, 3, 2))
     produced = np.zeros(n_done)
     left = np.full(clients, prompt, dtype=np.int64)   # prompt tokens still to prefill
@@ -101,18 +102,16 @@ def _simulate(clients: int, prompt: int, output: int, budget: int, limit: int, n
     start = np.zeros((clients, 2))
     first = np.zeros((clients, 2))
     chunk = np.zeros(clients, dtype=np.int64)
-    decoding = np.zeros(clients, dtype=np.bool_)
+    dec = np.zeros(clients, dtype=np.int64)             # the decoding requests, dec[:nd]
+    fin = np.zeros(clients, dtype=np.int64)             # those finishing this iteration, fin[:nf]
     queue = np.arange(clients)                          # FCFS ring of requests waiting for prefill
-    head, waiting = 0, clients
+    head, waiting, nd = 0, clients, 0
     clock = np.zeros(2)
     tokens, done = 0, 0
     while done < n_done:
-        b, s = 0, 0.0
-        for i in range(clients):
-            decoding[i] = left[i] == 0
-            if decoding[i]:
-                b += 1
-                s += prompt + gen[i] - 1
+        b, s = nd, 0.0                                   # decoding at the iteration's start
+        for q in range(b):
+            s += prompt + gen[dec[q]] - 1               # integers: exact in any order
         room, k = max(budget - b, 0), 0
         admitted = min(waiting, limit - b)             # every client is decoding or waiting: b + waiting = C
         for q in range(admitted):
@@ -132,12 +131,23 @@ def _simulate(clients: int, prompt: int, output: int, budget: int, limit: int, n
             first[i, :] = clock
             gen[i] = 1
             tokens += 1
-        for i in range(clients):
-            if decoding[i]:
-                gen[i] += 1
-                tokens += 1
-        for i in range(clients):
-            if left[i] == 0 and gen[i] >= output and done < n_done:
+            dec[nd] = i
+            nd += 1
+        for q in range(b):
+            gen[dec[q]] += 1
+            tokens += 1
+        nf, kept = 0, 0
+        for q in range(nd):
+            i = dec[q]
+            if gen[i] >= output:
+                fin[nf] = i
+                nf += 1
+            else:
+                dec[kept] = i
+                kept += 1
+        nd = kept
+        for i in np.sort(fin[:nf]):
+            if done < n_done:
                 rec[done, 0, :] = start[i, :]
                 rec[done, 1, :] = first[i, :]
                 rec[done, 2, :] = clock

@@ -149,6 +149,8 @@ MAX_MICROBATCHES = 2**16           # gradient-accumulation steps per replica (th
 MAX_MICROBATCH_TOKENS = 2**24      # micro_batch x seq_len: 16.7M tokens, 64x Llama 3's 8k x 32 micro-batch
 MAX_INFERENCE_TOKENS = 2**26       # batch x (prompt + output): the KV cache of 64k 1k-token requests
 MAX_SERVING_WORK = 2**24           # concurrency x output_tokens of the simulated serving loop (~1 s of it)
+MAX_SERVING_ITERATIONS = 2**20     # concurrency x output_tokens / sequences in flight: the simulated loop's
+                                   # iterations per window of C requests (~1 us each, 10 windows at most)
 MAX_PIPELINE_TASKS = 2**21         # pp x virtual stages x micro-batches: the pipeline graph's tasks (2^20 built in
                                    # 1.4 s and 1 GB, 2^22 took 3.7 GB; 2^28 allocated past 8 GB into a MemoryError)
 
