@@ -119,6 +119,9 @@ def _hint(case, pred) -> str:
     """One line on what would make an infeasible case fit: the lever of its largest memory component (the
     memory model's: sharding, recompute, splitting) and the search that finds a layout that fits."""
     par, mem = case.parallelism, pred.memory
+    if mem.feasible:                    # within the HBM: the serving engine's KV pool holds no prefill batch
+        return ("raise workload.kv_cache_fraction, shorten the requests, or more tp or pp (fewer weights and KV "
+                "heads per GPU); `rapidllm search` finds layouts that fit")
     shards = par.dp * par.cp > 1 and par.fsdp == "none"
     levers = {
         "weights": "more tp or pp (ep for a MoE model) splits the weights",
