@@ -159,3 +159,15 @@ def test_example_is_the_issue_case() -> None:
     assert example == SERVE
     a = memory_for_case(resolve_case(example, "example")).admission
     assert (a.sequences, a.limit) == (331, "kv_cache") and a.request_bytes == 2176 * 80 * 2**10
+
+
+def test_predict_says_why(capsys) -> None:
+    """`rapidllm predict` prints how many sequences run and why; --json carries both keys."""
+    from rapidllm.cli import main
+    example = str(ROOT / "examples" / "llama70b-fp8-serving-3000.yaml")
+    assert main(["predict", example]) == 0
+    assert ("331    (the KV-cache pool holds 331 requests of 128 + 2048 tokens; 2669 of 3000 clients queue)"
+            in capsys.readouterr().out)
+    assert main(["predict", example, "--json"]) == 0
+    out = yaml.safe_load(capsys.readouterr().out)
+    assert (out["sequences_in_flight"], out["in_flight_limit"]) == (331, "kv_cache")
