@@ -171,3 +171,16 @@ def test_predict_says_why(capsys) -> None:
     assert main(["predict", example, "--json"]) == 0
     out = yaml.safe_load(capsys.readouterr().out)
     assert (out["sequences_in_flight"], out["in_flight_limit"]) == (331, "kv_cache")
+
+
+def test_search_counts_a_queue_too_long_to_simulate_as_invalid() -> None:
+    """A simulated serving search where one GPU's pool holds a single 256-token request (16384 clients
+    behind it: 2^21 iterations per window, over MAX_SERVING_ITERATIONS) counts that layout invalid under
+    workload.serving and ranks the 8-GPU layouts, whose pools hold 14 requests."""
+    spec = {"name": "queue", "model": "llama2-7b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
+            "workload": {"mode": "inference", "batch": 1, "concurrency": 16384, "prompt_tokens": 128,
+                         "output_tokens": 128, "serving": "simulated", "kv_cache_fraction": 0.003},
+            "gpus": [1, 8], "top": 2, "space": {"attention_impl": ["flash"]}}
+    df = search(spec)
+    assert df.attrs["counts"]["invalid_by_rule"] == {"workload.serving": 1}
+    assert set(df.gpus) == {8} and (df.in_flight_limit == "kv_cache").all()
