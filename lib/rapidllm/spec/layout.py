@@ -179,9 +179,15 @@ class InferenceWorkload:
     # given the previous one was. Hashed only when set.
     draft_tokens: int = 0
     draft_acceptance: float = 0.0
+    # A serving engine's admission (concurrency > batch; docs/serving-capacity.md): at most `max_batch_size`
+    # sequences in flight (TensorRT-LLM's BuildConfig default, 2048), and only as many as the KV-cache pool
+    # holds, `kv_cache_fraction` of the memory left after weights and activations (TensorRT-LLM's
+    # KvCacheConfig.free_gpu_memory_fraction, 0.9); the other clients queue. Hashed only when set.
+    max_batch_size: int = 2048
+    kv_cache_fraction: float = 0.9
 
     # added after cases were first hashed: left out of case_id while at their defaults (see `_plain`)
-    HASH_OMITTED_DEFAULTS = ("draft_tokens", "draft_acceptance")
+    HASH_OMITTED_DEFAULTS = ("draft_tokens", "draft_acceptance", "max_batch_size", "kv_cache_fraction")
 
     @property
     def step_queries(self) -> int:
