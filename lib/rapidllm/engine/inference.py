@@ -13,10 +13,14 @@ N = min(C, max_batch_size, requests whose KV reservation fits its pool) sequence
 other C - N clients (memory/kv_pool.py, docs/serving-capacity.md); N = C when everything fits. Three models
 (`workload.serving`, docs/engine.md "Serving"):
 - "steady_state" (default): decode steps run with N sequences; every step also absorbs the prefills of the
-  requests that replace finished ones, N / (batch x output_tokens) requests per step on average, so
-  ITL = decode(N) + that share of prefill; a new request waits on average half a step before its prefill,
-  TTFT = prefill(batch) + ITL / 2 + the queue's wait (`queue_wait`, 0 when N = C); throughput = N / ITL.
-  A mean over desynchronized clients.
+  requests that replace finished ones, share = N / (batch x output_tokens) requests per step on average,
+  whose tokens ride in the step's fused GEMMs (TensorRT-LLM's in-flight batching packs context and
+  generation tokens into one forward pass; vLLM's chunked prefill likewise). The step is priced by the
+  simulator's iteration rule (`serving.IterationCost`) at the mean iteration: share x batch x prompt_tokens
+  prefill tokens beside N decoding sequences at the mean context, so ITL = that step (per emitted token);
+  a new request waits on average half a step, then its first token comes at the end of the step that runs
+  its prefill: TTFT = step / 2 + the step with max(share, 1) requests' prompts, plus the queue's wait
+  (`queue_wait`, 0 when N = C); throughput = N / ITL. A mean over desynchronized clients.
 - "disaggregated": the decode instances of a prefill-decode disaggregated deployment (DeepSeek's serving,
   DistServe, SGLang PD): the same without the prefill share, which runs on separate prefill instances;
   TTFT = prefill(batch) there + ITL / 2 (+ the queue's wait); memory holds the KV cache of the N sequences.
@@ -34,6 +38,7 @@ With `parallelism.microbatch_overlap: 2` every forward pass runs as two overlapp
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -161,19 +166,29 @@ def _replay_steady_state(case: Case, ops: Ops, overlap: bool, adjust: Adjust | N
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     inflight = admission.sequences
-    cost = CommCost(case)
-    prefill = np.array(forward_pass(case, ops, "prefill_", cost, overlap, adjust))
-    dcase, dops = at_batch(case, ops, inflight, adjust)
-    dcost = CommCost(dcase)
-    first, last = (np.array(forward_pass(dcase, dops, s, dcost, overlap, adjust)) for s in SECTIONS[1:])
-    share = 0.0 if w.serving == "disaggregated" else \
-        inflight * w.tokens_per_step / (w.batch * max(w.output_tokens, 1))
-    itl = (0.5 * (first + last) + share * prefill) / w.tokens_per_step
-    ttft = prefill + 0.5 * itl
+    if w.serving == "disaggregated":          # the prefills run on the prefill instances
+        cost = CommCost(case)
+        prefill = np.array(forward_pass(case, ops, "prefill_", cost, overlap, adjust))
+        dcase, dops = at_batch(case, ops, inflight, adjust)
+        dcost = CommCost(dcase)
+        first, last = (np.array(forward_pass(dcase, dops, s, dcost, overlap, adjust)) for s in SECTIONS[1:])
+        itl = 0.5 * (first + last) / w.tokens_per_step
+        ttft = prefill + 0.5 * itl
+        events = cost.simulated + dcost.simulated
+    else:
+        share = inflight * w.tokens_per_step / (w.batch * max(w.output_tokens, 1))
+        prompts = share * w.batch                       # prompts whose prefill a mean step carries
+        own = max(share, 1.0) * w.batch                 # ... and the step that carries a new request's
+        anchors = sorted({max(1, n) for m in (prompts, own) for n in (math.floor(m), math.ceil(m))})
+        table, events = _iteration_cost(case, ops, overlap, adjust, anchors, sorted({1, inflight}))
+        context = inflight * (w.prompt_tokens + 0.5 * (w.output_tokens - 1))     # mean decode context
+        step = table.time(prompts * w.prompt_tokens, inflight, context)
+        itl = step / w.tokens_per_step
+        ttft = 0.5 * step + table.time(own * w.prompt_tokens, inflight, context)
     if inflight < w.concurrency:
         ttft = ttft + queue_wait(w.concurrency, inflight, w.output_tokens, itl)
     e2e = ttft + (w.output_tokens - 1) * itl
-    return _record(ttft, itl, e2e, inflight / itl[SPAN], cost.simulated + dcost.simulated, admission)
+    return _record(ttft, itl, e2e, inflight / itl[SPAN], events, admission)
 
 
 def queue_wait(clients: int, inflight: int, output_tokens: int, itl: np.ndarray) -> np.ndarray:
@@ -195,24 +210,29 @@ def _replay_serving(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, 
                         f"{admission.sequences} sequences in flight ({admission.limit}) runs concurrency x "
                         f"output_tokens / sequences = {steps} iterations per window; allowed: at most "
                         f"{MAX_SERVING_ITERATIONS} (fewer clients, or serving: steady_state)")
-    table, events = _iteration_cost(case, ops, overlap, adjust, admission.sequences)
+    anchors = anchor_batches(admission.sequences)
+    table, events = _iteration_cost(case, ops, overlap, adjust, anchors, anchors)
     r = simulate(table, w.concurrency, w.prompt_tokens, w.output_tokens, w.max_num_tokens, admission.sequences)
     return _record(r.ttft_s, r.itl_s, r.e2e_latency_s, r.tokens_per_s, events, admission)
 
 
-def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None,
-                    inflight: int) -> tuple[IterationCost, int]:
-    """Serving iteration cost from forward passes at the anchor batches up to the sequences in flight; also
-    the link events simulated."""
+def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, prefill_batches: list[int],
+                    decode_batches: list[int]) -> tuple[IterationCost, int]:
+    """Serving iteration cost from forward passes: the prefill of n whole prompts for n in `prefill_batches`,
+    decode steps of n sequences for n in `decode_batches` (1 first: the one-token floor); also the link
+    events simulated."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     prefill, decode, events = [], [], 0
-    for n in anchor_batches(inflight):
+    for n in sorted(set(prefill_batches) | set(decode_batches)):
         ncase, nops = at_batch(case, ops, n, adjust)
         cost = CommCost(ncase)
-        pf, first, last = (np.array(forward_pass(ncase, nops, s, cost, overlap, adjust)) for s in SECTIONS)
-        prefill.append((n * w.prompt_tokens, pf))
-        decode.append((n, first, last))
+        if n in prefill_batches:
+            prefill.append((n * w.prompt_tokens, np.array(forward_pass(ncase, nops, "prefill_", cost, overlap,
+                                                                       adjust))))
+        if n in decode_batches:
+            first, last = (np.array(forward_pass(ncase, nops, s, cost, overlap, adjust)) for s in SECTIONS[1:])
+            decode.append((n, first, last))
         events += cost.simulated
     return build_cost(prefill, decode, w.prompt_tokens, w.prompt_tokens + w.output_tokens - 1), events
 
