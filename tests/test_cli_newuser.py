@@ -51,7 +51,7 @@ REFUSED = [
     # a misspelt name: the list of known names, and the one that was meant
     Bad("hardware-short-name", ("predict", "{tmp}/case.yaml"), "(did you mean h100-sxm5-80gb?)", "message",
         {"case.yaml": with_key(CASE, "hardware", "h100")}),
-    Bad("model-near-name", ("predict", "{tmp}/case.yaml"), "(did you mean gpt-175b?)", "message",
+    Bad("model-near-name", ("predict", "{tmp}/case.yaml"), "(did you mean gpt-175b", "message",
         {"case.yaml": with_key(CASE, "model", "gpt3-175b")}),
     Bad("model-longer-name", ("predict", "{tmp}/case.yaml"), "(did you mean mixtral-8x7b?)", "message",
         {"case.yaml": with_key(CASE, "model", "Mixtral-8x7B-Instruct")}),

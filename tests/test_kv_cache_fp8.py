@@ -34,7 +34,8 @@ def case(mapping: dict, **extra):
 @pytest.mark.parametrize("model, tp", [("llama3.1-70b", 4), ("llama2-7b", 1), ("llama2-7b", 2)])
 def test_cache_bytes_halve_in_closed_form(model, tp):
     """GQA (8 KV heads over tp 4) and MHA (32 heads): 2 x kv heads per rank x head dim x 1 B per token and
-    layer, half the BF16 cache, in the closed form and in the memory model."""
+    layer, half the BF16 cache, in the closed form and in the memory model (per sequence held: a BF16
+    cache the pool cannot hold for every client holds fewer sequences, memory/kv_pool.py)."""
     base = {**SERVE, "model": model, "parallelism": {"tp": tp},
             "workload": {**SERVE["workload"], "prompt_tokens": 2048}}
     bf16, fp8 = case(base), case(base, **FP8)
@@ -42,17 +43,23 @@ def test_cache_bytes_halve_in_closed_form(model, tp):
     assert kv_cache_per_token(fp8) == 2 * max(m.kv_heads // tp, 1) * m.head_dim
     assert kv_cache_per_token(fp8) * 2 == kv_cache_per_token(bf16)
     assert kv_cache_bytes(fp8) * 2 == kv_cache_bytes(bf16)
-    assert memory_for_case(fp8).kv_cache * 2 == memory_for_case(bf16).kv_cache
+    held = [(r.kv_cache, r.admission.sequences) for r in (memory_for_case(fp8), memory_for_case(bf16))]
+    assert held[0][0] / held[0][1] * 2 == pytest.approx(held[1][0] / held[1][1], rel=1e-12)
     assert memory_for_case(fp8).weights == memory_for_case(bf16).weights
 
 
 def test_twice_the_sequences_fit():
-    """The cache is the only memory the running sequences hold: where the BF16 cache of C sequences does
-    not fit, the FP8 cache of C does, and of 2 C takes exactly the BF16 cache of C."""
+    """The cache is the only memory the running sequences hold: where the pool cannot hold the BF16 cache
+    of C sequences (the engine admits fewer, memory/kv_pool.py), it holds the FP8 cache of all C; a request
+    reserves exactly half the bytes, so the pool holds twice the requests (one more where the halves of the
+    remainder add up)."""
     tight = {**SERVE, "workload": {**SERVE["workload"], "concurrency": 72}}
-    assert not memory_for_case(case(tight)).feasible and memory_for_case(case(tight, **FP8)).feasible
-    double = {**SERVE, "workload": {**SERVE["workload"], "concurrency": 128}}
-    assert memory_for_case(case(double, **FP8)).kv_cache == memory_for_case(case(SERVE)).kv_cache
+    assert memory_for_case(case(tight)).admission.limit == "kv_cache"
+    assert memory_for_case(case(tight, **FP8)).admission.limit == "concurrency"
+    double = {**SERVE, "workload": {**SERVE["workload"], "concurrency": 256}}
+    bf16, fp8 = memory_for_case(case(double)).admission, memory_for_case(case(double, **FP8)).admission
+    assert fp8.request_bytes * 2 == bf16.request_bytes
+    assert fp8.kv_sequences - 2 * bf16.kv_sequences in (0, 1)
 
 
 @pytest.fixture(scope="module")

@@ -246,16 +246,49 @@ def test_etp_tp_gathers_the_routed_copies_after_the_dispatch() -> None:
         case = qwen3(ep=16, moe_dispatcher=dispatcher)
         routed = SEQ * h * 2 * copies
         assert routed_tp_copies(case) == copies
-        fwd = [(r.axis, r.op, r.nbytes, r.launch, r.consumer, r.chained) for r in _tp_rules(case, False)][2:]
-        assert fwd == [("ep", "all_to_all", dispatch_bytes(case, SEQ), "permute", "+permute", False),
-                       ("tp", "all_gather", routed, "permute", ("expert_up_fp8_cast", "expert_up"), True),
-                       ("tp", "reduce_scatter", routed, "expert_down", "unpermute", False),
-                       ("ep", "all_to_all", dispatch_bytes(case, SEQ), "expert_down", "unpermute", True)]
-        bwd = [(r.axis, r.op, r.nbytes, r.chained) for r in _tp_rules(case, True) if r.nbytes == routed]
-        assert bwd == [("tp", "all_gather", routed, True), ("tp", "reduce_scatter", routed, False)]
+        rules = _tp_rules(case, False)[2:]
+        fwd = [(r.axis, r.op, r.nbytes, r.launch, r.consumer) for r in rules]
+        assert fwd == [("ep", "all_to_all", dispatch_bytes(case, SEQ), "permute", "+permute"),
+                       ("tp", "all_gather", routed, "permute", ("expert_up_fp8_cast", "expert_up")),
+                       ("tp", "reduce_scatter", routed, "expert_down", "unpermute"),
+                       ("ep", "all_to_all", dispatch_bytes(case, SEQ), "expert_down", "unpermute")]
+        assert [r.follows for r in rules] == [None, rules[0], None, rules[2]]
+        bwd = _tp_rules(case, True)
+        gather, scatter = (r for r in bwd if r.nbytes == routed)
+        assert (gather.op, gather.follows.axis, scatter.op, scatter.follows) == \
+            ("all_gather", "ep", "reduce_scatter", None)
         # the baseline engine: the attention pair at the sequence's bytes, the routed pair at copies x
         tp_nodes = [(n.nbytes, n.count) for n in layer_nodes(case, SEQ, "layer_moe") if n.axis == "tp"]
         assert tp_nodes == [(SEQ * h * 2, 1), (routed, 1)]
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "capacity"])
+def test_ep1_alltoall_gathers_the_routed_copies(dispatcher: str) -> None:
+    """ep 1, etp = tp = 2, SP: Megatron-Core's alltoall dispatcher runs its all-to-all over a one-rank EP group
+    (returns its input) and all-gathers the rank's permuted top_k copies in the expert-TP group, then
+    reduce-scatters the experts' output (token_dispatcher.py `dispatch_postprocess`/`combine_preprocess`):
+    top_k x the sequence's bytes (x capacity_factor padded), no all-to-all, no sequence gather before the
+    router. Until 2026-12-02 ep 1 gathered the sequence once, as the allgather dispatcher does."""
+    from rapidllm.graph.templates import COMM, layer_templates, ops_view
+    from rapidllm.ops.price import price_case
+    case = qwen3(ep=1, dp=16, moe_dispatcher=dispatcher)
+    moe, h = case.model.moe, case.model.hidden
+    copies = moe.top_k * (moe.capacity_factor if dispatcher == "capacity" else 1)
+    routed = SEQ * h * 2 * copies
+    assert routed_tp_copies(case) == copies
+    rules = layer_rules(case, SEQ, True, False)
+    assert [(r.op, r.nbytes, r.launch) for r in rules[2:]] == [("all_gather", routed, "permute"),
+                                                                ("reduce_scatter", routed, "expert_down")]
+    assert rules[2].follows.axis == "ep" and rules[2].follows not in rules     # its all-to-all: not run at ep 1
+    assert all(r.axis == "tp" for r in layer_rules(case, SEQ, True, True))
+    assert [(n.nbytes, n.count) for n in layer_nodes(case, SEQ, "layer_moe")] == [(SEQ * h * 2, 1), (routed, 1)]
+    fwd_t = next(t for t in layer_templates(case, ops_view(price_case(case)))
+                 if t.part == "fwd" and t.section == "layer_moe")
+    names = [n.name for n in fwd_t.nodes]
+    gather = next(i for i, n in enumerate(fwd_t.nodes)
+                  if n.kind == COMM and n.nbytes == routed and n.op == "all_gather")
+    assert fwd_t.nodes[gather].deps == (names.index("permute"),)
+    assert not [d for d in fwd_t.nodes[names.index("router")].deps if fwd_t.nodes[d].kind == COMM]
 
 
 def test_baseline_reruns_the_expert_tp_pair_with_the_experts() -> None:
@@ -292,6 +325,34 @@ def test_chained_collective_waits_for_the_all_to_all() -> None:
     assert {a2a, gather} <= set(fwd.nodes[names.index("expert_up")].deps)
 
 
+def test_a_followed_rule_runs_where_its_follower_does() -> None:
+    """`Rule.follows` names the collective a rule waits for. Where that rule's own consumer is not among the
+    operators (dropped from a recompute, say), it still runs, ahead of its follower, with no operator
+    waiting for it; a rule that follows one not in the list waits for nothing but its launch, never for
+    the rule listed before it (the positional `chained` flag of 2026-12-01 took rule k - 1, whatever it
+    was, and lost the chain when that rule was dropped)."""
+    from rapidllm.graph.templates import Rule, weave
+    ops = [("permute", "fwd"), ("expert_up", "fwd"), ("unpermute", "fwd")]
+    a2a = Rule("permute", "absent", "ep", "all_to_all", 1.0)
+    other = Rule("permute", "unpermute", "tp", "all_gather", 3.0)
+    gather = Rule("permute", "expert_up", "tp", "all_gather", 2.0, follows=a2a)
+    nodes = weave(ops, [a2a, other, gather])
+    at = {n.nbytes: i for i, n in enumerate(nodes) if n.kind == "comm"}
+    assert nodes[at[1.0]].deps == (0,) and nodes[at[3.0]].deps == (0,)
+    assert nodes[at[2.0]].deps == (0, at[1.0])
+    assert at[1.0] not in {d for n in nodes for d in n.deps if n.kind == "compute"}
+    op = {n.name: n for n in nodes if n.kind == "compute"}
+    assert at[2.0] in op["expert_up"].deps and at[3.0] in op["unpermute"].deps
+    alone = weave(ops, [other, gather])         # no all-to-all in this case: nothing to wait for
+    assert [n.deps for n in alone if n.nbytes == 2.0] == [(0,)]
+    # a follower run only by its owner (a recomputed module's reduction) still brings what it follows
+    owned = Rule("permute", "absent", "tp", "reduce_scatter", 4.0, follows=a2a, owner="expert_up")
+    chain = [n for n in weave(ops, [a2a, owned]) if n.kind == "comm"]
+    assert [n.nbytes for n in chain] == [1.0, 4.0]
+    with pytest.raises(ValueError, match="follows a rule listed after it"):
+        weave(ops, [gather, a2a])
+
+
 def test_fp8_cast_of_the_gathered_tokens_waits_for_the_gather() -> None:
     """FP8 training: TE's GroupedLinear casts the expert input (and, backward, the incoming gradient) that the
     dispatcher gathered in BF16, so the cast, the first operator reading the gathered tensor and sized as
@@ -314,14 +375,15 @@ def test_fp8_cast_of_the_gathered_tokens_waits_for_the_gather() -> None:
         assert a2a[0] in nodes[cast].deps
 
 
-@pytest.mark.parametrize("par, routed_gathered", [(dict(etp=1), False), (dict(), False),
-                                                   (dict(ep=1, dp=8), True)])
+@pytest.mark.parametrize("par, routed_gathered", [(dict(etp=1), False), (dict(), False), (dict(ep=1, dp=8), False),
+                                                   (dict(ep=1, dp=8, moe_dispatcher="deepep"), True)])
 def test_sequence_gather_of_the_shared_experts(par: dict, routed_gathered: bool) -> None:
     """Qwen2-57B-A14B (a shared expert), tp 2 + SP: where the router reads the rank's shard (etp 1; etp = tp
     with the dispatcher moving the routed tokens), the sequence is gathered for the shared expert alone
     (Megatron-Core's SharedExpertMLP, TE column-parallel fc1 / row-parallel fc2): the router does not wait
     for it, nor does the combine's backward for the gather of the output gradient; the shared expert's GEMMs
-    do. With ep 1 and etp = tp the router reads the gathered sequence and waits, as before."""
+    do. So does ep 1 with the alltoall dispatcher (its gather moves the routed copies); with DeepEP at ep 1
+    (a dispatch over the TP group, priced as the sequence gather) the router reads the gathered sequence."""
     from rapidllm.graph.templates import COMM, layer_templates, ops_view
     from rapidllm.ops.price import price_case
     case = resolve_case({**mapping(), "model": "qwen2-57b-a14b",
@@ -337,6 +399,31 @@ def test_sequence_gather_of_the_shared_experts(par: dict, routed_gathered: bool)
     assert waits["fwd", "router"] == waits["bwd", "unpermute_bwd"] == (gather if routed_gathered else [])
     if not routed_gathered:
         assert waits["fwd", "shared_up"] == waits["bwd", "shared_down_dgrad"] == gather
+
+
+@pytest.mark.parametrize("par", [dict(etp=1), dict(), dict(ep=1, dp=8), dict(ep=1, dp=8, moe_dispatcher="deepep")])
+def test_shared_expert_weight_gradient_regathers_its_input(par: dict) -> None:
+    """Qwen2-57B-A14B, tp 2 + SP: the shared expert's fc1 is a column-parallel linear that keeps its input
+    sequence-sharded and all-gathers it again in backward for its weight gradient (Megatron-Core
+    tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication: saves the local `input`,
+    backward `dist_all_gather_func(..., async_op=True)` under sequence_parallel; TE's Linear likewise), as
+    the dense MLP's fc1 does: one all-gather of the sequence after shared_act_bwd, read by shared_up_wgrad
+    (shared_up_dgrad beside it). Until 2026-12-02 only dense layers had it. Routed experts have none."""
+    from rapidllm.graph.templates import COMM, layer_templates, ops_view
+    from rapidllm.ops.price import price_case
+    case = resolve_case({**mapping(), "model": "qwen2-57b-a14b",
+                         "parallelism": {"tp": 2, "ep": 4, "pp": 1, "dp": 4, "sp": True, **par}}, "test")
+    bwd = next(t for t in layer_templates(case, ops_view(price_case(case)))
+               if t.section == "layer_moe" and t.part == "bwd")
+    names = [n.name for n in bwd.nodes]
+    gathers = [d for d in bwd.nodes[names.index("shared_up_wgrad")].deps
+               if bwd.nodes[d].kind == COMM and (bwd.nodes[d].axis, bwd.nodes[d].op) == ("tp", "all_gather")]
+    assert [bwd.nodes[d].nbytes for d in gathers] == [SEQ * case.model.hidden * 2.0]
+    assert bwd.nodes[gathers[0]].deps == (names.index("shared_act_bwd"),)
+    assert gathers[0] not in bwd.nodes[names.index("shared_up_dgrad")].deps
+    for routed in ("expert_up_wgrad", "expert_down_wgrad"):
+        assert not [d for d in bwd.nodes[names.index(routed)].deps
+                    if bwd.nodes[d].kind == COMM and bwd.nodes[d].nbytes == SEQ * case.model.hidden * 2.0]
 
 
 def test_flex_dispatcher_carries_expert_tp_in_its_dispatch() -> None:

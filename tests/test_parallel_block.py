@@ -85,7 +85,7 @@ def test_baseline_counts_follow_the_templates() -> None:
     """The alpha-beta ablation's per-traversal count: training (1 + norms) / 2 (one forward, one per norm
     backward), inference 1; sequential 2."""
     def count(c: Case) -> float:
-        return next(n.count for n in communication_nodes(c) if n.axis == "tp")
+        return sum(n.count for n in communication_nodes(c) if n.axis == "tp" and n.scope == "layer_dense")
     assert count(case(model("sequential"), 4, True)) == 2
     assert count(case(model("parallel", 1), 4, True)) == 1
     assert count(case(model("parallel", 2), 4, False)) == 1.5

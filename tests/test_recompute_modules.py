@@ -85,3 +85,46 @@ def test_alpha_beta_baseline_reruns_the_same_collectives() -> None:
         dict(recompute="none"), dict(recompute_modules=["layernorm", "moe_act"]), dict(recompute_modules=["moe"]),
         dict(recompute="full"))] == [2, 2, 3, 3]
     assert recompute_passes(qwen3(), "cp") == 3 and recompute_passes(qwen3(), "tp") == 2
+
+
+def _tp_case(model: str, sp: bool, modules: list[str], **par) -> Case:
+    layout = dict(tp=2, pp=1, dp=8, sp=sp, recompute="selective", recompute_modules=modules, **par)
+    if model != "llama3.1-8b":
+        layout.update(ep=4)
+    return resolve_case(dict(model=model, hardware="h100-sxm5-80gb", network="superpod-ndr",
+                             workload=dict(mode="training", seq_len=4096, global_batch=64, micro_batch=1),
+                             parallelism=layout), "test")
+
+
+@pytest.mark.parametrize("model, sp, modules, again", [
+    ("llama3.1-8b", True, ["mlp"], 1), ("llama3.1-8b", False, ["mlp"], 1), ("llama3.1-8b", True, ["core_attn"], 0),
+    ("llama3.1-8b", True, ["layernorm"], 0),
+    ("qwen2-57b-a14b", True, ["shared_experts"], 1), ("qwen2-57b-a14b", True, ["moe"], 1),
+    ("qwen2-57b-a14b", True, ["moe_act"], 0), ("qwen2-57b-a14b", True, ["mlp"], 0)])
+def test_recomputed_module_reruns_its_tp_pair(model: str, sp: bool, modules: list[str], again: int) -> None:
+    """Megatron-Core's selective recompute checkpoints a whole module and re-runs its forward in backward
+    (transformer_layer.py: `tensor_parallel.checkpoint(self.mlp, ...)` for `mlp`, dense layers only;
+    moe_layer.py: the MoE block's `custom_forward` for `moe`, `shared_experts_compute` for
+    `shared_experts`), so the TP collectives inside it run again: the fc1 gather and the fc2 reduce-scatter
+    under SP (the all-reduce without), though the residual add that reads the reduction is kept. The event
+    engine's recompute weaves both (the reduction through `Rule.owner`, waited for by the backward's first
+    operator) and the alpha-beta ablation counts the MLP position's pair once more exactly then. Until
+    2026-12-02 the graph re-ran the gather alone and the ablation neither."""
+    from rapidllm.engine.baseline import recompute_passes
+    from rapidllm.graph.comm_nodes import layer_nodes
+    from rapidllm.graph.templates import COMM, COMPUTE, ops_view
+    case = _tp_case(model, sp, modules)
+    section = "layer_moe" if case.model.moe else "layer_dense"
+    act = 4096 * case.model.hidden * 2.0
+    bwd = next(t for t in layer_templates(case, ops_view(price_case(case)))
+               if t.section == section and t.part == "bwd")
+    first = next(i for i, n in enumerate(bwd.nodes) if n.kind == COMPUTE and n.phase == "bwd")
+    rerun = [(n.op, i) for i, n in enumerate(bwd.nodes[:first])
+             if n.kind == COMM and n.axis == "tp" and n.nbytes == act]
+    ops = ["all_gather", "reduce_scatter"] if sp else ["all_reduce"]
+    assert [op for op, _ in rerun] == ops * again
+    if again:
+        assert rerun[-1][1] in bwd.nodes[first].deps            # backward starts from the reduced output
+    pairs = [n for n in layer_nodes(case, 4096, section) if n.axis == "tp" and n.nbytes == act]
+    assert [n.count for n in pairs] == [1, 1]
+    assert [recompute_passes(case, n.axis, n.rerun) for n in pairs] == [2, 2 + again]

@@ -17,9 +17,12 @@ def _linear_cost(clients: int, prompt: int, output: int, floor: float = 0.02, pe
     return build_cost(prefill, decode, prompt, prompt + output - 1)
 
 
-def _reference(clients: int, prompt: int, output: int, budget: int, n_done: int, cost: IterationCost):
+def _reference(clients: int, prompt: int, output: int, budget: int, n_done: int, cost: IterationCost,
+               limit: int | None = None):
     """Plain-Python closed loop: FCFS chunked prefill after the decode tokens, first token at the end of
-    the iteration that finishes the prefill, a new request as soon as one completes."""
+    the iteration that finishes the prefill, a new request as soon as one completes; at most `limit`
+    requests in the engine (decoding, or at the head of the queue), the rest waiting."""
+    limit = clients if limit is None else limit
     left, gen = [prompt] * clients, [0] * clients
     start, first = [np.zeros(2) for _ in range(clients)], [np.zeros(2) for _ in range(clients)]
     queue, clock, tokens, rec, produced = list(range(clients)), np.zeros(2), 0, [], []
@@ -28,7 +31,7 @@ def _reference(clients: int, prompt: int, output: int, budget: int, n_done: int,
         b = sum(decoding)
         s = float(sum(prompt + gen[i] - 1 for i in range(clients) if decoding[i]))
         room, chunks = max(budget - b, 0), {}
-        for i in queue:
+        for i in queue[:limit - b]:
             chunks[i] = min(left[i], room)
             room -= chunks[i]
         clock = clock + cost.time(sum(chunks.values()), b, s)
@@ -49,17 +52,19 @@ def _reference(clients: int, prompt: int, output: int, budget: int, n_done: int,
     return np.array(rec), np.array(produced, dtype=float)
 
 
-def _run(cost: IterationCost, clients: int, prompt: int, output: int, budget: int, n_done: int):
-    return _simulate(clients, prompt, output, budget, n_done, cost.pf_tokens, cost.pf_time, cost.dec_batch,
-                     cost.dec_time, cost.dec_slope, cost.ctx0)
+def _run(cost: IterationCost, clients: int, prompt: int, output: int, budget: int, n_done: int,
+         limit: int | None = None):
+    return _simulate(clients, prompt, output, budget, clients if limit is None else limit, n_done, cost.pf_tokens,
+                     cost.pf_time, cost.dec_batch, cost.dec_time, cost.dec_slope, cost.ctx0)
 
 
-@pytest.mark.parametrize("clients,prompt,output,budget", [(1, 50, 7, 64), (3, 40, 5, 64), (5, 100, 9, 128),
-                                                          (4, 300, 6, 256), (6, 30, 1, 64)])
-def test_kernel_matches_reference(clients, prompt, output, budget) -> None:
+@pytest.mark.parametrize("clients,prompt,output,budget,limit", [
+    (1, 50, 7, 64, 1), (3, 40, 5, 64, 3), (5, 100, 9, 128, 5), (4, 300, 6, 256, 4), (6, 30, 1, 64, 6),
+    (6, 40, 5, 64, 2), (7, 100, 9, 128, 3), (5, 300, 6, 256, 1)])      # the last three queue clients
+def test_kernel_matches_reference(clients, prompt, output, budget, limit) -> None:
     cost = _linear_cost(clients, prompt, output)
-    rec, produced = _run(cost, clients, prompt, output, budget, 6 * clients)
-    ref_rec, ref_produced = _reference(clients, prompt, output, budget, 6 * clients, cost)
+    rec, produced = _run(cost, clients, prompt, output, budget, 6 * clients, limit)
+    ref_rec, ref_produced = _reference(clients, prompt, output, budget, 6 * clients, cost, limit)
     np.testing.assert_allclose(rec, ref_rec, rtol=1e-12)
     np.testing.assert_array_equal(produced, ref_produced)
 

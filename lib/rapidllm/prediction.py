@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 MEMORY_FIELDS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "framework", "capacity")
 TRAINING_ONLY = ("mfu", "hfu")
-INFERENCE_ONLY = ("ttft_s", "itl_s", "e2e_latency_s")
+INFERENCE_ONLY = ("ttft_s", "itl_s", "e2e_latency_s", "sequences_in_flight")
 TIMINGS = ("step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s", "mfu", "hfu", "tokens_per_s",
            *INFERENCE_ONLY)
 
@@ -172,6 +172,11 @@ class Prediction:
     ttft_s: float | None
     itl_s: float | None
     e2e_latency_s: float | None
+    # inference on the event engine: the sequences in flight (static batching: the batch; serving: those the
+    # engine admits, memory/kv_pool.py) and what bounds them: batch, concurrency (every client), kv_cache or
+    # max_batch_size
+    sequences_in_flight: float | None
+    in_flight_limit: str | None
     memory: MemoryBreakdown
     device_validated: bool = True    # False: the device has no validation rows of its own (docs/transfer.md)
     # the replay behind the numbers when asked for (`predict(..., trace=True)`), for timelines; not a column
@@ -225,14 +230,15 @@ def predict(case: Case | str | Path | Mapping[str, Any], engine: str = "event",
     ok = rec["status"] == "ok"
 
     def timing(key: str) -> float | None:
-        if not ok or not _applies(key, resolved.training):
-            return None
+        if not ok or not _applies(key, resolved.training) or key not in rec:   # the baseline engine has
+            return None                                                        # no admission
         return float(rec[key])
 
     memory = MemoryBreakdown.of(mem_result)
     return Prediction(case_id=rec["case_id"], mode="training" if resolved.training else "inference",
                       status=rec["status"], reason=rec["reason"],
                       **{k: timing(k) for k in TIMINGS},
+                      in_flight_limit=rec.get("in_flight_limit") if ok and not resolved.training else None,
                       memory=memory, schedule=rec.get("schedule"), device_validated=bool(rec["device_validated"]))
 
 

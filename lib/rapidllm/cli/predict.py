@@ -17,7 +17,8 @@ from rapidllm.spec.errors import SpecError
 from rapidllm.spec.paths import display
 
 JSON_KEYS = ("case_id", "status", "reason", "step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
-             "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "peak_memory_bytes",
+             "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "sequences_in_flight",
+             "in_flight_limit", "peak_memory_bytes",
              "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
              "framework_bytes", "capacity_bytes", "feasible", "device_validated")
 
@@ -118,6 +119,9 @@ def _hint(case, pred) -> str:
     """One line on what would make an infeasible case fit: the lever of its largest memory component (the
     memory model's: sharding, recompute, splitting) and the search that finds a layout that fits."""
     par, mem = case.parallelism, pred.memory
+    if mem.feasible:                    # within the HBM: the serving engine's KV pool holds no prefill batch
+        return ("raise workload.kv_cache_fraction, shorten the requests, or more tp or pp (fewer weights and KV "
+                "heads per GPU); `rapidllm search` finds layouts that fit")
     shards = par.dp * par.cp > 1 and par.fsdp == "none"
     levers = {
         "weights": "more tp or pp (ep for a MoE model) splits the weights",
@@ -132,6 +136,19 @@ def _hint(case, pred) -> str:
              "activations": mem.activations, "KV cache": mem.kv_cache}
     largest = max(sizes, key=sizes.__getitem__)
     return f"the largest part is the {largest}: {levers[largest]}; `rapidllm search` finds layouts that fit"
+
+
+def _in_flight(case, pred) -> str:
+    """Why that many sequences run at once (memory/kv_pool.py): the static batch, every client, or the
+    serving engine's admission, which queues the other clients."""
+    w, n = case.workload, int(pred.sequences_in_flight)
+    if pred.in_flight_limit == "batch":
+        return "(static batch)"
+    if pred.in_flight_limit == "concurrency":
+        return f"(all {w.concurrency} clients)"
+    why = (f"the KV-cache pool holds {n} requests of {w.prompt_tokens} + {w.output_tokens} tokens"
+           if pred.in_flight_limit == "kv_cache" else f"max_batch_size {w.max_batch_size}")
+    return f"({why}; {w.concurrency - n} of {w.concurrency} clients queue)"
 
 
 def _number(value: float) -> str:
@@ -181,6 +198,9 @@ def table(case, pred, variant: str = "") -> list[str]:
         if pred.mode == "inference":
             lines += [f"  {'time to first token':28s} {_seconds(pred.ttft_s)}",
                       f"  {'inter-token latency':28s} {_seconds(pred.itl_s)}"]
+            if pred.sequences_in_flight is not None:          # not from the baseline engine
+                lines.append(f"  {'sequences in flight':28s} {pred.sequences_in_flight:10.0f}    "
+                             f"{_in_flight(case, pred)}")
         rate = f"{pred.tokens_per_s:,.0f}" if pred.tokens_per_s >= 1000 else f"{pred.tokens_per_s:.4g}"
         dp = case.parallelism.dp        # an inference rate is one replica's; the header counts every replica's GPUs
         label = "throughput" if pred.mode == "training" or dp == 1 else f"throughput, each of {dp} replicas"

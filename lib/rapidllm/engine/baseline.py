@@ -83,9 +83,11 @@ def comm_time(case: Case, nodes: list[CommNode], scope: str, tokens_scale: float
 
 
 def recompute_passes(case: Case, axis: str, rerun: str = "") -> int:
-    """Traversals of a layer that run its `axis` collectives: 3 when recompute reruns their consumers (full;
-    selective: CP before a recomputed attention core, EP around a recomputed MoE block, or the operator a
-    node names, `CommNode.rerun`: the expert-TP pair of etp = tp before recomputed experts), else 2."""
+    """Traversals of a layer that run its `axis` collectives: 3 when recompute reruns them (full; selective:
+    CP before a recomputed attention core, EP around a recomputed MoE block, or the operator a node names,
+    `CommNode.rerun`: the expert-TP pair of etp = tp before recomputed experts, the MLP position's TP pair
+    with a recomputed MLP, MoE block or shared experts, whose checkpoint re-runs the fc1 gather and the fc2
+    reduce-scatter inside it), else 2."""
     p = case.parallelism
     if p.recompute == "full":
         return 3

@@ -248,7 +248,7 @@ def simulate(case: Case, ops: pd.DataFrame | OperatorTable, memory: MemoryResult
     if engine != "event":
         raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(ENGINES)}")
     rec = training_record(case, ops, overlap, templates, trace) if case.training else \
-        inference_record(case, ops, overlap, adjust, trace)
+        inference_record(case, ops, overlap, adjust, trace, memory.admission)
     rec.update(memory.verdict())
     return rec
 

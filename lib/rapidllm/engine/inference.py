@@ -8,18 +8,26 @@ Static batching (concurrency <= batch): TTFT = prefill(batch), ITL = decode step
 e2e = TTFT + (output_tokens - 1) x ITL, throughput = batch x output_tokens / e2e. An encoder (causal: false,
 output_tokens 0) runs the prefill pass alone: e2e = TTFT, ITL 0, throughput = batch x prompt_tokens / e2e
 (tokens encoded per second).
-In-flight batching (concurrency C > batch, a serving engine such as vLLM/TensorRT-LLM), two models
+In-flight batching (concurrency C > batch, a serving engine such as vLLM/TensorRT-LLM): the engine keeps
+N = min(C, max_batch_size, requests whose KV reservation fits its pool) sequences in flight and queues the
+other C - N clients (memory/kv_pool.py, docs/serving-capacity.md); N = C when everything fits. Three models
 (`workload.serving`, docs/engine.md "Serving"):
-- "steady_state" (default): decode steps run with C sequences; every step also absorbs the prefills of the
-  requests that replace finished ones, C / (batch x output_tokens) requests per step on average, so
-  ITL = decode(C) + that share of prefill; a new request waits on average half a step before its prefill,
-  TTFT = prefill(batch) + ITL / 2; throughput = C / ITL. A mean over desynchronized clients.
+- "steady_state" (default): decode steps run with N sequences; every step also absorbs the prefills of the
+  requests that replace finished ones, share = N / (batch x output_tokens) requests per step on average,
+  whose tokens ride in the step's fused GEMMs (TensorRT-LLM's in-flight batching packs context and
+  generation tokens into one forward pass; vLLM's chunked prefill likewise). The step is priced by the
+  simulator's iteration rule (`serving.IterationCost`) at the mean iteration: share x batch x prompt_tokens
+  prefill tokens beside N decoding sequences at the mean context, so ITL = that step (per emitted token);
+  a new request waits on average half a step, then its first token comes at the end of the step that runs
+  its prefill: TTFT = step / 2 + the step with max(share, 1) requests' prompts, plus the queue's wait
+  (`queue_wait`, 0 when N = C); throughput = N / ITL. A mean over desynchronized clients.
 - "disaggregated": the decode instances of a prefill-decode disaggregated deployment (DeepSeek's serving,
   DistServe, SGLang PD): the same without the prefill share, which runs on separate prefill instances;
-  TTFT = prefill(batch) there + ITL / 2; memory holds the KV cache of the C sequences.
+  TTFT = prefill(batch) there + ITL / 2 (+ the queue's wait); memory holds the KV cache of the N sequences.
 - "simulated": C closed-loop clients, one sequence per request, run through the iteration-level simulator
-  of `engine/serving.py`; its iteration cost is interpolated between forward passes priced here at running
-  batches 1, 2, 4, ... and C (prefill of n whole prompts, decode of n sequences at the first and last context).
+  of `engine/serving.py` with at most N in the engine; its iteration cost is interpolated between forward
+  passes priced here at running batches 1, 2, 4, ... and N (prefill of n whole prompts, decode of n sequences
+  at the first and last context).
 Speculative decoding (`workload.draft_tokens`, MTP drafts): a decode step verifies 1 + d queries per
 sequence and runs the MTP modules, and emits `tokens_per_step` = 1 + p + ... + p^d tokens per sequence on
 average, so ITL = step / tokens_per_step and a steady-state step absorbs the prefills of
@@ -30,6 +38,7 @@ With `parallelism.microbatch_overlap: 2` every forward pass runs as two overlapp
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +48,9 @@ from rapidllm.engine.composer import Replayed, replay_all
 from rapidllm.engine.microbatch import Adjust, Ops, at_batch, overlap_active, overlapped_pass
 from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, simulate
 from rapidllm.graph.templates import Template, extra_templates, layer_counts, layer_templates, layer_tokens, ops_view
-from rapidllm.spec.case import Case
+from rapidllm.memory.kv_pool import Admission
+from rapidllm.spec.case import MAX_SERVING_ITERATIONS, Case
+from rapidllm.spec.errors import SpecError
 from rapidllm.spec.hardware import DTYPE_BYTES
 from rapidllm.spec.layout import InferenceWorkload
 
@@ -111,20 +122,22 @@ class InferenceReplay:
 
 
 def inference_record(case: Case, ops: Ops, overlap: bool = True, adjust: Adjust | None = None,
-                      trace: bool = False) -> dict:
+                      trace: bool = False, admission: Admission | None = None) -> dict:
     """The inference record; with trace=True also the replay under "schedule" (None when serving: a mean
-    over desynchronized or simulated clients is not one request's timeline)."""
+    over desynchronized or simulated clients is not one request's timeline). `admission`: a serving
+    case's sequences in flight, from its memory (`MemoryResult.admission`, memory/kv_pool.py)."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     if w.concurrency > w.batch:
+        assert admission is not None, "a serving case's admission comes from its memory (memory/kv_pool.py)"
         serve = _replay_serving if w.serving == "simulated" else _replay_steady_state
-        rec = serve(case, ops, overlap, adjust)
+        rec = serve(case, ops, overlap, adjust, admission)
         return {**rec, "schedule": None} if trace else rec
     cost = CommCost(case)
     if not w.output_tokens:      # an encoder: one forward pass over the batch, nothing decoded
         part = None if overlap_active(case) else pass_parts(case, ops, SECTIONS[0], cost, overlap)
         ttft = np.array(part.totals() if part else forward_pass(case, ops, SECTIONS[0], cost, overlap, adjust))
-        rec = _record(ttft, 0.0 * ttft, ttft, w.rate_tokens / ttft[SPAN], cost.simulated)
+        rec = _record(ttft, 0.0 * ttft, ttft, w.rate_tokens / ttft[SPAN], cost.simulated, static_batch(w))
         if trace:
             rec["schedule"] = InferenceReplay(case, cost, part, None, None) if part else None
         return rec
@@ -136,48 +149,90 @@ def inference_record(case: Case, ops: Ops, overlap: bool = True, adjust: Adjust 
         prefill, first, last = (np.array(p.totals()) for p in parts)
     ttft, itl = prefill, 0.5 * (first + last) / w.tokens_per_step
     e2e = ttft + (w.output_tokens - 1) * itl
-    rec = _record(ttft, itl, e2e, w.rate_tokens / e2e[SPAN], cost.simulated)
+    rec = _record(ttft, itl, e2e, w.rate_tokens / e2e[SPAN], cost.simulated, static_batch(w))
     if trace:
         rec["schedule"] = InferenceReplay(case, cost, *parts) if parts else None
     return rec
 
 
-def _replay_steady_state(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None) -> dict:
-    """Mean in-flight batching over desynchronized clients: decode at batch C plus its share of prefills."""
+def static_batch(w: InferenceWorkload) -> Admission:
+    """Static batching's sequences in flight: its batch, every request's cache held whole."""
+    return Admission(w.batch, "batch", w.batch, 0.0, 0.0)
+
+
+def _replay_steady_state(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, admission: Admission) -> dict:
+    """Mean in-flight batching over desynchronized clients: decode at the N sequences in flight plus their
+    share of prefills; the other C - N clients queue (`queue_wait`)."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
-    cost = CommCost(case)
-    prefill = np.array(forward_pass(case, ops, "prefill_", cost, overlap, adjust))
-    dcase, dops = at_batch(case, ops, w.concurrency, adjust)
-    dcost = CommCost(dcase)
-    first, last = (np.array(forward_pass(dcase, dops, s, dcost, overlap, adjust)) for s in SECTIONS[1:])
-    share = 0.0 if w.serving == "disaggregated" else \
-        w.concurrency * w.tokens_per_step / (w.batch * max(w.output_tokens, 1))
-    itl = (0.5 * (first + last) + share * prefill) / w.tokens_per_step
-    ttft = prefill + 0.5 * itl
+    inflight = admission.sequences
+    if w.serving == "disaggregated":          # the prefills run on the prefill instances
+        cost = CommCost(case)
+        prefill = np.array(forward_pass(case, ops, "prefill_", cost, overlap, adjust))
+        dcase, dops = at_batch(case, ops, inflight, adjust)
+        dcost = CommCost(dcase)
+        first, last = (np.array(forward_pass(dcase, dops, s, dcost, overlap, adjust)) for s in SECTIONS[1:])
+        itl = 0.5 * (first + last) / w.tokens_per_step
+        ttft = prefill + 0.5 * itl
+        events = cost.simulated + dcost.simulated
+    else:
+        share = inflight * w.tokens_per_step / (w.batch * max(w.output_tokens, 1))
+        prompts = share * w.batch                       # prompts whose prefill a mean step carries
+        own = max(share, 1.0) * w.batch                 # ... and the step that carries a new request's
+        anchors = sorted({max(1, n) for m in (prompts, own) for n in (math.floor(m), math.ceil(m))})
+        table, events = _iteration_cost(case, ops, overlap, adjust, anchors, sorted({1, inflight}))
+        context = inflight * (w.prompt_tokens + 0.5 * (w.output_tokens - 1))     # mean decode context
+        step = table.time(prompts * w.prompt_tokens, inflight, context)
+        itl = step / w.tokens_per_step
+        ttft = 0.5 * step + table.time(own * w.prompt_tokens, inflight, context)
+    if inflight < w.concurrency:
+        ttft = ttft + queue_wait(w.concurrency, inflight, w.output_tokens, itl)
     e2e = ttft + (w.output_tokens - 1) * itl
-    return _record(ttft, itl, e2e, w.concurrency / itl[SPAN], cost.simulated + dcost.simulated)
+    return _record(ttft, itl, e2e, inflight / itl[SPAN], events, admission)
 
 
-def _replay_serving(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None) -> dict:
+def queue_wait(clients: int, inflight: int, output_tokens: int, itl: np.ndarray) -> np.ndarray:
+    """Mean wait in the engine's queue of C closed-loop clients of which N are in flight (Little's law on the
+    queue): C - N requests wait at all times and leave it at the engine's request rate, N sequences each
+    emitting a token per ITL, N / (O x ITL) requests per second, so W = (C - N) x O x ITL / N."""
+    return (clients - inflight) * output_tokens * itl / inflight
+
+
+def _replay_serving(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, admission: Admission) -> dict:
+    """The closed-loop simulator at the admitted sequences. Each of its iterations emits a token for each
+    of them, so a long queue behind few sequences runs C x O / N iterations per window: bounded by
+    MAX_SERVING_ITERATIONS (never met where every client is admitted: output_tokens <= 2^20)."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
-    table, events = _iteration_cost(case, ops, overlap, adjust)
-    r = simulate(table, w.concurrency, w.prompt_tokens, w.output_tokens, w.max_num_tokens)
-    return _record(r.ttft_s, r.itl_s, r.e2e_latency_s, r.tokens_per_s, events)
+    steps = w.concurrency * w.output_tokens // admission.sequences
+    if steps > MAX_SERVING_ITERATIONS:
+        raise SpecError(f"workload.serving: simulated serving of {w.concurrency} clients with "
+                        f"{admission.sequences} sequences in flight ({admission.limit}) runs concurrency x "
+                        f"output_tokens / sequences = {steps} iterations per window; allowed: at most "
+                        f"{MAX_SERVING_ITERATIONS} (fewer clients, or serving: steady_state)")
+    anchors = anchor_batches(admission.sequences)
+    table, events = _iteration_cost(case, ops, overlap, adjust, anchors, anchors)
+    r = simulate(table, w.concurrency, w.prompt_tokens, w.output_tokens, w.max_num_tokens, admission.sequences)
+    return _record(r.ttft_s, r.itl_s, r.e2e_latency_s, r.tokens_per_s, events, admission)
 
 
-def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None) -> tuple[IterationCost, int]:
-    """Serving iteration cost from forward passes at the anchor batches; also the link events simulated."""
+def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, prefill_batches: list[int],
+                    decode_batches: list[int]) -> tuple[IterationCost, int]:
+    """Serving iteration cost from forward passes: the prefill of n whole prompts for n in `prefill_batches`,
+    decode steps of n sequences for n in `decode_batches` (1 first: the one-token floor); also the link
+    events simulated."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     prefill, decode, events = [], [], 0
-    for n in anchor_batches(w.concurrency):
+    for n in sorted(set(prefill_batches) | set(decode_batches)):
         ncase, nops = at_batch(case, ops, n, adjust)
         cost = CommCost(ncase)
-        pf, first, last = (np.array(forward_pass(ncase, nops, s, cost, overlap, adjust)) for s in SECTIONS)
-        prefill.append((n * w.prompt_tokens, pf))
-        decode.append((n, first, last))
+        if n in prefill_batches:
+            prefill.append((n * w.prompt_tokens, np.array(forward_pass(ncase, nops, "prefill_", cost, overlap,
+                                                                       adjust))))
+        if n in decode_batches:
+            first, last = (np.array(forward_pass(ncase, nops, s, cost, overlap, adjust)) for s in SECTIONS[1:])
+            decode.append((n, first, last))
         events += cost.simulated
     return build_cost(prefill, decode, w.prompt_tokens, w.prompt_tokens + w.output_tokens - 1), events
 
@@ -206,11 +261,15 @@ class InferenceRecord:
     itl_s: float
     e2e_latency_s: float
     network_events_simulated: float
+    sequences_in_flight: float      # static batching: the batch; serving: the sequences admitted
+    in_flight_limit: str            # what bounds them: memory/kv_pool.LIMITS
 
 
-def _record(ttft: np.ndarray, itl: np.ndarray, e2e: np.ndarray, rate: float, events: int) -> dict:
-    """Output keys from (span, compute) pairs of TTFT, ITL and e2e latency."""
+def _record(ttft: np.ndarray, itl: np.ndarray, e2e: np.ndarray, rate: float, events: int,
+            admission: Admission) -> dict:
+    """Output keys from (span, compute) pairs of TTFT, ITL and e2e latency, and the sequences in flight."""
     return vars(InferenceRecord(step_time_s=float(e2e[SPAN]), compute_time_s=float(e2e[COMPUTE]),
                                 exposed_comm_s=float(e2e[SPAN] - e2e[COMPUTE]), bubble_s=0.0, mfu=0.0, hfu=0.0,
                                 tokens_per_s=float(rate), ttft_s=float(ttft[SPAN]), itl_s=float(itl[SPAN]),
-                                e2e_latency_s=float(e2e[SPAN]), network_events_simulated=float(events)))
+                                e2e_latency_s=float(e2e[SPAN]), network_events_simulated=float(events),
+                                sequences_in_flight=float(admission.sequences), in_flight_limit=admission.limit))

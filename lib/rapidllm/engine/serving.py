@@ -7,8 +7,10 @@ Engine (TensorRT-LLM's in-flight batching scheduler, GUARANTEED_NO_EVICT, FCFS c
 iteration runs one decode token for each request past its prefill, then prefill tokens of the waiting
 requests in arrival order until `max_num_tokens` tokens are scheduled; a request's prompt may be split across
 iterations (chunked prefill). The first output token is produced by the iteration that finishes the prefill;
-each later iteration adds one token. KV-cache capacity is not limited here: the memory model holds the cache
-of all C sequences (at 1 B per element under `kv_cache_precision: fp8`) and marks a case that does not fit.
+each later iteration adds one token. At most N requests are in the engine (decoding, or admitted to
+prefill: the head of the FCFS queue), N from the memory model's admission (memory/kv_pool.py: the requests
+whose KV blocks for prompt + output fit the pool, capped by max_batch_size); the others wait in the queue,
+and their TTFT counts the wait. N = C when every client's cache fits.
 
 Iteration time comes from `IterationCost`, a piecewise-linear table over anchor forward passes priced by the
 engine (see `engine/inference.py`). Everything runs on two clocks at once: the iteration span (the schedule)
@@ -83,13 +85,16 @@ def _iteration_time(k: float, b: float, s: float, pf_tokens: np.ndarray, pf_time
     return t
 
 
-@njit(cache=True, work=lambda clients, prompt, output, budget, n_done, *rest: n_done * (prompt + output))
-def _simulate(clients: int, prompt: int, output: int, budget: int, n_done: int, pf_tokens: np.ndarray,
-              pf_time: np.ndarray, dec_batch: np.ndarray, dec_time: np.ndarray, dec_slope: np.ndarray,
-              ctx0: float) -> tuple[np.ndarray, np.ndarray]:
-    """Run until n_done requests complete. Returns per completed request (completion order) the
-    (start, first token, end) times on both clocks, (n_done, 3, 2), and the output tokens produced up to
-    its completion, (n_done,)."""
+@njit(cache=True, work=lambda clients, prompt, output, budget, limit, n_done, *rest: n_done * (prompt + output))
+def _simulate(clients: int, prompt: int, output: int, budget: int, limit: int, n_done: int,
+              pf_tokens: np.ndarray, pf_time: np.ndarray, dec_batch: np.ndarray, dec_time: np.ndarray,
+              dec_slope: np.ndarray, ctx0: float) -> tuple[np.ndarray, np.ndarray]:
+    """Run until n_done requests complete, at most `limit` of them in the engine (decoding or admitted to
+    prefill: the head of the FCFS queue; the others wait). Returns per completed request (completion order)
+    the (start, first token, end) times on both clocks, (n_done, 3, 2), and the output tokens produced up to
+    its completion, (n_done,). An iteration touches only the requests in the engine (`dec`, the decoding
+    ones, unordered, and the queue's admitted head), so a long queue costs nothing per iteration; the
+    requests finishing in one iteration complete in client order, as a scan over all clients would."""
     rec = np.zeros((n_done, 3, 2))
     produced = np.zeros(n_done)
     left = np.full(clients, prompt, dtype=np.int64)   # prompt tokens still to prefill
@@ -97,27 +102,26 @@ def _simulate(clients: int, prompt: int, output: int, budget: int, n_done: int, 
     start = np.zeros((clients, 2))
     first = np.zeros((clients, 2))
     chunk = np.zeros(clients, dtype=np.int64)
-    decoding = np.zeros(clients, dtype=np.bool_)
+    dec = np.zeros(clients, dtype=np.int64)             # the decoding requests, dec[:nd]
+    fin = np.zeros(clients, dtype=np.int64)             # those finishing this iteration, fin[:nf]
     queue = np.arange(clients)                          # FCFS ring of requests waiting for prefill
-    head, waiting = 0, clients
+    head, waiting, nd = 0, clients, 0
     clock = np.zeros(2)
     tokens, done = 0, 0
     while done < n_done:
-        b, s = 0, 0.0
-        for i in range(clients):
-            decoding[i] = left[i] == 0
-            if decoding[i]:
-                b += 1
-                s += prompt + gen[i] - 1
+        b, s = nd, 0.0                                   # decoding at the iteration's start
+        for q in range(b):
+            s += prompt + gen[dec[q]] - 1               # integers: exact in any order
         room, k = max(budget - b, 0), 0
-        for q in range(waiting):
+        admitted = min(waiting, limit - b)             # every client is decoding or waiting: b + waiting = C
+        for q in range(admitted):
             i = queue[(head + q) % clients]
             chunk[i] = min(left[i], room)
             room -= chunk[i]
             k += chunk[i]
         for j in range(2):
             clock[j] += _iteration_time(k, b, s, pf_tokens, pf_time, dec_batch, dec_time, dec_slope, ctx0, j)
-        for q in range(waiting):
+        for q in range(admitted):
             i = queue[(head + q) % clients]
             left[i] -= chunk[i]
             chunk[i] = 0
@@ -127,12 +131,23 @@ def _simulate(clients: int, prompt: int, output: int, budget: int, n_done: int, 
             first[i, :] = clock
             gen[i] = 1
             tokens += 1
-        for i in range(clients):
-            if decoding[i]:
-                gen[i] += 1
-                tokens += 1
-        for i in range(clients):
-            if left[i] == 0 and gen[i] >= output and done < n_done:
+            dec[nd] = i
+            nd += 1
+        for q in range(b):
+            gen[dec[q]] += 1
+            tokens += 1
+        nf, kept = 0, 0
+        for q in range(nd):
+            i = dec[q]
+            if gen[i] >= output:
+                fin[nf] = i
+                nf += 1
+            else:
+                dec[kept] = i
+                kept += 1
+        nd = kept
+        for i in np.sort(fin[:nf]):
+            if done < n_done:
                 rec[done, 0, :] = start[i, :]
                 rec[done, 1, :] = first[i, :]
                 rec[done, 2, :] = clock
@@ -156,12 +171,15 @@ class ServingResult:
 
 
 def simulate(cost: IterationCost, clients: int, prompt: int, output: int, max_num_tokens: int,
-             stability: float = 0.10, max_trials: int = 10) -> ServingResult:
+             inflight: int | None = None, stability: float = 0.10, max_trials: int = 10) -> ServingResult:
     """Closed-loop serving run measured like perf_analyzer (genai-perf's load generator): consecutive windows
     of C completed requests, until the last three agree within `stability` (max / min - 1) on both throughput
-    and mean request latency, or `max_trials` windows; the result averages those three windows."""
-    assert cost.pf_tokens[-1] >= min(clients * prompt, max_num_tokens) and cost.dec_batch[-1] >= clients
-    rec, produced = _simulate(clients, prompt, output, max_num_tokens, max_trials * clients, cost.pf_tokens,
+    and mean request latency, or `max_trials` windows; the result averages those three windows. At most
+    `inflight` requests (default: all C) are in the engine at once (the admission of memory/kv_pool.py); a
+    request's TTFT includes its wait in the queue."""
+    limit = clients if inflight is None else min(inflight, clients)
+    assert cost.pf_tokens[-1] >= min(limit * prompt, max_num_tokens) and cost.dec_batch[-1] >= limit
+    rec, produced = _simulate(clients, prompt, output, max_num_tokens, limit, max_trials * clients, cost.pf_tokens,
                               cost.pf_time, cost.dec_batch, cost.dec_time, cost.dec_slope, cost.ctx0)
     ends = np.concatenate(([0.0], rec[clients - 1::clients, 2, SPAN]))
     made = np.concatenate(([0.0], produced[clients - 1::clients]))

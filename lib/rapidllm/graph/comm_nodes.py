@@ -96,14 +96,19 @@ def dispatch_bytes(case: Case, tokens: int) -> float:
 
 def routed_tp_in_dispatcher(case: Case) -> bool:
     """Whether the token dispatcher itself moves the routed tokens of TP-sharded experts: training with
-    sequence parallelism, etp = tp > 1 and an EP all-to-all. Megatron-Core's dispatchers then take each
-    rank's s/tp shard and never gather the sequence before the experts (token_dispatcher.py at d98e8a64):
-    the alltoall dispatcher all-gathers the tokens it received in the expert-TP group after the all-to-all
-    (`dispatch_postprocess`) and reduce-scatters the experts' output before the combine
-    (`combine_preprocess`); the flex (DeepEP) dispatcher replicates the routing map over the expert-TP ranks
-    and dispatches over the TP x EP group (`MoEFlexTokenDispatcher._initialize_metadata`)."""
+    sequence parallelism, etp = tp > 1 and an EP all-to-all, or ep 1 with the alltoall dispatcher (alltoall,
+    capacity). Megatron-Core's dispatchers then take each rank's s/tp shard and never gather the sequence
+    before the experts (token_dispatcher.py at d98e8a64): the alltoall dispatcher all-gathers the tokens
+    it received in the expert-TP group after the all-to-all (`dispatch_postprocess`) and reduce-scatters
+    the experts' output before the combine (`combine_preprocess`), and with ep 1 does the same, its
+    all-to-all over the one-rank EP group returning its input (tensor_parallel/mappings.py `_AllToAll`:
+    world_size 1 returns the input), so the gather carries the rank's permuted top_k copies; the flex
+    (DeepEP) dispatcher replicates the routing map over the expert-TP ranks and dispatches over the TP x EP
+    group (`MoEFlexTokenDispatcher._initialize_metadata`). At ep 1 that dispatch sends each token once to
+    each TP rank, the bytes of a sequence all-gather, which the model prices as that gather (`routed_on_sequence`)."""
     p = case.parallelism
-    return case.training and p.sp and p.expert_tp == p.tp > 1 and moe_all_to_all(case)
+    moves = moe_all_to_all(case) or (p.ep == 1 and p.moe_dispatcher != "deepep")
+    return bool(case.model.moe) and case.training and p.sp and p.expert_tp == p.tp > 1 and moves
 
 
 def routed_tp_copies(case: Case) -> float:
@@ -123,8 +128,8 @@ def moe_tp_collectives(case: Case) -> bool:
     """Whether an MoE layer's MLP position keeps the sequence's TP collectives (gather before, reduce after).
 
     Routed experts with etp < tp take each rank's sequence shard and need none; with etp = tp the
-    dispatcher moves their tokens (`routed_tp_in_dispatcher`), except without an all-to-all (ep 1) or
-    without SP, where the experts run on the TP group's whole sequence. Shared experts are ordinary
+    dispatcher moves their tokens (`routed_tp_in_dispatcher`), except without SP or with DeepEP at ep 1,
+    where the experts run on the TP group's whole sequence. Shared experts are ordinary
     TP-sharded MLPs on the gathered sequence and keep them. Experts inside the TP group (inference, ep x
     etp = tp) see every token of the group and leave partial sums for the TP all-reduce.
     """
@@ -190,7 +195,12 @@ def layer_nodes(case: Case, tokens: int, scope: str) -> list[CommNode]:
     if p.tp > 1 and m.block == "parallel":
         nodes.append(CommNode(scope, "tp", "all_reduce", act, parallel_block_reductions(case)))
     elif p.tp > 1:
-        nodes.append(CommNode(scope, "tp", "all_reduce", act, 2 if not moe or moe_tp_collectives(case) else 1))
+        # the attention's pair, and the MLP position's, which a checkpoint of the module holding it runs
+        # again (Megatron-Core recompute_modules mlp / moe / shared_experts re-run the module's forward,
+        # its fc1 gather and fc2 reduce-scatter included; `mlp_module`)
+        nodes.append(CommNode(scope, "tp", "all_reduce", act, 1))
+        if not moe or moe_tp_collectives(case):
+            nodes.append(CommNode(scope, "tp", "all_reduce", act, 1, rerun=mlp_module(case, moe)[0]))
         copies = routed_tp_copies(case) if moe else 0.0
         if copies:     # the expert-TP gather / reduce-scatter pair, as one all-reduce, gathered again where the
             # experts are recomputed (the graph's recompute weaves it before them)
@@ -200,6 +210,17 @@ def layer_nodes(case: Case, tokens: int, scope: str) -> list[CommNode]:
     if moe and moe_all_to_all(case):
         nodes.append(CommNode(scope, "ep", "all_to_all", dispatch_bytes(case, tokens), 2))
     return nodes
+
+
+def mlp_module(case: Case, moe: bool) -> tuple[str, str]:
+    """First and last operator of the module whose forward runs a layer's MLP-position TP collectives (the
+    gather before it, the reduction after it), which a checkpoint of that module runs again: the dense MLP
+    (fc1, fc2); in an MoE layer the MoE block where the routed experts read the gathered sequence (router,
+    combine: `routed_on_sequence`), else the shared experts, whose gather serves them alone (recompute_modules
+    shared_experts re-runs it as moe does). `CommNode.rerun` names the first, `templates.Rule.owner` the last."""
+    if not moe:
+        return "mlp_up", "mlp_down"
+    return ("router", "unpermute") if routed_on_sequence(case) else ("shared_up", "shared_down")
 
 
 def communication_nodes(case: Case) -> list[CommNode]:

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rapidllm.caches import current
-from rapidllm.graph.comm_nodes import dispatch_bytes, moe_all_to_all, moe_tp_collectives, routed_on_sequence, \
-    routed_tp_copies
+from rapidllm.graph.comm_nodes import dispatch_bytes, mlp_module, moe_all_to_all, moe_tp_collectives, \
+    routed_on_sequence, routed_tp_copies
 from rapidllm.ops.price import OPERATOR_COLUMNS, OperatorTable, case_sections
 from rapidllm.spec.case import Case
 from rapidllm.spec.hardware import DTYPE_BYTES
@@ -60,9 +60,15 @@ class Rule:
     axis: str
     op: str
     nbytes: float
-    # starts only once the collective of the rule before it has finished (a dispatcher's steps on one
-    # tensor: the expert-TP gather of what the EP all-to-all delivered); launched at the same operator
-    chained: bool = False
+    # starts only once this rule's collective has finished (a dispatcher's steps on one tensor: the
+    # expert-TP gather of what the EP all-to-all delivered), launched at the same operator; named, not
+    # taken from the list's order, so a rule left out of a case (ep 1 has no all-to-all) or one added
+    # before it cannot stand in. Where the rule is not in the list, nothing is waited for (`weave`)
+    follows: Rule | None = None
+    # the operator whose module runs the collective inside its own forward, where that is not the consumer:
+    # a row-parallel GEMM's reduce-scatter (all-reduce) after the MLP, which a checkpoint of that module
+    # (recompute_modules mlp, moe, shared_experts) runs again though its consumer, the residual add, is kept
+    owner: str = ""
 
 
 def layer_tokens(case: Case, prefix: str) -> int:
@@ -94,10 +100,11 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
                       Rule(("mlp_up_dgrad", PREV), "norm2_bwd", "tp", "all_reduce", act)]
         else:
             rules += [Rule("o_proj", "residual1", "tp", "all_reduce", act),
-                      Rule(PREV, "residual2", "tp", "all_reduce", act)]
+                      Rule(PREV, "residual2", "tp", "all_reduce", act, owner=mlp_module(case, moe)[1])]
     elif p.tp > 1:
         full = act
         mlp_tp = not moe or moe_tp_collectives(case)
+        owner = mlp_module(case, moe)[1]
         # an MoE layer whose router reads the rank's sequence shard gathers the sequence for its shared
         # experts alone (Megatron-Core's SharedExpertMLP: a TE column-parallel fc1, row-parallel fc2 under SP):
         # neither the router forward nor the combine's backward waits for that gather
@@ -108,9 +115,12 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
             # the column-parallel GEMMs keep their input sequence-sharded and gather it again for the
             # weight gradient, launched before the input-gradient GEMM and overlapped with it (Megatron's
             # LinearWithGradAccumulationAndAsyncCommunication, TE's Linear); their reduce-scatter queues behind
-            # (routed experts take their tokens from the dispatcher and keep them: no re-gather)
+            # (routed experts take their tokens from the dispatcher and keep them: no re-gather). Shared
+            # experts are such a column-parallel fc1 (Megatron-Core SharedExpertMLP, an MLP on the TP group)
+            fc1 = "shared" if moe else "mlp"
+            regather = not moe or bool(m.moe and m.moe.shared_experts)
             rules += [Rule("residual2_bwd", gather_grad, "tp", "all_gather", full)] * mlp_tp
-            rules += [Rule("mlp_act_bwd", "mlp_up_wgrad", "tp", "all_gather", full)] * (not moe)
+            rules += [Rule(f"{fc1}_act_bwd", f"{fc1}_up_wgrad", "tp", "all_gather", full)] * regather
             rules += [Rule(("mlp_up_dgrad", PREV), "norm2_bwd", "tp", "reduce_scatter", full)] * mlp_tp
             rules += [Rule("residual1_bwd", "o_proj_dgrad", "tp", "all_gather", full),
                       Rule("attn_bwd", "qkv_wgrad", "tp", "all_gather", full),
@@ -119,33 +129,36 @@ def layer_rules(case: Case, tokens: int, moe: bool, backward: bool) -> list[Rule
             rules += [Rule("norm1", "qkv", "tp", "all_gather", full),
                       Rule("o_proj", "residual1", "tp", "reduce_scatter", full)]
             rules += [Rule("norm2", gather_in, "tp", "all_gather", full),
-                      Rule(PREV, "residual2", "tp", "reduce_scatter", full)] * mlp_tp
+                      Rule(PREV, "residual2", "tp", "reduce_scatter", full, owner=owner)] * mlp_tp
     if p.cp > 1:
         kv = float(m.cp_kv_dim) * b * tokens * p.cp / p.tp
         rules.append(Rule("attn_bwd", "qkv_dgrad", "cp", "reduce_scatter", kv) if backward
                      else Rule("qkv", "attn", "cp", "all_gather", kv))
-    if moe and moe_all_to_all(case):
+    routed = act * routed_tp_copies(case) if moe else 0.0
+    if moe and (moe_all_to_all(case) or routed):
         a2a = dispatch_bytes(case, tokens)
-        routed = act * routed_tp_copies(case)
         if routed:
             # Megatron-Core's alltoall dispatcher with etp = tp: all-to-all, then the expert-TP all-gather of
-            # the received tokens before the experts; their output reduce-scattered, then the combine. In
+            # the received tokens before the experts; their output reduce-scattered, then the combine (ep 1:
+            # no all-to-all, the gather and reduce-scatter alone, `routed_tp_in_dispatcher`). In
             # backward the mirror image (the gather's gradient is a reduce-scatter and vice versa), run by
             # autograd between the grouped linears' backward nodes: the reduce-scatter after expert_up's
             # dgrad and wgrad both (no asynchronous TP communication inside the expert GEMMs). The gathered
             # tokens (gradient) are first read by the expert GEMM's FP8 cast where there is one: Megatron-Core
             # gathers them in BF16 and TE's GroupedLinear casts them after (`first_reader`)
             if backward:
-                rules += [Rule("unpermute_bwd", "+unpermute_bwd", "ep", "all_to_all", a2a),
-                          Rule("unpermute_bwd", first_reader("expert_down_dgrad"), "tp", "all_gather", routed,
-                               chained=True),
-                          Rule("expert_up_wgrad", "permute_bwd", "tp", "reduce_scatter", routed),
-                          Rule("expert_up_wgrad", "permute_bwd", "ep", "all_to_all", a2a, chained=True)]
+                first = Rule("unpermute_bwd", "+unpermute_bwd", "ep", "all_to_all", a2a)
+                steps = [first, Rule("unpermute_bwd", first_reader("expert_down_dgrad"), "tp", "all_gather", routed,
+                                     follows=first)]
+                last = Rule("expert_up_wgrad", "permute_bwd", "tp", "reduce_scatter", routed)
+                steps += [last, Rule("expert_up_wgrad", "permute_bwd", "ep", "all_to_all", a2a, follows=last)]
             else:
-                rules += [Rule("permute", "+permute", "ep", "all_to_all", a2a),
-                          Rule("permute", first_reader("expert_up"), "tp", "all_gather", routed, chained=True),
-                          Rule("expert_down", "unpermute", "tp", "reduce_scatter", routed),
-                          Rule("expert_down", "unpermute", "ep", "all_to_all", a2a, chained=True)]
+                first = Rule("permute", "+permute", "ep", "all_to_all", a2a)
+                steps = [first, Rule("permute", first_reader("expert_up"), "tp", "all_gather", routed, follows=first)]
+                last = Rule("expert_down", "unpermute", "tp", "reduce_scatter", routed)
+                steps += [last, Rule("expert_down", "unpermute", "ep", "all_to_all", a2a, follows=last)]
+            send = moe_all_to_all(case)
+            rules += [r for r in steps if send or r.axis != "ep"]
         elif backward:
             rules += [Rule("unpermute_bwd", "+unpermute_bwd", "ep", "all_to_all", a2a),
                       Rule(PREV, "permute_bwd", "ep", "all_to_all", a2a)]
@@ -212,38 +225,72 @@ def _index(names: list[str], key: str | tuple[str, ...]) -> int | None:
 
 
 def weave(ops: list[tuple[str, str]], rules: list[Rule]) -> list[Node]:
-    """Compute nodes in order with the rules' collectives woven in (launch after producer, block consumer)."""
+    """Compute nodes in order with the rules' collectives woven in (launch after producer, block consumer).
+
+    A rule whose consumer is not among `ops` is dropped, unless a woven rule `follows` it (the collective
+    that one waits for then runs too: a recompute re-running a dispatcher's gather re-runs the all-to-all
+    that delivered its tokens) or its `owner` is among `ops` (a recomputed module re-runs the reduction
+    inside it; launched after the owner): no operator of `ops` waits for it then. A following rule is
+    launched right after the rule it follows, in that rule's slot, which must come earlier in the list."""
     names = [n for n, _ in ops]
-    after: dict[int, list[tuple[int, Rule, int]]] = {}
+    position = {id(r): k for k, r in enumerate(rules)}
+    before: dict[int, int] = {}                # following rule -> the rule it follows
     for k, r in enumerate(rules):
-        ci = _index(names, r.consumer)
-        if ci is None:
-            continue
-        li = _index(names, r.launch)
-        if li is None or li >= ci:
-            li = ci - 1
-        after.setdefault(li, []).append((k, r, ci))
+        if r.follows is not None and id(r.follows) in position:
+            before[k] = position[id(r.follows)]
+            if before[k] >= k:
+                raise ValueError(f"rule {k} ({r.axis}.{r.op}) follows a rule listed after it")
+    consumer = [_index(names, r.consumer) for r in rules]
+    owned = {k: names.index(r.owner) for k, r in enumerate(rules)
+             if consumer[k] is None and r.owner in names}
+    woven = {k for k, ci in enumerate(consumer) if ci is not None} | set(owned)
+    for k in sorted(before, reverse=True):     # a chain's followers come after its head: back to front
+        if k in woven:
+            woven.add(before[k])
+    slot: dict[int, int] = {}
+    after: dict[int, list[int]] = {}
+    for k in sorted(woven):
+        if k in before:
+            slot[k] = slot[before[k]]
+        elif k in owned:
+            slot[k] = owned[k]
+        else:
+            # a chain launches before the first of its consumers (the head's own, when it has one; after
+            # the last operator where none of them is among `ops`)
+            chain = [k] + [j for j in sorted(woven) if j > k and _head(before, j) == k]
+            ci = min((consumer[j] for j in chain if consumer[j] is not None), default=len(names))
+            li = _index(names, rules[k].launch)
+            slot[k] = ci - 1 if li is None or li >= ci else li
+        after.setdefault(slot[k], []).append(k)
     nodes: list[Node] = []
     waits: dict[int, list[int]] = {}
     node_of: dict[int, int] = {}               # rule index -> its comm node
 
-    def emit(k: int, r: Rule, ci: int, launch: tuple[int, ...]) -> None:
-        # a chained rule follows the node of the rule before it, woven at the same launch point
-        deps = launch + ((node_of[k - 1],) if r.chained and k - 1 in node_of else ())
+    def emit(k: int, launch: tuple[int, ...]) -> None:
+        r = rules[k]
+        deps = launch + ((node_of[before[k]],) if k in before else ())
         node_of[k] = len(nodes)
-        waits.setdefault(ci, []).append(len(nodes))
+        if consumer[k] is not None:
+            waits.setdefault(consumer[k], []).append(len(nodes))
         nodes.append(Node(f"{r.axis}.{r.op}", COMM, deps=deps, axis=r.axis, op=r.op, nbytes=r.nbytes))
 
     prev = -1
-    for k, r, ci in after.get(-1, []):
-        emit(k, r, ci, ())
+    for k in after.get(-1, []):
+        emit(k, ())
     for i, (name, phase) in enumerate(ops):
         deps = tuple(([prev] if prev >= 0 else []) + waits.get(i, []))
         prev = len(nodes)
         nodes.append(Node(name, COMPUTE, phase, deps))
-        for k, r, ci in after.get(i, []):
-            emit(k, r, ci, (prev,))
+        for k in after.get(i, []):
+            emit(k, (prev,))
     return nodes
+
+
+def _head(before: dict[int, int], k: int) -> int:
+    """The first rule of the chain rule `k` belongs to (`Rule.follows`)."""
+    while k in before:
+        k = before[k]
+    return k
 
 
 def operator_frame(case: Case) -> pd.DataFrame:
@@ -400,10 +447,14 @@ def layer_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsView, pre
             # consumer is recomputed (weave drops the others)
             rec_rules = layer_rules(case, tokens, moe, False) if rec else []
             nodes = weave(rec, rec_rules)
+            # backward starts from the recomputed module's output: it waits for the recompute's last node
+            # and for any collective of the recompute no recomputed operator reads (a re-run reduction)
+            read = {d for n in nodes for d in n.deps}
+            ends = [i for i, n in enumerate(nodes) if n.kind == COMM and i not in read and i != len(nodes) - 1]
             bwd = weave(_ops_of(ops, section, ("bwd",)), layer_rules(case, tokens, moe, True))
             shift = len(nodes)
             for j, n in enumerate(bwd):
-                deps = tuple(d + shift for d in n.deps) or ((shift - 1,) if shift and j == 0 else ())
+                deps = tuple(d + shift for d in n.deps) or ((shift - 1, *ends) if shift and j == 0 else ())
                 nodes.append(Node(n.name, n.kind, n.phase, deps, n.axis, n.op, n.nbytes))
             out.append(Template(section, "bwd", nodes))
     return out
@@ -448,7 +499,7 @@ def shared_case_templates(case: Case, ops: pd.DataFrame | OperatorTable | OpsVie
     prefixes = ("",) if case.training else ("prefill_", "decode_first_", "decode_last_")
     tokens = tuple(layer_tokens(case, prefix) for prefix in prefixes)
     moe = (tuple(dispatch_bytes(case, n) for n in tokens), routed_tp_copies(case), moe_tp_collectives(case),
-           routed_on_sequence(case)) if moe_all_to_all(case) else ()
+           routed_on_sequence(case)) if moe_all_to_all(case) or routed_tp_copies(case) else ()
     key = (tuple(zip(view.section_of, view.names, view.phases)), case.model, case.training, p.tp, p.sp, p.cp, p.ep,
            p.expert_tp, case.activation_precision, tokens, moe)
     table = current().templates

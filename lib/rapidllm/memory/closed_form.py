@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rapidllm.memory.kv_pool import KV_BLOCK_TOKENS, Admission
 from rapidllm.ops import foundry
 from rapidllm.ops.price import local_embedding_head, local_parameters
 from rapidllm.spec.case import Case
@@ -29,6 +30,10 @@ class MemoryResult:
     capacity: float
     step_transient: float = 0.0    # bytes alive only in the optimizer step (ZeRO buffers), beside persistent
     stage: int = 0                 # pipeline stage these bytes belong to (the worst one by default)
+    # a serving engine's admission (memory/kv_pool.py); None for training and static batching. `kv_cache`
+    # then holds the admitted sequences' cache (one prefill batch's where the pool holds fewer)
+    admission: Admission | None = None
+    batch: int = 1                 # requests one prefill batch admits: the pool must hold that many
 
     @property
     def persistent(self) -> float:
@@ -45,12 +50,19 @@ class MemoryResult:
 
     @property
     def feasible(self) -> bool:
-        return self.peak <= self.capacity
+        return self.peak <= self.capacity and (self.admission is None or self.admission.kv_sequences >= self.batch)
 
     @property
     def reason(self) -> str:
         if self.feasible:
             return ""
+        a = self.admission
+        if self.peak <= self.capacity and a is not None:
+            return (f"the KV-cache pool ({a.pool_bytes / 2**30:.2f} GiB, kv_cache_fraction of the HBM left after "
+                    f"weights {self.weights / 2**30:.1f}, activations {self.activations / 2**30:.1f} and framework "
+                    f"{self.framework / 2**30:.1f} GiB) holds {a.kv_sequences} requests of "
+                    f"{a.request_bytes / 2**30:.3f} GiB (prompt + output in blocks of {KV_BLOCK_TOKENS} tokens); "
+                    f"a prefill batch needs {self.batch}")
         return (f"needs {self.peak / 2**30:.1f} GiB per GPU (weights {self.weights / 2**30:.1f}, grads "
                 f"{self.gradients / 2**30:.1f}, optimizer {self.optimizer / 2**30:.1f}, activations "
                 f"{self.activations / 2**30:.1f}, KV {self.kv_cache / 2**30:.1f}) > {self.capacity / 2**30:.1f} GiB HBM")
@@ -64,11 +76,13 @@ class MemoryResult:
 VERDICT_KEYS = ("peak_memory_bytes", "feasible", "infeasible_reason")
 
 
-def state_bytes_per_param(precision: str, fp32_grad_accum: bool) -> tuple[float, float, float]:
-    """(weight, gradient, optimizer) bytes per parameter for Adam at this precision."""
+def state_bytes_per_param(precision: str, fp32_grad_accum: bool, optimizer_state: float = 4.0
+                          ) -> tuple[float, float, float]:
+    """(weight, gradient, optimizer) bytes per parameter for Adam at this precision, each optimizer-state
+    tensor (master weight, moment) `optimizer_state` bytes wide (`Parallelism.optimizer_state_bytes`)."""
     if precision in ("fp32", "tf32"):
-        return 4.0, 4.0, 8.0
-    return float(DTYPE_BYTES[precision]), 4.0 if fp32_grad_accum else 2.0, 12.0
+        return 4.0, 4.0, 2 * optimizer_state
+    return float(DTYPE_BYTES[precision]), 4.0 if fp32_grad_accum else 2.0, 3 * optimizer_state
 
 
 def reduced_gradient_bytes(case: Case) -> float:
@@ -112,7 +126,7 @@ def inflight_microbatches(case: Case) -> float:
 def closed_form_memory(case: Case) -> MemoryResult:
     p, hw, model = case.parallelism, case.hardware, case.model
     params = local_parameters(case)
-    wb, gb, ob = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum)
+    wb, gb, ob = state_bytes_per_param(case.weight_precision, p.fp32_grad_accum, p.optimizer_state_bytes)
     stage = 3 if p.fsdp == "full_shard" else 2 if p.fsdp == "shard_grad_op" else p.zero
     if case.training:
         w = case.workload

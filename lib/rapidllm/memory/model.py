@@ -5,8 +5,8 @@ schedule (GPipe, 1F1B, interleaved 1F1B) in which every forward of a micro-batch
 the layer walk says backward needs (memory/liveness.py, over the operator model's own lists) and every
 backward frees them; the transient working set of the running forward/backward, ZeRO-3/FSDP layer
 gathers and allocator-visible runtime buffers sit on top. Inference: weights, the KV cache after the last
-generated token (GQA: KV heads per TP rank; MLA: the compressed latent plus the rope key) and the largest
-prefill working set. The framework overhead outside the allocator is hw.framework_memory (one constant
+generated token (GQA: KV heads per TP rank; MLA: the compressed latent plus the rope key) of the sequences
+held (a serving engine's admission over every stage: memory/kv_pool.py) and the largest prefill working set. The framework overhead outside the allocator is hw.framework_memory (one constant
 per device, documented in config/hardware), plus the NCCL communicators a framework's conventions name beyond
 the one it budgets (memory/communicators.py). The reported stage is the one with the highest peak.
 """
@@ -21,6 +21,7 @@ from rapidllm.caches import current
 from rapidllm.jit import njit
 from rapidllm.memory.closed_form import MemoryResult
 from rapidllm.memory.communicators import communicator_memory
+from rapidllm.memory.kv_pool import admit, reserved_tokens
 from rapidllm.memory.liveness import LayerLiveness, forward_working_set, layer_liveness
 from rapidllm.memory.state import (
     ZERO_PAPER,
@@ -243,23 +244,43 @@ def _head_working_set(ops: list) -> float:
     return max(forward_working_set(g) for g in groups.values())
 
 
-def _inference_stage(case: Case, stage: int, conv: Conventions) -> MemoryResult:
-    m, p, hw, w = case.model, case.parallelism, case.hardware, case.workload
+def _inference_stage(case: Case, stage: int, conv: Conventions) -> tuple[float, float, float]:
+    """(weights, activations, KV-cache bytes per held token of one sequence) of an inference stage."""
+    m, p, w = case.model, case.parallelism, case.workload
     assert isinstance(w, InferenceWorkload)
     sp = stage_params(case, stage, conv)
     wb, eb = DTYPE_BYTES[case.weight_precision], DTYPE_BYTES[case.embedding_precision]
     weights = sp.total * wb + sum(stage_embedding_head(case, stage)) * (eb - wb)   # FP4: BF16 embedding, head
-    # an encoder (causal: false) keeps no cache: a layer's K and V live in its forward working set only;
-    # in-flight batching (concurrency > batch; steady_state, simulated or a disaggregated decode instance)
-    # holds every running sequence's cache
-    held = max(w.batch, w.concurrency)
-    kv = kv_cache_per_token(case) * sp.layers * held * (w.prompt_tokens + w.output_tokens) * m.causal
     shard = wl.prefill_shard(case)
     work = max(forward_working_set(wl.layer_forward(m, shard, is_moe)) for is_moe, _ in layer_kinds(case))
     if stage == p.pp - 1:
         work = max(work, _head_working_set(wl.head_forward(m, shard)))
-    return MemoryResult(weights, 0.0, 0.0, work + conv.runtime_allocated, kv, hw.framework_memory,
-                        hw.hbm_capacity, stage=stage)
+    return weights, work + conv.runtime_allocated, kv_cache_per_token(case) * sp.layers
+
+
+def _inference_memory(case: Case, stages: list[int], conv: Conventions) -> MemoryResult:
+    """The inference stage of `stages` with the highest peak: weights, the KV cache after the last generated
+    token of the sequences held, the largest prefill working set. An encoder (causal: false) keeps no cache:
+    a layer's K and V live in its forward working set only. Static batching holds its batch; a serving engine
+    (concurrency > batch; steady_state, simulated or a disaggregated decode instance) the sequences it admits
+    (memory/kv_pool.py), decided over every stage whichever are asked for."""
+    m, hw, w = case.model, case.hardware, case.workload
+    assert isinstance(w, InferenceWorkload)
+    serving = w.concurrency > w.batch
+    parts = {s: _inference_stage(case, s, conv) for s in (range(case.parallelism.pp) if serving else stages)}
+    held, admission = max(w.batch, w.concurrency), None
+    if serving:
+        tokens = reserved_tokens(w.prompt_tokens, w.output_tokens)
+        admission = admit(w, [(hw.hbm_capacity - weights - work - hw.framework_memory, per_token * tokens)
+                              for weights, work, per_token in parts.values()])
+        held = admission.sequences if admission.kv_sequences >= w.batch else w.batch
+    out = []
+    for s in stages:
+        weights, work, per_token = parts[s]
+        kv = per_token * held * (w.prompt_tokens + w.output_tokens) * m.causal
+        out.append(MemoryResult(weights, 0.0, 0.0, work, kv, hw.framework_memory, hw.hbm_capacity, stage=s,
+                                admission=admission, batch=w.batch))
+    return max(out, key=lambda r: r.peak)
 
 
 def memory_for_case(case: Case, conventions: Conventions | None = None, stage: int | None = None,
@@ -276,4 +297,4 @@ def memory_for_case(case: Case, conventions: Conventions | None = None, stage: i
     if case.training:
         layer, head = liveness or shared_training_liveness(case, conventions)
         return _training_memory(case, list(stages), conventions, layer, head, state)
-    return max((_inference_stage(case, s, conventions) for s in stages), key=lambda r: r.peak)
+    return _inference_memory(case, list(stages), conventions)

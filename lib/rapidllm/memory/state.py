@@ -5,7 +5,8 @@ embedding on the first stage, final norm and LM head on the last (a tied head ke
 embedding there when pp > 1), everything divided by TP except the routed experts, which are divided by
 EP x ETP (expert tensor parallelism) and replicated over the expert-data-parallel group. Mixed-precision Adam
 (Rajbhandari et al. 2020) keeps half-precision weights (2 B) and gradients (2 B, or a 4 B fp32
-accumulation buffer), fp32 master weights (4 B) and two fp32 moments (8 B). ZeRO-1 shards the optimizer
+accumulation buffer), fp32 master weights (4 B) and two fp32 moments (8 B), or 2 + 4 B under `optimizer_state:
+bf16` (Apex DistributedFusedAdam dtype bf16, Megatron-Core's precision-aware optimizer). ZeRO-1 shards the optimizer
 state over the data-parallel group, ZeRO-2 (FSDP shard_grad_op) also the gradients, ZeRO-3 (FSDP
 full_shard) also the weights. `Conventions` records where a framework departs from that (e.g. nanotron
 keeps full fp32 master weights under ZeRO-1); they are per framework, never per case.
@@ -211,14 +212,15 @@ def state_bytes(case: Case, stage: int = 0, conv: Conventions = ZERO_PAPER) -> S
         return nbytes * (sp.dense / dp_dense + sp.experts / dp_expert)
 
     weights = sharded(wb, 3)
-    if wb >= 4:                     # fp32 training: no master copy, 4 B grads, 8 B moments
-        grads, optim = sharded(4.0, 2), sharded(8.0, 1)
+    state = p.optimizer_state_bytes          # one master weight or one Adam moment (`optimizer_state`)
+    if wb >= 4:                     # fp32 training: no master copy, 4 B grads, two moments
+        grads, optim = sharded(4.0, 2), sharded(2 * state, 1)
     else:
         gb = 4.0 if p.fp32_grad_accum else wb
         grads = sharded(gb, 2)
         if p.fp32_grad_accum and conv.ddp_half_grads and z == 0 and dp_dense > 1:
             grads += half * sp.total
-        optim = sharded(4.0, max(conv.master_shard_stage, 1)) + sharded(8.0, 1)
+        optim = sharded(state, max(conv.master_shard_stage, 1)) + sharded(2 * state, 1)
     step = conv.zero_step_bytes * (sp.dense / dp_dense + sp.experts / dp_expert) if z >= 1 else 0.0
     gathered = 0.0
     if z >= 3 and sp.layers:

@@ -112,7 +112,9 @@ def _scaled(case: Case, ops: list[Operator]) -> list[Operator]:
 def step_sections(case: Case) -> list[tuple[str, Operator]]:
     """Once-per-step work, the only training section that depends on dp, pp and ZeRO/FSDP sharding: the
     optimizer step and, under FP8, the cast of the rank's GEMM weights."""
-    out = [("optimizer", wl.optimizer_step(_optimizer_parameters(case), 16.0))]
+    # half weights and grads (2 + 2 B), the master weight and two Adam moments (`optimizer_state_bytes` each)
+    state_bytes = 4.0 + 3 * case.parallelism.optimizer_state_bytes
+    out = [("optimizer", wl.optimizer_step(_optimizer_parameters(case), state_bytes))]
     if case.precision == "fp8":
         out.append(("optimizer", wl.fp8_weight_cast(_gemm_weights(case))))
     return out

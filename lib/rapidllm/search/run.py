@@ -408,7 +408,12 @@ def _visit(spec: SearchSpec, prune: bool, engine: str, ci: int, gpus: int, entri
                 heapq.heappush(entries, (max(bound_key, obj.key(obj.derive(refined, lay.case))), order, nxt, lay))
                 continue
         bar.update(1)
-        rec = predict(lay.case, engine).to_dict()
+        try:
+            rec = predict(lay.case, engine).to_dict()
+        except SpecError as err:               # a limit met once memory has decided (a serving queue too long
+            counts.removed["invalid"] += 1     # to simulate): invalid, under its key, like a case rule
+            counts.invalid_by_rule[str(err).split(":")[0]] += 1
+            continue
         if rec["status"] != "ok":              # predict checks every stage's memory first
             counts.removed["out_of_memory"] += 1
             continue

@@ -149,6 +149,8 @@ MAX_MICROBATCHES = 2**16           # gradient-accumulation steps per replica (th
 MAX_MICROBATCH_TOKENS = 2**24      # micro_batch x seq_len: 16.7M tokens, 64x Llama 3's 8k x 32 micro-batch
 MAX_INFERENCE_TOKENS = 2**26       # batch x (prompt + output): the KV cache of 64k 1k-token requests
 MAX_SERVING_WORK = 2**24           # concurrency x output_tokens of the simulated serving loop (~1 s of it)
+MAX_SERVING_ITERATIONS = 2**20     # concurrency x output_tokens / sequences in flight: the simulated loop's
+                                   # iterations per window of C requests (~1 us each, 10 windows at most)
 MAX_PIPELINE_TASKS = 2**21         # pp x virtual stages x micro-batches: the pipeline graph's tasks (2^20 built in
                                    # 1.4 s and 1 GB, 2^22 took 3.7 GB; 2^28 allocated past 8 GB into a MemoryError)
 
@@ -370,6 +372,9 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
     if par.tp_comm_overlap and not (par.tp > 1 and par.sp and isinstance(workload, TrainingWorkload)):
         raise bad("parallelism.tp_comm_overlap", "Transformer Engine's userbuffers overlap the sequence-parallel "
                   "all-gathers and reduce-scatters of training: it needs tp > 1 and sp: true")
+    if par.optimizer_state != "fp32" and not isinstance(workload, TrainingWorkload):
+        raise bad("parallelism.optimizer_state", "the optimizer's state exists in training only; allowed in "
+                  "inference: fp32 (the default)")
     if par.zero and par.fsdp != "none":
         raise bad("parallelism.fsdp", "set either zero or fsdp, not both (fsdp full_shard is ZeRO-3, shard_grad_op is ZeRO-2)")
     if isinstance(workload, TrainingWorkload):
@@ -407,6 +412,13 @@ def _check_inference(model: ModelSpec, par: Parallelism, workload: InferenceWork
     if not model.causal and workload.concurrency > workload.batch:
         raise bad("workload.concurrency", f"in-flight batching interleaves decode steps, which the encoder "
                   f"{model.name} has none of; allowed: concurrency <= batch ({workload.batch})")
+    if workload.max_batch_size < workload.batch:
+        raise bad("workload.max_batch_size", f"{workload.max_batch_size} sequences in flight cannot run a batch of "
+                  f"{workload.batch}; allowed: {workload.batch} to 65536")
+    if workload.kv_cache_fraction != InferenceWorkload.kv_cache_fraction and workload.concurrency <= workload.batch:
+        raise bad("workload.kv_cache_fraction", "sizes the KV-cache pool of a serving engine (concurrency > batch); "
+                  f"static batching (concurrency {workload.concurrency} <= batch {workload.batch}) holds its "
+                  "batch's cache whole; allowed: leave it unset, or concurrency > batch")
 
 
 def resolve_case(mapping: Any, source: str) -> Case:

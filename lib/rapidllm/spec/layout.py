@@ -70,6 +70,11 @@ class Parallelism:
     schedule: str = "1f1b"           # gpipe | 1f1b | interleaved
     virtual_stages: int = 1
     fp32_grad_accum: bool = False
+    # Width of the optimizer's master weights and Adam moments: fp32 (mixed-precision Adam, 4 + 8 B per
+    # parameter) or bf16 (2 + 4 B: Apex DistributedFusedAdam with dtype=torch.bfloat16, as NeMo-Framework-
+    # Launcher 24.07 trains Nemotron-4 340B; Megatron-Core --use-precision-aware-optimizer with 16-bit
+    # --main-params-dtype / --exp-avg-dtype / --exp-avg-sq-dtype). Hashed only when set.
+    optimizer_state: str = "fp32"
     # Megatron-Core --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split: the
     # embedding and the loss (LM head) each take one layer's slot in the split over pipeline chunks
     embedding_in_split: bool = False
@@ -84,11 +89,17 @@ class Parallelism:
     microbatch_overlap: int = 1
 
     # added after cases were first hashed: left out of case_id while at their defaults (see `_plain`)
-    HASH_OMITTED_DEFAULTS = ("overlap_p2p_comm", "tp_comm_overlap", "redundant_experts", "microbatch_overlap")
+    HASH_OMITTED_DEFAULTS = ("overlap_p2p_comm", "tp_comm_overlap", "redundant_experts", "microbatch_overlap",
+                             "optimizer_state")
 
     @property
     def world(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def optimizer_state_bytes(self) -> float:
+        """Bytes per parameter of one optimizer-state tensor: a master weight or one Adam moment."""
+        return 4.0 if self.optimizer_state == "fp32" else 2.0
 
     @property
     def p2p_overlapped(self) -> bool:
@@ -168,9 +179,15 @@ class InferenceWorkload:
     # given the previous one was. Hashed only when set.
     draft_tokens: int = 0
     draft_acceptance: float = 0.0
+    # A serving engine's admission (concurrency > batch; docs/serving-capacity.md): at most `max_batch_size`
+    # sequences in flight (TensorRT-LLM's BuildConfig default, 2048), and only as many as the KV-cache pool
+    # holds, `kv_cache_fraction` of the memory left after weights and activations (TensorRT-LLM's
+    # KvCacheConfig.free_gpu_memory_fraction, 0.9); the other clients queue. Hashed only when set.
+    max_batch_size: int = 2048
+    kv_cache_fraction: float = 0.9
 
     # added after cases were first hashed: left out of case_id while at their defaults (see `_plain`)
-    HASH_OMITTED_DEFAULTS = ("draft_tokens", "draft_acceptance")
+    HASH_OMITTED_DEFAULTS = ("draft_tokens", "draft_acceptance", "max_batch_size", "kv_cache_fraction")
 
     @property
     def step_queries(self) -> int:

@@ -44,8 +44,8 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
             if value.endswith((".yaml", ".yml")):     # a file of the user's own, which names never reach
                 raise SpecError.at(source, key, f"unknown {kind} {value!r}: a name is a file stem inside "
                                    f"{_folder(kind)}/, not a path; allowed: a known name "
-                                   f"({', '.join(names)}); {_OWN_SPEC}")
-            raise SpecError.at(source, key, f"unknown {kind} {value!r}; known: {', '.join(names)}"
+                                   f"({_known(kind, names)}); {_OWN_SPEC}")
+            raise SpecError.at(source, key, f"unknown {kind} {value!r}; known: {_known(kind, names)}"
                                + _suggest(value, names))
         mapping, where = _load_named(kind, value, path, info.st_mtime_ns)
         return (copy.deepcopy(mapping) if copy_named else mapping), where
@@ -83,6 +83,17 @@ def _nested(line: str, source: str, key: str) -> str:
         return line
     rest = line[len(head):]
     return head + rest.removeprefix("(top level): ") if rest.startswith("(top level): ") else f"{source}: {key}.{rest}"
+
+
+# Longest list of names a message spells out; a longer library is pointed at, so the message stays one line
+# a terminal shows whole (the model library holds over 40 names).
+_LISTED_CHARS = 300
+
+
+def _known(kind: str, names: list[str]) -> str:
+    """The known names, comma-joined, or where they are listed when that would be too long."""
+    listed = ", ".join(names)
+    return listed if len(listed) <= _LISTED_CHARS else f"{len(names)} names, the files of {_folder(kind)}/"
 
 
 def _suggest(value: str, names: list[str]) -> str:
