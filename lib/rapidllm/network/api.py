@@ -19,7 +19,7 @@ from rapidllm.spec.errors import SpecError
 from rapidllm.spec.network import NetworkSpec
 from rapidllm.spec.schema import short
 
-DEFAULT_CHUNKS = None          # chunk count from the network's chunk size (chunk_count)
+DEFAULT_CHUNKS = None          # chunk count from the network's chunk size (default_chunks)
 MAX_CHUNKS = 32               # beyond this the store-and-forward fill is < 3% of a transfer; bounds events
 # transfers one simulated collective may schedule (each ~100 bytes of arrays, ~1-10 us of event loop): a ring
 # all-reduce over 2048 ranks is 8.4M; beyond this ask the alpha-beta model (docs/limits.md)
@@ -182,7 +182,7 @@ def build_schedule(topo: Topology, op: str, nbytes: float, ranks: list[int], alg
                    chunks: int | None) -> tuple[Schedule, int, str]:
     """The chunk schedule of one collective: (schedule, chunks per transfer, algorithm used).
 
-    `chunks` None: from the network's chunk size (chunk_count); an int forces that many.
+    `chunks` None: from the network's chunk size (default_chunks); an int forces that many.
     """
     if op not in SUPPORTED:
         raise SpecError(f"unknown collective {op!r}; allowed: {', '.join(SUPPORTED)}")

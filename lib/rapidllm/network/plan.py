@@ -27,7 +27,7 @@ The one decision that depends on the bytes, whether identical parts are released
 (decompose.run_replicated), is checked again on every replay; when it would go the other way the replay
 returns None and the caller simulates from scratch.
 
-**Other chunk counts.** The chunk count follows from the bytes (api.chunk_count), so a sweep meets one
+**Other chunk counts.** The chunk count follows from the bytes (api.default_chunks), so a sweep meets one
 collective at several counts; `Plan.for_chunks` derives the plan for another count instead of building and
 decomposing the schedule again. Nothing the recording decided depends on the count: every unit of a ring
 (whose routes and link checks decide stages and replicas) is a ring position, the same for every chunk,
