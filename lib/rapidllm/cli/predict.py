@@ -2,8 +2,9 @@
 
 The table shows where the step (or request) time goes, compute / exposed communication / pipeline bubble
 as shares of it, and the worst stage's memory by component against the device's capacity. `--json` prints
-the README's keys in a fixed order; a key that does not apply to the case (TTFT of a training step, MFU of
-an inference run, any timing of a case that does not fit) is null, never 0.0.
+the README's keys in a fixed order (`serving`: the inference model used); a key that does not apply to
+the case (TTFT of a training step, MFU of an inference run, any timing of a case that does not fit) is null,
+never 0.0.
 """
 from __future__ import annotations
 
@@ -19,7 +20,16 @@ from rapidllm.spec.paths import display
 JSON_KEYS = ("case_id", "status", "reason", "step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
              "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "peak_memory_bytes",
              "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
-             "framework_bytes", "capacity_bytes", "feasible", "device_validated")
+             "framework_bytes", "capacity_bytes", "feasible", "device_validated", "serving")
+
+# What each serving model assumes about the scheduler, under the TTFT / ITL lines (docs/engine.md, "Serving").
+SERVING_NOTES = {
+    "steady_state": "serving steady_state: the mean of desynchronized clients, a new prompt's prefill runs at "
+                    "once (`serving: simulated` queues it; TTFTs differ up to 10x); docs/engine.md \"Serving\"",
+    "simulated": "serving simulated: closed-loop clients, prefills queued FCFS up to max_num_tokens per "
+                 "iteration; docs/engine.md \"Serving\"",
+    "disaggregated": "serving disaggregated: decode instances only, prefills run on other GPUs; docs/engine.md "
+                     "\"Serving\""}
 
 MEMORY_ROWS = (("weights", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer state"),
                ("activations", "activations"), ("kv_cache", "KV cache"), ("framework", "framework reserve"))
@@ -94,6 +104,7 @@ def _run(args: argparse.Namespace) -> int:
         write_output(lambda path: paths.extend(export_chakra(case, path, args.chakra_per_class)), chakra,
                      "Chakra traces")
         print(f"{len(paths)} Chakra traces -> {args.chakra}", file=sys.stderr)
+    record["serving"] = serving_model(case)
     out = {k: record[k] for k in JSON_KEYS}
     costs = {}
     if args.cost:                       # an infeasible case keeps its $/hour; what needs a time is null
@@ -159,7 +170,26 @@ def _layout(case) -> str:
         schedule = par.schedule + (f" v{par.virtual_stages}" if par.virtual_stages > 1 else "")
         recompute = f"{par.recompute} recompute" if par.recompute != "none" else "no recompute"
         parts += (["sp"] if par.sp else []) + [recompute, schedule]
+    else:
+        parts.append(_serving(case))
     return ", ".join([*parts, f"attention {case.attention_impl}"])
+
+
+def serving_model(case) -> str | None:
+    """Which inference model priced the case ("static" batching, or the `workload.serving` model when
+    concurrency exceeds the batch); None for training. The serving models' TTFTs differ up to 10x at high
+    concurrency (docs/engine.md, "Serving"), so the output names the one a number came from."""
+    if case.training:
+        return None
+    w = case.workload
+    return "static" if w.concurrency <= w.batch else w.serving
+
+
+def _serving(case) -> str:
+    w = case.workload
+    if serving_model(case) == "static":
+        return f"static batch {w.batch}"
+    return f"serving {w.serving}, concurrency {w.concurrency}, batch {w.batch}"
 
 
 def table(case, pred, variant: str = "") -> list[str]:
@@ -181,6 +211,8 @@ def table(case, pred, variant: str = "") -> list[str]:
         if pred.mode == "inference":
             lines += [f"  {'time to first token':28s} {_seconds(pred.ttft_s)}",
                       f"  {'inter-token latency':28s} {_seconds(pred.itl_s)}"]
+            if case.workload.concurrency > case.workload.batch:
+                lines.append(f"  note: {SERVING_NOTES[case.workload.serving]}")
         rate = f"{pred.tokens_per_s:,.0f}" if pred.tokens_per_s >= 1000 else f"{pred.tokens_per_s:.4g}"
         dp = case.parallelism.dp        # an inference rate is one replica's; the header counts every replica's GPUs
         label = "throughput" if pred.mode == "training" or dp == 1 else f"throughput, each of {dp} replicas"
