@@ -9,6 +9,7 @@ never 0.0.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -50,6 +51,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --chakra: one trace per pipeline stage instead of one per rank")
     p.add_argument("--cost", action="store_true",
                    help="add $/GPU-hour, $/step, $/M tokens, tokens per $ and per watt (docs/cost.md)")
+    p.add_argument("--usd-per-gpu-hour", type=float, metavar="RATE",
+                   help="with --cost: price at this rental rate (e.g. a cloud price) instead of the device's "
+                        "energy + capital; also prices a device without cost inputs (docs/cost.md)")
     p.set_defaults(func=run)
 
 
@@ -76,17 +80,12 @@ def _run(args: argparse.Namespace) -> int:
         raise SpecError(f"{display(args.case)}: --chakra: {CHAKRA_TRAINING_ONLY}")
     timeline = output_path(args.timeline, "--timeline") if args.timeline else None
     chakra = output_dir(args.chakra, "--chakra folder") if args.chakra else None
-    hw_cost = None
-    if args.cost:                       # bad cost inputs are refused before any prediction runs
-        from rapidllm.cost.config import cost_from_mapping, hardware_cost
-        from rapidllm.spec.schema import load_yaml
-        from rapidllm.spec.paths import known_names
-        # an inline device carries its own `cost:`; one without it that keeps a config device's name (a
-        # copy with a tweak) is priced as that device
-        inline = load_yaml(Path(args.case)).get("hardware")
-        own = isinstance(inline, dict) and ("cost" in inline or case.hardware.name not in known_names("hardware"))
-        hw_cost = (cost_from_mapping(inline, f"{display(args.case)}: hardware") if own
-                   else hardware_cost(case.hardware.name))
+    rate = args.usd_per_gpu_hour
+    if rate is not None and not (args.cost and math.isfinite(rate) and rate > 0):
+        raise SpecError(f"rapidllm predict: --usd-per-gpu-hour: {rate:g}" + (
+            " without --cost; allowed: with --cost" if args.cost is False and math.isfinite(rate) and rate > 0
+            else "; allowed: a finite rate > 0, in USD per GPU-hour"))
+    hw_cost = _device_cost(args.case, case, rate) if args.cost else None   # refused before any prediction
     try:
         pred = predict(case, args.engine, adjust, trace=bool(args.timeline))
     except SpecError as err:            # a limit met while predicting (e.g. a collective too large to simulate)
@@ -106,15 +105,34 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{len(paths)} Chakra traces -> {args.chakra}", file=sys.stderr)
     record["serving"] = serving_model(case)
     out = {k: record[k] for k in JSON_KEYS}
-    costs = {}
-    if args.cost:                       # an infeasible case keeps its $/hour; what needs a time is null
+    costs: dict = {}
+    if hw_cost is not None:             # an infeasible case keeps its $/hour; what needs a time is null
         from rapidllm.cost import price_prediction
-        costs = price_prediction(case, pred, hw_cost)
+        # $/GPU-hours of two devices compare only on one basis: the output says which (docs/cost.md)
+        costs = {**price_prediction(case, pred, hw_cost), "cost_basis": hw_cost.operating.basis}
     if args.json:
         print_json({**out, **costs}, indent=2)
         return 0
     print("\n".join(table(case, pred, _variant(args)) + [f"  {k:28s} {_number(v)}" for k, v in costs.items()]))
     return 0
+
+
+def _device_cost(path: str, case, rate: float | None):
+    """The cost inputs `--cost` prices the case with: an inline device's own `cost:` section (one without it
+    that keeps a config device's name, a copy with a tweak, is priced as that device), else the config
+    device's; at `rate` $/GPU-hour when given, which also prices a device that has no cost inputs."""
+    from rapidllm.cost.config import HardwareCost, cost_from_mapping, hardware_mapping
+    from rapidllm.cost.operating import Operating
+    from rapidllm.spec.paths import known_names
+    from rapidllm.spec.schema import load_yaml
+
+    inline = load_yaml(Path(path)).get("hardware")
+    own = isinstance(inline, dict) and ("cost" in inline or case.hardware.name not in known_names("hardware"))
+    mapping, where = (inline, f"{display(path)}: hardware") if own else hardware_mapping(case.hardware.name)
+    if rate is not None and "cost" not in mapping:
+        return HardwareCost(case.hardware.name, None, Operating.rental_only(rate))
+    hc = cost_from_mapping(mapping, where)
+    return hc if rate is None else dataclasses.replace(hc, operating=hc.operating.rented(rate))
 
 
 def _seconds(t: float) -> str:
@@ -145,10 +163,17 @@ def _hint(case, pred) -> str:
     return f"the largest part is the {largest}: {levers[largest]}; `rapidllm search` finds layouts that fit"
 
 
-def _number(value: float) -> str:
+def _number(value: float | str) -> str:
     """A cost column for the table: 'n/a' where it does not apply (NaN: no $/step for inference, nothing
-    rate-based for a case that does not fit), never 'nan'."""
-    return "n/a" if math.isnan(value) else f"{value:.6g}"
+    rate-based for a case that does not fit), never 'nan'; a plain number (5,389,110 and 0.9093, not
+    5.38911e+06), four significant digits below 1,000; the basis as its explanation."""
+    from rapidllm.cost.operating import BASES
+
+    if isinstance(value, str):
+        return f"{value} ({BASES[value]})"
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 def _variant(args: argparse.Namespace) -> str:
