@@ -308,3 +308,17 @@ def test_cost_table_prints_plain_numbers_and_the_basis(capsys: pytest.CaptureFix
     assert not [line for line in lines if re.search(r"\de[+-]\d", line)]
     basis = next(line for line in lines if line.split()[0] == "cost_basis")
     assert basis.split()[1] == "system_share"          # A100: DGX A100 list price / 8
+
+
+def test_readme_case_example_loads_with_its_commented_faults() -> None:
+    """User trial #8: the README's case lists `faults`; uncommented, its example fault names a real cable of
+    the example's fabric, and every top-level case key is named in the example."""
+    from rapidllm.spec.case import resolve_case
+    block = (ROOT / "README.md").read_text().split("A case (names resolve", 1)[1].split("```yaml\n", 1)[1]
+    block = block.split("```", 1)[0]
+    faults = next(line for line in block.splitlines() if line.startswith("# faults:"))
+    case = yaml.safe_load(block) | yaml.safe_load(faults[2:].split("  #")[0])
+    loaded = resolve_case(case, "README.md")
+    assert len(loaded.network.faults) == 1
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "case.schema.yaml").read_text())
+    assert not [k for k in schema["properties"] if k != "name" and not re.search(rf"\b{k}\b", block)]
