@@ -322,3 +322,43 @@ def test_readme_case_example_loads_with_its_commented_faults() -> None:
     assert len(loaded.network.faults) == 1
     schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "case.schema.yaml").read_text())
     assert not [k for k in schema["properties"] if k != "name" and not re.search(rf"\b{k}\b", block)]
+
+
+def test_sweep_prints_a_summary_of_its_rows(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """User trial #10: `rapidllm sweep` printed only the output path. It now prints each row's headline numbers
+    (those of the row's mode only: a sweep table holds 0 for TTFT of training) before the path, equal to
+    the file's."""
+    import pandas as pd
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(EXPERIMENT))
+    assert main(["sweep", str(path), "--out", str(tmp_path / "o.csv"), "--quiet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = pd.read_csv(tmp_path / "o.csv")
+    assert lines[0].split()[:4] == ["label", "status", "step/e2e", "s"] and "TTFT" not in lines[0]
+    assert len(lines) == len(table) + 2 and lines[-1].startswith(f"{len(table)} cases -> ")
+    at = lines[0].index("status")
+    assert set(table.status) == {"ok", "infeasible"}         # the corpus experiment: tp 1 does not fit
+    for line, (_, row) in zip(lines[1:], table.iterrows()):
+        assert line[at:].split()[0] == row.status
+        cells = line[at:].split()[1:]
+        assert float(cells[-1]) == pytest.approx(row.peak_memory_bytes / 2**30, rel=5e-4)
+        if row.status == "ok":
+            step, rate, mfu = (float(c.replace(",", "")) for c in cells[:3])
+            assert step == pytest.approx(row.step_time_s, rel=5e-4) and mfu == pytest.approx(100 * row.mfu, rel=5e-4)
+            assert rate == pytest.approx(row.tokens_per_s, abs=0.5 if rate >= 1000 else rate * 5e-4)
+        else:
+            assert len(cells) == 1
+
+
+def test_sweep_summary_keeps_to_its_rows_and_modes() -> None:
+    import pandas as pd
+
+    from rapidllm.cli.sweep import LABEL_WIDTH, summary
+    rows = [{"label": f"case {i}" + "x" * 100 * (i == 0), "status": "ok", "mode": "inference", "step_time_s": 2.0,
+             "ttft_s": 0.0123, "itl_s": 0.004, "tokens_per_s": 12345.6, "mfu": 0.0, "peak_memory_bytes": 2**33}
+            for i in range(25)]
+    lines = summary(pd.DataFrame(rows), rows=20)
+    assert len(lines) == 22 and lines[-1] == "... 5 more rows in the table"
+    assert "MFU" not in lines[0] and "TTFT ms" in lines[0]
+    assert lines[2].split()[-5:] == ["2", "12.3", "4", "12,346", "8"]
+    assert len(lines[1].split("  ")[0]) == LABEL_WIDTH and "..." in lines[1]

@@ -14,7 +14,7 @@ import math
 import sys
 from pathlib import Path
 
-from rapidllm.cli.common import output_dir, output_path, print_json, write_output
+from rapidllm.cli.common import output_dir, output_path, plain_number, print_json, write_output
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.paths import display
 
@@ -165,15 +165,13 @@ def _hint(case, pred) -> str:
 
 def _number(value: float | str) -> str:
     """A cost column for the table: 'n/a' where it does not apply (NaN: no $/step for inference, nothing
-    rate-based for a case that does not fit), never 'nan'; a plain number (5,389,110 and 0.9093, not
-    5.38911e+06), four significant digits below 1,000; the basis as its explanation."""
+    rate-based for a case that does not fit), never 'nan'; a plain number (`plain_number`); the basis with
+    its explanation."""
     from rapidllm.cost.operating import BASES
 
     if isinstance(value, str):
         return f"{value} ({BASES[value]})"
-    if math.isnan(value):
-        return "n/a"
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    return "n/a" if math.isnan(value) else plain_number(value)
 
 
 def _variant(args: argparse.Namespace) -> str:
