@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import numbers
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+from rapidllm.cli.common import output_path, plain_number, write_output
+
+if TYPE_CHECKING:                       # pandas loads with the sweep, not with every command's parser
+    import pandas as pd
 
 SUMMARY_ROWS = 20
 LABEL_WIDTH = 72                  # at most; a longer label loses its middle (both ends tell rows apart)
@@ -22,8 +27,6 @@ BOTH = ("training", "inference")
 SUMMARY_COLUMNS = (("step/e2e s", "step_time_s", 1.0, BOTH), ("TTFT ms", "ttft_s", 1e3, ("inference",)),
                    ("ITL ms", "itl_s", 1e3, ("inference",)), ("tokens/s", "tokens_per_s", 1.0, BOTH),
                    ("MFU %", "mfu", 100.0, ("training",)), ("peak GiB", "peak_memory_bytes", 2.0**-30, BOTH))
-
-from rapidllm.cli.common import output_path, plain_number, write_output
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -64,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def summary(df: pd.DataFrame, rows: int = SUMMARY_ROWS) -> list[str]:
+def summary(df: "pd.DataFrame", rows: int = SUMMARY_ROWS) -> list[str]:
     """The first `rows` rows of a sweep table as aligned text: label, status and the headline numbers of the
     sweep's modes (blank where a row has none: TTFT of training, anything of an invalid row). The file keeps
     every column; this is a glance, not a second format."""
@@ -79,7 +82,7 @@ def summary(df: pd.DataFrame, rows: int = SUMMARY_ROWS) -> list[str]:
         cells = [f"{label:<{width}}", f"{r['status']:<10}"]
         for (_, col, scale, applies), (_, w) in zip(cols, head[2:]):
             v = r[col]
-            ok = r.get("mode") in applies and isinstance(v, (int, float)) and math.isfinite(v)
+            ok = r.get("mode") in applies and isinstance(v, numbers.Real) and math.isfinite(v)
             cells.append(f"{plain_number(v * scale) if ok else '':>{w}}")
         lines.append("  ".join(cells).rstrip())
     if len(df) > rows:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from rapidllm.cli.common import output_dir, write_output
+
+if TYPE_CHECKING:                       # pandas loads with the suites, not with every command's parser
+    import pandas as pd
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -19,6 +21,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from rapidllm.pipeline.io import write_table
     from rapidllm.prediction import sweep
     from rapidllm.spec.paths import project_root
@@ -41,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def footer(rows: pd.DataFrame, every_suite: bool) -> list[str]:
+def footer(rows: "pd.DataFrame", every_suite: bool) -> list[str]:
     """The overall MAPE on both bases and the suites outside it. The numbers are the `overall` lines of
     validate.metrics.errors_table (the errors.csv the pipeline writes and figures/accuracy.py draws), split
     `all`, so the CLI and the report cannot disagree; `every_suite` False says the overall covers only the
