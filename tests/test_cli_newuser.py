@@ -76,6 +76,13 @@ REFUSED = [
         {"exp.yaml": EXPERIMENT}),                         # a .txt table was written as parquet
     Bad("cost-of-inline-device-without-cost", ("predict", "{tmp}/case.yaml", "--cost"),
         "/case.yaml: hardware: cost: missing; hardware 'toy-gpu' has no cost section", "message", {"case.yaml": CASE}),
+    Bad("rental-rate-zero", ("predict", "{tmp}/case.yaml", "--cost", "--usd-per-gpu-hour", "0"),
+        "rapidllm predict: --usd-per-gpu-hour: 0; allowed: a finite rate > 0, in USD per GPU-hour", "message",
+        {"case.yaml": CASE}),
+    Bad("rental-rate-nan", ("predict", "{tmp}/case.yaml", "--cost", "--usd-per-gpu-hour", "nan"),
+        "--usd-per-gpu-hour: nan; allowed: a finite rate > 0", "message", {"case.yaml": CASE}),
+    Bad("rental-rate-without-cost", ("predict", "{tmp}/case.yaml", "--usd-per-gpu-hour", "2.5"),
+        "--usd-per-gpu-hour: 2.5 without --cost; allowed: with --cost", "message", {"case.yaml": CASE}),
     # PyYAML reads 7.0e10 and 1e4 as strings (YAML 1.1 wants a dot and a signed exponent)
     Bad("yaml-exponent-as-text", ("search", "{tmp}/s.yaml", "--quiet", "--out", "{tmp}/out"),
         "is not of type number (finite); YAML reads it as text: write 7.0e+10", "message",
@@ -269,3 +276,89 @@ def test_one_rank_collective_has_no_bandwidth(capsys: pytest.CaptureFixture) -> 
     assert "inf" not in out and "algbw              n/a" in out
     assert main([*args, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["algbw_bytes_per_s"] is None
+
+
+def test_a_rental_rate_prices_a_device_without_cost_inputs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """User trial #7: a cloud $/GPU-hour without inlining the device. The toy GPU has no cost section:
+    refused with `--cost` alone, priced at the rate with `--usd-per-gpu-hour`, and what a rent does not
+    say (energy, capital, package, per watt) is null."""
+    case = {**CASE, "parallelism": {"tp": 2}}           # fits on two toy GPUs
+    path = tmp_path / "case.yaml"
+    path.write_text(yaml.safe_dump(case))
+    assert main(["predict", str(path), "--cost"]) == 2
+    assert "--usd-per-gpu-hour RATE" in capsys.readouterr().err
+    assert main(["predict", str(path), "--cost", "--usd-per-gpu-hour", "2.5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "ok", out["reason"]
+    assert out["cost_basis"] == "rental" and out["usd_per_gpu_hour"] == 2.5 and out["usd_per_hour"] == 5.0
+    tokens = CASE["workload"]["global_batch"] * CASE["workload"]["seq_len"]
+    assert out["usd_per_step"] == pytest.approx(5.0 * out["step_time_s"] / 3600)
+    assert out["usd_per_million_tokens"] == pytest.approx(out["usd_per_step"] / tokens * 1e6)
+    assert all(out[k] is None for k in ("energy_usd_per_gpu_hour", "capital_usd_per_gpu_hour",
+                                        "tokens_per_s_per_watt", "package_usd"))
+
+
+def test_cost_table_prints_plain_numbers_and_the_basis(capsys: pytest.CaptureFixture) -> None:
+    """`tokens_per_usd 5.38911e+06` read badly; the basis of $/GPU-hour (GPU alone or a server share) is
+    printed because the shipped devices differ in it (docs/cost.md)."""
+    from rapidllm.cli.predict import _number
+    assert _number(5389110.4) == "5,389,110" and _number(0.909338) == "0.9093" and _number(math.nan) == "n/a"
+    assert main(["predict", str(ROOT / "examples" / "gpt175b-tp8-pp8.yaml"), "--cost"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert not [line for line in lines if re.search(r"\de[+-]\d", line)]
+    basis = next(line for line in lines if line.split()[0] == "cost_basis")
+    assert basis.split()[1] == "system_share"          # A100: DGX A100 list price / 8
+
+
+def test_readme_case_example_loads_with_its_commented_faults() -> None:
+    """User trial #8: the README's case lists `faults`; uncommented, its example fault names a real cable of
+    the example's fabric, and every top-level case key is named in the example."""
+    from rapidllm.spec.case import resolve_case
+    block = (ROOT / "README.md").read_text().split("A case (names resolve", 1)[1].split("```yaml\n", 1)[1]
+    block = block.split("```", 1)[0]
+    faults = next(line for line in block.splitlines() if line.startswith("# faults:"))
+    case = yaml.safe_load(block) | yaml.safe_load(faults[2:].split("  #")[0])
+    loaded = resolve_case(case, "README.md")
+    assert len(loaded.network.faults) == 1
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "case.schema.yaml").read_text())
+    assert not [k for k in schema["properties"] if k != "name" and not re.search(rf"\b{k}\b", block)]
+
+
+def test_sweep_prints_a_summary_of_its_rows(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """User trial #10: `rapidllm sweep` printed only the output path. It now prints each row's headline numbers
+    (those of the row's mode only: a sweep table holds 0 for TTFT of training) before the path, equal to
+    the file's."""
+    import pandas as pd
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(EXPERIMENT))
+    assert main(["sweep", str(path), "--out", str(tmp_path / "o.csv"), "--quiet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = pd.read_csv(tmp_path / "o.csv")
+    assert lines[0].split()[:4] == ["label", "status", "step/e2e", "s"] and "TTFT" not in lines[0]
+    assert len(lines) == len(table) + 2 and lines[-1].startswith(f"{len(table)} cases -> ")
+    at = lines[0].index("status")
+    assert set(table.status) == {"ok", "infeasible"}         # the corpus experiment: tp 1 does not fit
+    for line, (_, row) in zip(lines[1:], table.iterrows()):
+        assert line[at:].split()[0] == row.status
+        cells = line[at:].split()[1:]
+        assert float(cells[-1]) == pytest.approx(row.peak_memory_bytes / 2**30, rel=5e-4)
+        if row.status == "ok":
+            step, rate, mfu = (float(c.replace(",", "")) for c in cells[:3])
+            assert step == pytest.approx(row.step_time_s, rel=5e-4) and mfu == pytest.approx(100 * row.mfu, rel=5e-4)
+            assert rate == pytest.approx(row.tokens_per_s, abs=0.5 if rate >= 1000 else rate * 5e-4)
+        else:
+            assert len(cells) == 1
+
+
+def test_sweep_summary_keeps_to_its_rows_and_modes() -> None:
+    import pandas as pd
+
+    from rapidllm.cli.sweep import LABEL_WIDTH, summary
+    rows = [{"label": f"case {i}" + "x" * 100 * (i == 0), "status": "ok", "mode": "inference", "step_time_s": 2.0,
+             "ttft_s": 0.0123, "itl_s": 0.004, "tokens_per_s": 12345.6, "mfu": 0.0, "peak_memory_bytes": 2**33}
+            for i in range(25)]
+    lines = summary(pd.DataFrame(rows), rows=20)
+    assert len(lines) == 22 and lines[-1] == "... 5 more rows in the table"
+    assert "MFU" not in lines[0] and "TTFT ms" in lines[0]
+    assert lines[2].split()[-5:] == ["2", "12.3", "4", "12,346", "8"]
+    assert len(lines[1].split("  ")[0]) == LABEL_WIDTH and "..." in lines[1]

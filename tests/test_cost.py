@@ -195,3 +195,33 @@ def test_add_cost_columns_ranks_a_sweep_frame():
 def test_unknown_process_lists_the_known_ones():
     with pytest.raises(SpecError, match=r"unknown process 'n3'; known: n4, n7, si-interposer-65nm"):
         load_process("n3")
+
+
+def test_every_shipped_capital_states_its_basis():
+    """A100's capital is a DGX share, H100/H200/B200's a GPU price (user trial #7): each file says which, and
+    the label agrees with the capital's own source (a DGX/system price is a system share)."""
+    import yaml
+
+    from rapidllm.cost.operating import CAPITAL_BASES
+    for path in sorted((project_root() / "config" / "hardware").glob("*.yaml")):
+        operating = (yaml.safe_load(path.read_text()).get("cost") or {}).get("operating")
+        if operating is None:
+            continue
+        basis = operating.get("capital_basis")
+        assert basis in CAPITAL_BASES, path.name
+        assert (basis == "system_share") == ("DGX" in operating["capital_usd"]["source"]), path.name
+        assert hardware_cost(path.stem).operating.basis == basis
+
+
+def test_a_rental_rate_replaces_energy_and_capital():
+    hc = hardware_cost("h100-sxm5-80gb")
+    rented = replace(hc, operating=hc.operating.rented(2.0))
+    own, rent = (cost_record(c, 16, "training", 10.0, 5000.0) for c in (hc, rented))
+    assert rent["usd_per_gpu_hour"] == 2.0 and rent["usd_per_hour"] == 32.0
+    assert rent["usd_per_million_tokens"] == pytest.approx(32.0 / (3600 * 5000.0) * 1e6)
+    assert rent["usd_per_million_tokens"] / own["usd_per_million_tokens"] == pytest.approx(
+        2.0 / hc.operating.usd_per_gpu_hour)
+    assert rent["tokens_per_s_per_watt"] == own["tokens_per_s_per_watt"]     # the GPU draws what it draws
+    for key in ("energy_usd_per_gpu_hour", "capital_usd_per_gpu_hour", "tokens_per_s_per_capital_usd"):
+        assert math.isnan(rent[key]) and not math.isnan(own[key])
+    assert rented.operating.basis == "rental" and hc.operating.basis == "gpu"

@@ -76,3 +76,40 @@ def test_hfu_counts_model_flops_plus_recompute(engine: str) -> None:
     # full recompute re-runs the forward (1/3 of forward + backward, Korthikanti et al. 2022): 4/3, a little
     # less because the optimizer, loss and FlashAttention's 2.5x backward are not recomputed
     assert 1.25 < ratios["full"] <= 4 / 3
+
+
+@pytest.mark.parametrize("serving", ["steady_state", "simulated", "disaggregated"])
+def test_the_serving_model_is_named(tmp_path, capsys, serving: str) -> None:
+    """The serving models' TTFTs differ up to 10x at high concurrency (user trial #3): the layout line, a note
+    under the latencies and the JSON name the model that priced the case."""
+    case = {"model": "llama3.1-8b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
+            "workload": {"mode": "inference", "concurrency": 16, "prompt_tokens": 500, "output_tokens": 50,
+                         "serving": serving}}
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(case))
+    assert _json(capsys, ["predict", str(path), "--json"])["serving"] == serving
+    assert main(["predict", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"serving {serving}, concurrency 16, batch 1" in lines[1]
+    note = next(line for line in lines if line.startswith("  note: "))
+    assert note.startswith(f"  note: serving {serving}:") and 'docs/engine.md "Serving"' in note
+
+
+def test_static_batching_and_training_name_no_serving_model(tmp_path, capsys) -> None:
+    case = {"model": "llama2-7b", "hardware": "a100-sxm4-80gb", "network": "dgx-a100",
+            "workload": {"mode": "inference", "batch": 4, "concurrency": 4, "prompt_tokens": 200,
+                         "output_tokens": 20}}
+    path = tmp_path / "static.yaml"
+    path.write_text(yaml.safe_dump(case))
+    assert _json(capsys, ["predict", str(path), "--json"])["serving"] == "static"
+    assert main(["predict", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "static batch 4" in text.splitlines()[1] and "note:" not in text
+    assert _json(capsys, ["predict", str(EXAMPLE), "--json"])["serving"] is None
+
+
+def test_every_serving_model_of_the_schema_has_a_note() -> None:
+    from rapidllm.cli.predict import SERVING_NOTES
+    schema = (ROOT / "workflow" / "schemas" / "case.schema.yaml").read_text()
+    (enum,) = re.findall(r"serving: \{enum: \[([^\]]+)\]", schema)
+    assert set(SERVING_NOTES) == {e.strip() for e in enum.split(",")}

@@ -15,6 +15,12 @@ from rapidllm.spec.errors import SpecError
 from rapidllm.spec.schema import json_safe, validate
 
 
+def plain_number(value: float) -> str:
+    """A number for a text table: 5,389,110 and 0.9093, never 5.38911e+06 (whole units at or above 1,000,
+    four significant digits below)."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
 def print_json(obj: Any, **kwargs: Any) -> None:
     """Print `obj` as strict JSON (allow_nan=False: a non-finite number left over would be a bug)."""
     print(json.dumps(json_safe(obj), allow_nan=False, **kwargs))

@@ -12,6 +12,12 @@ from rapidllm.spec.hardware import DTYPE_BYTES, GEMM_PRECISIONS, HardwareSpec, l
 from rapidllm.spec.named import resolve_named
 
 
+# A shared-memory bound caps what raising tensor_flops can gain; the key that lifts it is optional and its
+# default is Volta-Hopper's, which the tile model also applies to sm_100 (docs/new-device.md).
+SMEM_NOTE = ("shared-memory bound: hardware key shared_memory_bandwidth_per_sm (default 128 B/clk x clock) caps "
+             "it, not tensor_flops; docs/new-device.md")
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("gemm", help="price one GEMM with the tile model",
                               description="C[m,n] = A[m,k] @ B[k,n] (batch copies) on one device.")
@@ -76,4 +82,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"  bound     {r['bound']}  (compute {r['compute_s'] * 1e6:.2f} us, smem {r['smem_s'] * 1e6:.2f} us, "
           f"L2 {r['l2_s'] * 1e6:.2f} us, HBM {r['hbm_s'] * 1e6:.2f} us)")
     print(f"  HBM       {r['hbm_bytes'] / 1e6:.2f} MB")
+    if r["bound"] == "shared_memory":
+        print(f"  note      {SMEM_NOTE}")
     return 0

@@ -2,17 +2,19 @@
 
 The table shows where the step (or request) time goes, compute / exposed communication / pipeline bubble
 as shares of it, and the worst stage's memory by component against the device's capacity. `--json` prints
-the README's keys in a fixed order; a key that does not apply to the case (TTFT of a training step, MFU of
-an inference run, any timing of a case that does not fit) is null, never 0.0.
+the README's keys in a fixed order (`serving`: the inference model used); a key that does not apply to
+the case (TTFT of a training step, MFU of an inference run, any timing of a case that does not fit) is null,
+never 0.0.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from pathlib import Path
 
-from rapidllm.cli.common import output_dir, output_path, print_json, write_output
+from rapidllm.cli.common import output_dir, output_path, plain_number, print_json, write_output
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.paths import display
 
@@ -20,7 +22,17 @@ JSON_KEYS = ("case_id", "status", "reason", "step_time_s", "compute_time_s", "ex
              "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "sequences_in_flight",
              "in_flight_limit", "peak_memory_bytes",
              "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
-             "framework_bytes", "capacity_bytes", "feasible", "device_validated")
+             "framework_bytes", "capacity_bytes", "feasible", "device_validated", "serving")
+
+# What each serving model assumes about the scheduler, under the TTFT / ITL lines (docs/engine.md, "Serving").
+SERVING_NOTES = {
+    "steady_state": "serving steady_state: the mean of desynchronized clients, a new prompt's prefill rides in "
+                    "the next step (`serving: simulated` runs closed-loop clients, which can stay in lockstep and "
+                    "queue their prefills: TTFTs differ up to 10x); docs/engine.md \"Serving\"",
+    "simulated": "serving simulated: closed-loop clients, prefills queued FCFS up to max_num_tokens per "
+                 "iteration; docs/engine.md \"Serving\"",
+    "disaggregated": "serving disaggregated: decode instances only, prefills run on other GPUs; docs/engine.md "
+                     "\"Serving\""}
 
 MEMORY_ROWS = (("weights", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer state"),
                ("activations", "activations"), ("kv_cache", "KV cache"), ("framework", "framework reserve"))
@@ -41,6 +53,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --chakra: one trace per pipeline stage instead of one per rank")
     p.add_argument("--cost", action="store_true",
                    help="add $/GPU-hour, $/step, $/M tokens, tokens per $ and per watt (docs/cost.md)")
+    p.add_argument("--usd-per-gpu-hour", type=float, metavar="RATE",
+                   help="with --cost: price at this rental rate (e.g. a cloud price) instead of the device's "
+                        "energy + capital; also prices a device without cost inputs (docs/cost.md)")
     p.set_defaults(func=run)
 
 
@@ -67,17 +82,12 @@ def _run(args: argparse.Namespace) -> int:
         raise SpecError(f"{display(args.case)}: --chakra: {CHAKRA_TRAINING_ONLY}")
     timeline = output_path(args.timeline, "--timeline") if args.timeline else None
     chakra = output_dir(args.chakra, "--chakra folder") if args.chakra else None
-    hw_cost = None
-    if args.cost:                       # bad cost inputs are refused before any prediction runs
-        from rapidllm.cost.config import cost_from_mapping, hardware_cost
-        from rapidllm.spec.schema import load_yaml
-        from rapidllm.spec.paths import known_names
-        # an inline device carries its own `cost:`; one without it that keeps a config device's name (a
-        # copy with a tweak) is priced as that device
-        inline = load_yaml(Path(args.case)).get("hardware")
-        own = isinstance(inline, dict) and ("cost" in inline or case.hardware.name not in known_names("hardware"))
-        hw_cost = (cost_from_mapping(inline, f"{display(args.case)}: hardware") if own
-                   else hardware_cost(case.hardware.name))
+    rate = args.usd_per_gpu_hour
+    if rate is not None and not (args.cost and math.isfinite(rate) and rate > 0):
+        raise SpecError(f"rapidllm predict: --usd-per-gpu-hour: {rate:g}" + (
+            " without --cost; allowed: with --cost" if args.cost is False and math.isfinite(rate) and rate > 0
+            else "; allowed: a finite rate > 0, in USD per GPU-hour"))
+    hw_cost = _device_cost(args.case, case, rate) if args.cost else None   # refused before any prediction
     try:
         pred = predict(case, args.engine, adjust, trace=bool(args.timeline))
     except SpecError as err:            # a limit met while predicting (e.g. a collective too large to simulate)
@@ -95,16 +105,36 @@ def _run(args: argparse.Namespace) -> int:
         write_output(lambda path: paths.extend(export_chakra(case, path, args.chakra_per_class)), chakra,
                      "Chakra traces")
         print(f"{len(paths)} Chakra traces -> {args.chakra}", file=sys.stderr)
+    record["serving"] = serving_model(case)
     out = {k: record[k] for k in JSON_KEYS}
-    costs = {}
-    if args.cost:                       # an infeasible case keeps its $/hour; what needs a time is null
+    costs: dict = {}
+    if hw_cost is not None:             # an infeasible case keeps its $/hour; what needs a time is null
         from rapidllm.cost import price_prediction
-        costs = price_prediction(case, pred, hw_cost)
+        # $/GPU-hours of two devices compare only on one basis: the output says which (docs/cost.md)
+        costs = {**price_prediction(case, pred, hw_cost), "cost_basis": hw_cost.operating.basis}
     if args.json:
         print_json({**out, **costs}, indent=2)
         return 0
     print("\n".join(table(case, pred, _variant(args)) + [f"  {k:28s} {_number(v)}" for k, v in costs.items()]))
     return 0
+
+
+def _device_cost(path: str, case, rate: float | None):
+    """The cost inputs `--cost` prices the case with: an inline device's own `cost:` section (one without it
+    that keeps a config device's name, a copy with a tweak, is priced as that device), else the config
+    device's; at `rate` $/GPU-hour when given, which also prices a device that has no cost inputs."""
+    from rapidllm.cost.config import HardwareCost, cost_from_mapping, hardware_mapping
+    from rapidllm.cost.operating import Operating
+    from rapidllm.spec.paths import known_names
+    from rapidllm.spec.schema import load_yaml
+
+    inline = load_yaml(Path(path)).get("hardware")
+    own = isinstance(inline, dict) and ("cost" in inline or case.hardware.name not in known_names("hardware"))
+    mapping, where = (inline, f"{display(path)}: hardware") if own else hardware_mapping(case.hardware.name)
+    if rate is not None and "cost" not in mapping:
+        return HardwareCost(case.hardware.name, None, Operating.rental_only(rate))
+    hc = cost_from_mapping(mapping, where)
+    return hc if rate is None else dataclasses.replace(hc, operating=hc.operating.rented(rate))
 
 
 def _seconds(t: float) -> str:
@@ -151,10 +181,15 @@ def _in_flight(case, pred) -> str:
     return f"({why}; {w.concurrency - n} of {w.concurrency} clients queue)"
 
 
-def _number(value: float) -> str:
+def _number(value: float | str) -> str:
     """A cost column for the table: 'n/a' where it does not apply (NaN: no $/step for inference, nothing
-    rate-based for a case that does not fit), never 'nan'."""
-    return "n/a" if math.isnan(value) else f"{value:.6g}"
+    rate-based for a case that does not fit), never 'nan'; a plain number (`plain_number`); the basis with
+    its explanation."""
+    from rapidllm.cost.operating import BASES
+
+    if isinstance(value, str):
+        return f"{value} ({BASES[value]})"
+    return "n/a" if math.isnan(value) else plain_number(value)
 
 
 def _variant(args: argparse.Namespace) -> str:
@@ -176,7 +211,26 @@ def _layout(case) -> str:
         schedule = par.schedule + (f" v{par.virtual_stages}" if par.virtual_stages > 1 else "")
         recompute = f"{par.recompute} recompute" if par.recompute != "none" else "no recompute"
         parts += (["sp"] if par.sp else []) + [recompute, schedule]
+    else:
+        parts.append(_serving(case))
     return ", ".join([*parts, f"attention {case.attention_impl}"])
+
+
+def serving_model(case) -> str | None:
+    """Which inference model priced the case ("static" batching, or the `workload.serving` model when
+    concurrency exceeds the batch); None for training. The serving models' TTFTs differ up to 10x at high
+    concurrency (docs/engine.md, "Serving"), so the output names the one a number came from."""
+    if case.training:
+        return None
+    w = case.workload
+    return "static" if w.concurrency <= w.batch else w.serving
+
+
+def _serving(case) -> str:
+    w = case.workload
+    if serving_model(case) == "static":
+        return f"static batch {w.batch}"
+    return f"serving {w.serving}, concurrency {w.concurrency}, batch {w.batch}"
 
 
 def table(case, pred, variant: str = "") -> list[str]:
@@ -201,6 +255,8 @@ def table(case, pred, variant: str = "") -> list[str]:
             if pred.sequences_in_flight is not None:          # not from the baseline engine
                 lines.append(f"  {'sequences in flight':28s} {pred.sequences_in_flight:10.0f}    "
                              f"{_in_flight(case, pred)}")
+            if case.workload.concurrency > case.workload.batch:
+                lines.append(f"  note: {SERVING_NOTES[case.workload.serving]}")
         rate = f"{pred.tokens_per_s:,.0f}" if pred.tokens_per_s >= 1000 else f"{pred.tokens_per_s:.4g}"
         dp = case.parallelism.dp        # an inference rate is one replica's; the header counts every replica's GPUs
         label = "throughput" if pred.mode == "training" or dp == 1 else f"throughput, each of {dp} replicas"

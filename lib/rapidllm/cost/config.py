@@ -67,7 +67,8 @@ def package_from_mapping(p: Mapping[str, Any], processes: Mapping[str, Process],
 def operating_from_mapping(o: Mapping[str, Any]) -> Operating:
     return Operating(board_power_w=_v(o, "board_power_w"), power_utilization=_v(o, "power_utilization"),
                      pue=_v(o, "pue"), energy_usd_per_kwh=_v(o, "energy_usd_per_kwh"),
-                     capital_usd=_v(o, "capital_usd"), lifetime_years=_v(o, "lifetime_years"))
+                     capital_usd=_v(o, "capital_usd"), lifetime_years=_v(o, "lifetime_years"),
+                     capital_basis=str(o.get("capital_basis", "")))
 
 
 def process_names(cost: Mapping[str, Any]) -> list[str]:
@@ -85,7 +86,8 @@ def cost_from_mapping(hardware: Mapping[str, Any], where: str,
     cost = hardware.get("cost")
     if cost is None:
         raise SpecError(f"{where}: cost: missing; hardware {hardware.get('name')!r} has no cost section "
-                        "(see docs/cost.md)")
+                        "(see docs/cost.md); allowed: a `cost:` section, or a rental rate of your own "
+                        "(`rapidllm predict --cost --usd-per-gpu-hour RATE`)")
     validate(cost, "cost", f"{where}: cost")
     procs = {}
     for name in process_names(cost):

@@ -46,7 +46,7 @@ def cost_record(hc: HardwareCost, gpus: int, mode: str, step_time_s: float | Non
             "usd_per_step": step * usd_per_hour / 3600.0, "usd_per_million_tokens": usd_m,
             "tokens_per_usd": 1e6 / usd_m,
             "tokens_per_s_per_watt": rate / (gpus * op.board_power_w * op.power_utilization),
-            "tokens_per_s_per_capital_usd": rate / (gpus * op.capital_usd),
+            "tokens_per_s_per_capital_usd": rate / (gpus * op.capital_per_gpu_usd),
             "package_usd": package.package_usd if package else math.nan,
             "unit_usd": package.unit_usd if package else math.nan}
 

@@ -1,4 +1,4 @@
-"""The explorer's hook into the layout search (`rapidllm.search`, built separately): find it, build a small
+"""The explorer's hook into the layout search (`rapidllm.search`, docs/search.md): find it, build a small
 search spec around the case on the page, run it, rank.
 
 The page never imports the search itself: `search_function()` returns the search entry point, or None
