@@ -30,3 +30,24 @@ def gpt_case(hw_mapping: dict, net_mapping: dict) -> dict:
     return dict(model="gpt-175b", hardware=hw_mapping, network=net_mapping, precision="bf16",
                 workload=dict(mode="training", seq_len=2048, global_batch=64, micro_batch=1),
                 parallelism=dict(tp=8, pp=8, dp=1, sp=True, recompute="selective"))
+
+
+# A held-out validation suite's test module names its suite file in SUITE; these fixtures load it, sweep its
+# cases once per module and compare them with the references (tests/test_nemo_perf_summary.py,
+# tests/test_mlperf_inference.py).
+@pytest.fixture(scope="module")
+def suite(request: pytest.FixtureRequest):
+    from rapidllm.validate.suites import load_suite
+    return load_suite(request.module.SUITE)
+
+
+@pytest.fixture(scope="module")
+def summary(suite):
+    from rapidllm.prediction import sweep
+    return sweep(suite.experiment, progress=False)
+
+
+@pytest.fixture(scope="module")
+def rows(suite, summary):
+    from rapidllm.validate.suites import compare
+    return compare(suite, summary)

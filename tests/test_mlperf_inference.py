@@ -6,33 +6,17 @@ import math
 import pandas as pd
 import pytest
 
-from rapidllm.prediction import sweep
 from rapidllm.spec.paths import project_root
 from rapidllm.spec.schema import load_yaml
 from rapidllm.validate.calibrate import calibration_entries
-from rapidllm.validate.suites import compare, load_suite, measurement, metric_specs, row_to_case
+from rapidllm.validate.suites import measurement, metric_specs, row_to_case
 
 SUITE = project_root() / "validation" / "suites" / "mlperf_inference.yaml"
 
 
 @pytest.fixture(scope="module")
-def suite():
-    return load_suite(SUITE)
-
-
-@pytest.fixture(scope="module")
 def table(suite):
     return pd.read_csv(suite.reference)
-
-
-@pytest.fixture(scope="module")
-def summary(suite):
-    return sweep(suite.experiment, progress=False)
-
-
-@pytest.fixture(scope="module")
-def rows(suite, summary):
-    return compare(suite, summary)
 
 
 def row_of(table, system, benchmark):

@@ -7,27 +7,10 @@ import math
 import pandas as pd
 import pytest
 
-from rapidllm.prediction import sweep
 from rapidllm.spec.paths import project_root
 from rapidllm.validate.calibrate import calibration_entries
-from rapidllm.validate.suites import compare, load_suite
 
 SUITE = project_root() / "validation" / "suites" / "nemo_perf_summary.yaml"
-
-
-@pytest.fixture(scope="module")
-def suite():
-    return load_suite(SUITE)
-
-
-@pytest.fixture(scope="module")
-def summary(suite):
-    return sweep(suite.experiment, progress=False)
-
-
-@pytest.fixture(scope="module")
-def rows(suite, summary):
-    return compare(suite, summary)
 
 
 def test_held_out_of_calibration_and_of_the_overall_mape(suite):
