@@ -59,13 +59,16 @@ class IterationCost:
 
 
 def build_cost(prefill: list[tuple[int, np.ndarray]], decode: list[tuple[int, np.ndarray, np.ndarray]],
-               ctx0: int, ctx1: int) -> IterationCost:
+               ctx0: int, ctx1: int, floor_at: int = 1) -> IterationCost:
     """Cost table from anchors: prefill (tokens, (span, compute)) and decode (batch, first, last), where
-    first / last are decode steps with ctx0 / ctx1 tokens of context per sequence."""
+    first / last are decode steps with ctx0 / ctx1 tokens of context per sequence. The floor is the decode
+    anchor `floor_at` at an empty cache: batch 1, or with pp micro-batches in flight batch pp, whose round
+    reads every stage's weights once per micro-batch, as every larger round does (engine/inference.py)."""
     dec_batch = np.array([b for b, _, _ in decode], dtype=np.float64)
     first = np.array([f for _, f, _ in decode], dtype=np.float64)
     slope = np.array([(la - f) / max(ctx1 - ctx0, 1) for _, f, la in decode], dtype=np.float64)
-    floor = first[0] - slope[0] * ctx0
+    at = [b for b, _, _ in decode].index(floor_at)
+    floor = first[at] - slope[at] * ctx0
     pf_tokens = np.array([0.0] + [float(k) for k, _ in prefill])
     pf_time = np.vstack([floor] + [t for _, t in prefill]).astype(np.float64)
     return IterationCost(pf_tokens, pf_time, dec_batch, first, slope, float(ctx0))
