@@ -289,8 +289,7 @@ def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, 
     decode_batches = sorted({floor_at, *decode_batches})
     prefill, decode, events = [], [], 0
     for n in sorted(set(prefill_batches) | set(decode_batches)):
-        prefixes = SECTIONS if n in prefill_batches and n in decode_batches else \
-            SECTIONS[:1] if n in prefill_batches else SECTIONS[1:]
+        prefixes = (SECTIONS[:1] if n in prefill_batches else ()) + (SECTIONS[1:] if n in decode_batches else ())
         times, simulated = serving_pass(case, ops, prefixes, n, overlap, adjust)
         if n in prefill_batches:
             prefill.append((n * w.prompt_tokens, times[0]))

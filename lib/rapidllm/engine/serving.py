@@ -40,7 +40,8 @@ class IterationCost:
     at 0 and n x P tokens: a burst of n whole prompts), decode over b (anchors at batch n) and linearly in the
     mean context S / b (decode attention reads the KV cache once per token, at the cache's element size:
     an FP8 cache halves the slope, `Case.kv_precision`). A mixed iteration costs
-    prefill(k) + decode(b, S) - floor, where floor is a one-token iteration (batch 1, empty cache): the fused
+    prefill(k) + decode(b, S) - floor, where floor is a one-token iteration (batch 1, empty cache; with pp
+    micro-batches in flight a round of pp one-token micro-batches, `build_cost`'s `floor_at`): the fused
     GEMMs read every weight once for all k + b rows, and launch and collective latencies are paid once, so
     the part both passes share is counted once; the rest (GEMM rows, prefill and decode attention, which run
     as separate kernels, activation collectives) adds.
