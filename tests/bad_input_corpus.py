@@ -198,6 +198,8 @@ PREDICT = [
              "parallelism.microbatch_overlap: the two-micro-batch overlap", "message"),
     case_bad("microbatch-overlap-pp2", "workload", INFERENCE, "parallelism.microbatch_overlap", "message",
              base=with_key(CASE, "parallelism", dict(pp=2, microbatch_overlap=2))),
+    case_bad("cp-inference", "workload", INFERENCE, "case.yaml: parallelism.cp: 4: context parallelism is modelled "
+             "for training only", "quantity", base=with_key(CASE, "parallelism", dict(cp=4))),
     case_bad("tp-comm-overlap-string", "parallelism.tp_comm_overlap", "yes", "tp_comm_overlap"),
     case_bad("tp-comm-overlap-inference", "workload", INFERENCE, "parallelism.tp_comm_overlap", "message",
              base=with_key(CASE, "parallelism", dict(tp=2, sp=True, tp_comm_overlap=True))),

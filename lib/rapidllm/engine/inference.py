@@ -1,8 +1,13 @@
 """Inference on the engine: prefill, decode steps with a growing KV cache, static or in-flight batching.
 
-A forward pass walks every pipeline stage in turn (no micro-batching across stages): layers x replayed
-template span, the LM head, and pp-1 activation sends. Decode attention grows linearly with the
-context, so the mean decode step is the mean of the first and last step (exact for a linear cost).
+A forward pass walks every pipeline stage in turn: layers x replayed template span, the LM head, and pp-1
+activation sends. Decode attention grows linearly with the context, so the mean decode step is the mean of
+the first and last step (exact for a linear cost). Static batching runs its one batch that way, stage after
+stage (TensorRT-LLM's former static path: one request batch, nothing to overlap). A serving engine with
+pp > 1 keeps pp micro-batches in flight instead, one per stage (`serving_pass`, `pipelined`: vLLM,
+TensorRT-LLM, SGLang; docs/engine.md "Serving"): its N sequences run as pp micro-batches of ~N/pp, and each
+sequence's token step is one round, the longer of the last stage's work for all micro-batches and one
+micro-batch's trip through the stages and sends. Every serving model below prices its steps so.
 
 Static batching (concurrency <= batch): TTFT = prefill(batch), ITL = decode step(batch),
 e2e = TTFT + (output_tokens - 1) x ITL, throughput = batch x output_tokens / e2e. An encoder (causal: false,
@@ -45,7 +50,7 @@ import numpy as np
 
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import Replayed, replay_all
-from rapidllm.engine.microbatch import Adjust, Ops, at_batch, overlap_active, overlapped_pass
+from rapidllm.engine.microbatch import Adjust, Ops, at_batch, overlap_active, overlapped_pass, split_batch
 from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, simulate
 from rapidllm.graph.templates import Template, extra_templates, layer_counts, layer_templates, layer_tokens, ops_view
 from rapidllm.memory.kv_pool import Admission
@@ -71,6 +76,14 @@ class PassParts:
     send_bytes: float
     replayed: Replayed
     templates: tuple[Template, ...]
+
+    def stage(self) -> tuple[float, float]:
+        """(time, compute time) of one stage's layers, without the head the last stage adds."""
+        span = compute = 0.0
+        for _section, n, layer_span, layer_compute in self.layers:
+            span += n * layer_span
+            compute += n * layer_compute
+        return span, compute
 
     def totals(self) -> tuple[float, float]:
         """(time, compute time) of the pass."""
@@ -107,6 +120,56 @@ def forward_pass(case: Case, ops: Ops, prefix: str, cost: CommCost, overlap: boo
     if overlap_active(case):
         return overlapped_pass(case, ops, prefix, cost, overlap, adjust)
     return pass_parts(case, ops, prefix, cost, overlap).totals()
+
+
+def pipelined(parts: list[PassParts]) -> np.ndarray:
+    """(span, compute) of one round of a serving engine's pipeline: micro-batch m (pass `parts[m]`) runs
+    through every stage once per round, each stage working on a different micro-batch, and every sequence
+    of every micro-batch gets one token per round. The round lasts the longer of
+    - the busiest stage's work, the last one (its layers and the LM head for every micro-batch), the
+      activation sends being asynchronous and off the compute stream (SGLang's `event_loop_pp`: "async
+      send but sync recv"), and
+    - one micro-batch's trip through all stages with its pp - 1 sends: its next token step cannot start
+      before its last one has left the last stage.
+    With pp equal stages of time t and no head or sends that is pp x t; one micro-batch is the plain pass.
+    The compute column is the same schedule with communication free (no sends, layer compute only)."""
+    if len(parts) == 1:
+        return np.array(parts[0].totals())
+    out = []
+    for col in (SPAN, COMPUTE):
+        head = [p.head_span if col == SPAN else p.head_compute for p in parts]
+        stage = [p.stage()[col] for p in parts]
+        sends = [sum(p.sends) if col == SPAN else 0.0 for p in parts]
+        busiest = sum(t + h for t, h in zip(stage, head))
+        trip = max(p.pp * t + h + s for p, t, h, s in zip(parts, stage, head, sends))
+        out.append(max(busiest, trip))
+    return np.array(out)
+
+
+def serving_pass(case: Case, ops: Ops, prefixes: tuple[str, ...], batch: int, overlap: bool,
+                 adjust: Adjust | None) -> tuple[list[np.ndarray], int]:
+    """(span, compute) of a serving engine's step over `batch` sequences for each section prefix, and the
+    link events simulated. With pp > 1 the engine keeps pp micro-batches in flight (`split_batch`: pp of
+    ~batch / pp sequences, fewer when batch < pp), one per stage, and the step is their round
+    (`pipelined`): vLLM's engine core queues `max_concurrent_batches` = pp scheduled batches
+    (vllm/config/vllm.py, vllm/v1/engine/core.py `step_with_batch_queue`), TensorRT-LLM's PyTorch executor
+    runs `num_micro_batches` = pp_size disjoint micro-batches (tensorrt_llm/_torch/pyexecutor/py_executor.py,
+    `_executor_loop_pp`) and SGLang one running batch per micro-batch (`event_loop_pp`); docs/engine.md
+    "Serving". With pp 1 it is the forward pass at `batch` (two overlapped micro-batches under
+    `microbatch_overlap`, engine/microbatch.py)."""
+    sizes = split_batch(batch, case.parallelism.pp)
+    if len(sizes) == 1:
+        ncase, nops = at_batch(case, ops, batch, adjust)
+        cost = CommCost(ncase)
+        return [np.array(forward_pass(ncase, nops, s, cost, overlap, adjust)) for s in prefixes], cost.simulated
+    parts: dict[int, list[PassParts]] = {}
+    events = 0
+    for n in sorted(set(sizes)):
+        ncase, nops = at_batch(case, ops, n, adjust)
+        cost = CommCost(ncase)
+        parts[n] = [pass_parts(ncase, nops, s, cost, overlap) for s in prefixes]
+        events += cost.simulated
+    return [pipelined([parts[n][k] for n in sizes]) for k in range(len(prefixes))], events
 
 
 @dataclass(frozen=True)
@@ -169,12 +232,10 @@ def _replay_steady_state(case: Case, ops: Ops, overlap: bool, adjust: Adjust | N
     if w.serving == "disaggregated":          # the prefills run on the prefill instances
         cost = CommCost(case)
         prefill = np.array(forward_pass(case, ops, "prefill_", cost, overlap, adjust))
-        dcase, dops = at_batch(case, ops, inflight, adjust)
-        dcost = CommCost(dcase)
-        first, last = (np.array(forward_pass(dcase, dops, s, dcost, overlap, adjust)) for s in SECTIONS[1:])
+        (first, last), devents = serving_pass(case, ops, SECTIONS[1:], inflight, overlap, adjust)
         itl = 0.5 * (first + last) / w.tokens_per_step
         ttft = prefill + 0.5 * itl
-        events = cost.simulated + dcost.simulated
+        events = cost.simulated + devents
     else:
         share = inflight * w.tokens_per_step / (w.batch * max(w.output_tokens, 1))
         prompts = share * w.batch                       # prompts whose prefill a mean step carries
@@ -218,23 +279,24 @@ def _replay_serving(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, 
 
 def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, prefill_batches: list[int],
                     decode_batches: list[int]) -> tuple[IterationCost, int]:
-    """Serving iteration cost from forward passes: the prefill of n whole prompts for n in `prefill_batches`,
-    decode steps of n sequences for n in `decode_batches` (1 first: the one-token floor); also the link
-    events simulated."""
+    """Serving iteration cost from serving steps (`serving_pass`: with pp > 1 a round of pp micro-batches):
+    the prefill of n whole prompts for n in `prefill_batches`, decode steps of n sequences for n in
+    `decode_batches` (1 first; the floor is the one-token step, a round of pp one-token micro-batches with
+    pp > 1); also the link events simulated."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
+    floor_at = min(case.parallelism.pp, max(decode_batches))     # pp one-token micro-batches, or batch 1
+    decode_batches = sorted({floor_at, *decode_batches})
     prefill, decode, events = [], [], 0
     for n in sorted(set(prefill_batches) | set(decode_batches)):
-        ncase, nops = at_batch(case, ops, n, adjust)
-        cost = CommCost(ncase)
+        prefixes = (SECTIONS[:1] if n in prefill_batches else ()) + (SECTIONS[1:] if n in decode_batches else ())
+        times, simulated = serving_pass(case, ops, prefixes, n, overlap, adjust)
         if n in prefill_batches:
-            prefill.append((n * w.prompt_tokens, np.array(forward_pass(ncase, nops, "prefill_", cost, overlap,
-                                                                       adjust))))
+            prefill.append((n * w.prompt_tokens, times[0]))
         if n in decode_batches:
-            first, last = (np.array(forward_pass(ncase, nops, s, cost, overlap, adjust)) for s in SECTIONS[1:])
-            decode.append((n, first, last))
-        events += cost.simulated
-    return build_cost(prefill, decode, w.prompt_tokens, w.prompt_tokens + w.output_tokens - 1), events
+            decode.append((n, times[-2], times[-1]))
+        events += simulated
+    return build_cost(prefill, decode, w.prompt_tokens, w.prompt_tokens + w.output_tokens - 1, floor_at), events
 
 
 def anchor_batches(concurrency: int) -> list[int]:

@@ -399,6 +399,10 @@ def _check_inference(model: ModelSpec, par: Parallelism, workload: InferenceWork
     pass over the batch (output_tokens 0), which a decoder's is not."""
     if par.pp > 1 and par.schedule == "interleaved":
         raise bad("parallelism.schedule", "inference does not use interleaved pipeline schedules")
+    if par.cp > 1:      # docs/limits.md: what the engines' prefill / decode context parallelism would need
+        raise bad("parallelism.cp", f"{par.cp}: context parallelism is modelled for training only (an inference "
+                  "pass would not split its prompt, so cp GPUs would only add communication); allowed: 1 "
+                  "(more GPUs for inference: tp, pp or replicas)")
     if not model.causal and workload.output_tokens:
         raise bad("workload.output_tokens", f"{model.name} is an encoder (causal: false): it has no KV-cache "
                   f"decode; allowed: 0 (inference is one forward pass over the batch), not {workload.output_tokens}")
