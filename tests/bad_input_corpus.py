@@ -172,6 +172,11 @@ PREDICT = [
              "workload.kv_cache_fraction: 1.5 is out of range"),
     case_bad("kv-cache-fraction-static-batch", "workload", {**INFERENCE, "kv_cache_fraction": 0.5},
              "workload.kv_cache_fraction: sizes the KV-cache pool of a serving engine", "message"),
+    case_bad("max-batch-size-static-batch", "workload", {**INFERENCE, "max_batch_size": 100},
+             "workload.max_batch_size: caps the sequences in flight of a serving engine", "message"),
+    case_bad("disaggregated-one-token", "workload", {**INFERENCE, "concurrency": 8, "output_tokens": 1,
+                                                     "serving": "disaggregated"},
+             "workload.output_tokens: disaggregated decode instances generate tokens 2 .. output_tokens", "message"),
     case_bad("simulated-queue-behind-one-sequence", "workload",        # the pool holds one 256-token request
              {**INFERENCE, "concurrency": 16384, "serving": "simulated", "kv_cache_fraction": 0.003},
              "16384 clients with 1 sequences in flight (kv_cache) runs concurrency x output_tokens / sequences = "

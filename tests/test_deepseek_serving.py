@@ -266,3 +266,19 @@ def test_gemm_breakdown_places_kernels_by_range_and_order(tmp_path) -> None:
     _synthetic_layer_trace(path, extra_gemm=True)
     with pytest.raises(ValueError, match="7 GEMM kernels in one attn\\(F\\) range; expected 6"):
         deepseek_gemms.trace_gemms(path)
+
+
+def test_steady_state_drafts_count_the_prefill_step_once() -> None:
+    """A request's first token comes from its prompt's step and the O - 1 others from decode steps emitting
+    tokens_per_step each, so it holds its slot 1 + (O - 1) / tokens_per_step steps: with one output token
+    drafts leave the prompts a step absorbs (N per step) and so TTFT as they are, bar the MTP module's decode
+    cost (the share once counted tokens_per_step for the first token too: 1.8 x the prompts, TTFT +83%)."""
+    def served(out: int, drafts: int) -> dict:
+        extra = {"draft_tokens": drafts, "draft_acceptance": 0.8} if drafts else {}
+        case = lite(batch=1, concurrency=64, output_tokens=out, serving="steady_state", **extra)
+        return evaluate(case)
+    plain, drafted = served(1, 0), served(1, 1)
+    assert plain["itl_s"] == drafted["itl_s"] == 0.0          # no second token, no inter-token latency
+    assert drafted["ttft_s"] == pytest.approx(plain["ttft_s"], rel=0.1)
+    longer = served(9, 1)                                      # 1 + 8 / 1.8 steps a request
+    assert longer["tokens_per_s"] > served(9, 0)["tokens_per_s"]

@@ -8,6 +8,7 @@ import sys
 import pytest
 import yaml
 
+from rapidllm import predict_many
 from rapidllm.memory.state import stage_params, state_bytes
 from rapidllm.ops.price import step_sections
 from rapidllm.spec.case import resolve_case
@@ -42,6 +43,16 @@ def test_bf16_state_moves_fewer_bytes_in_the_optimizer_step():
     assert bf16.flops == fp32.flops
 
 
+def test_memory_does_not_depend_on_what_was_predicted_before():
+    """Cases that differ only in `optimizer_state` share no memoized state bytes (`shared_state_bytes`):
+    one process, both orders, the same optimizer memory per case."""
+    cases = [{**BASE, "parallelism": {"dp": 8, "zero": 1, "optimizer_state": s}} for s in ("fp32", "bf16")]
+    forward = predict_many(cases).set_index("case_id").optimizer_bytes
+    backward = predict_many(cases[::-1]).set_index("case_id").optimizer_bytes
+    assert forward.to_dict() == backward.to_dict()
+    assert forward.iloc[1] == pytest.approx(forward.iloc[0] / 2)
+
+
 def test_the_default_leaves_case_ids_as_they_were():
     assert _case(zero=1, optimizer_state="fp32").case_id == _case(zero=1).case_id
     assert _case(zero=1, optimizer_state="bf16").case_id != _case(zero=1).case_id
@@ -51,6 +62,12 @@ def test_inference_refuses_an_optimizer_state():
     with pytest.raises(SpecError, match="parallelism.optimizer_state"):
         resolve_case({**BASE, "workload": {"mode": "inference", "prompt_tokens": 128, "output_tokens": 16},
                       "parallelism": {"optimizer_state": "bf16"}}, "test")
+
+
+def test_fp32_weights_refuse_a_16_bit_state():
+    """FP32 training keeps no master copy; a 2-byte state beside FP32 weights is not a thing frameworks run."""
+    with pytest.raises(SpecError, match="parallelism.optimizer_state"):
+        resolve_case({**BASE, "precision": "fp32", "parallelism": {"dp": 8, "optimizer_state": "bf16"}}, "test")
 
 
 def test_bad_value_is_one_line_and_exit_2(tmp_path):

@@ -95,6 +95,18 @@ def test_the_serving_model_is_named(tmp_path, capsys, serving: str) -> None:
     assert note.startswith(f"  note: serving {serving}:") and 'docs/engine.md "Serving"' in note
 
 
+def test_the_baseline_engine_names_the_static_batch_it_priced(tmp_path, capsys) -> None:
+    """The alpha-beta baseline prices a static batch whatever the case asks: it is labelled so, no note."""
+    case = {"model": "llama3.1-8b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
+            "workload": {"mode": "inference", "concurrency": 16, "prompt_tokens": 500, "output_tokens": 50}}
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(case))
+    assert _json(capsys, ["predict", str(path), "--json", "--engine", "baseline"])["serving"] == "static"
+    assert main(["predict", str(path), "--engine", "baseline"]) == 0
+    text = capsys.readouterr().out
+    assert "static batch 1" in text.splitlines()[1] and "note:" not in text
+
+
 def test_static_batching_and_training_name_no_serving_model(tmp_path, capsys) -> None:
     case = {"model": "llama2-7b", "hardware": "a100-sxm4-80gb", "network": "dgx-a100",
             "workload": {"mode": "inference", "batch": 4, "concurrency": 4, "prompt_tokens": 200,

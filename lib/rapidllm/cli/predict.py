@@ -105,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
         write_output(lambda path: paths.extend(export_chakra(case, path, args.chakra_per_class)), chakra,
                      "Chakra traces")
         print(f"{len(paths)} Chakra traces -> {args.chakra}", file=sys.stderr)
-    record["serving"] = serving_model(case)
+    record["serving"] = serving_model(case, pred)
     out = {k: record[k] for k in JSON_KEYS}
     costs: dict = {}
     if hw_cost is not None:             # an infeasible case keeps its $/hour; what needs a time is null
@@ -201,7 +201,7 @@ def _variant(args: argparse.Namespace) -> str:
     return ", ".join(parts)
 
 
-def _layout(case) -> str:
+def _layout(case, pred) -> str:
     """'dp 2 x tp 8 x pp 4, sp, selective recompute, 1f1b, attention flash': the case id names the layout only
     as a hash, so the outputs of several layouts of one model and cluster read alike."""
     par = case.parallelism
@@ -212,23 +212,25 @@ def _layout(case) -> str:
         recompute = f"{par.recompute} recompute" if par.recompute != "none" else "no recompute"
         parts += (["sp"] if par.sp else []) + [recompute, schedule]
     else:
-        parts.append(_serving(case))
+        parts.append(_serving(case, pred))
     return ", ".join([*parts, f"attention {case.attention_impl}"])
 
 
-def serving_model(case) -> str | None:
+def serving_model(case, pred) -> str | None:
     """Which inference model priced the case ("static" batching, or the `workload.serving` model when
     concurrency exceeds the batch); None for training. The serving models' TTFTs differ up to 10x at high
-    concurrency (docs/engine.md, "Serving"), so the output names the one a number came from."""
+    concurrency (docs/engine.md, "Serving"), so the output names the one a number came from. The baseline
+    engine prices a static batch whatever the case asks (it reports no sequences in flight)."""
     if case.training:
         return None
     w = case.workload
-    return "static" if w.concurrency <= w.batch else w.serving
+    serving = w.concurrency > w.batch and pred.sequences_in_flight is not None
+    return w.serving if serving else "static"
 
 
-def _serving(case) -> str:
+def _serving(case, pred) -> str:
     w = case.workload
-    if serving_model(case) == "static":
+    if serving_model(case, pred) == "static":
         return f"static batch {w.batch}"
     return f"serving {w.serving}, concurrency {w.concurrency}, batch {w.batch}"
 
@@ -237,7 +239,7 @@ def table(case, pred, variant: str = "") -> list[str]:
     """The human-readable breakdown of one Prediction, one line per row."""
     head = (f"case {pred.case_id}: {case.model.name} on {case.parallelism.world} x {case.hardware.name} "
             f"({case.network.name}), {pred.mode}" + (f" [{variant}]" if variant else ""))
-    lines = [head, f"  layout: {_layout(case)}"]
+    lines = [head, f"  layout: {_layout(case, pred)}"]
     if pred.status != "ok":
         lines += [f"  infeasible: {pred.reason}", f"  hint: {_hint(case, pred)}"]
     else:
@@ -255,7 +257,7 @@ def table(case, pred, variant: str = "") -> list[str]:
             if pred.sequences_in_flight is not None:          # not from the baseline engine
                 lines.append(f"  {'sequences in flight':28s} {pred.sequences_in_flight:10.0f}    "
                              f"{_in_flight(case, pred)}")
-            if case.workload.concurrency > case.workload.batch:
+            if serving_model(case, pred) != "static":
                 lines.append(f"  note: {SERVING_NOTES[case.workload.serving]}")
         rate = f"{pred.tokens_per_s:,.0f}" if pred.tokens_per_s >= 1000 else f"{pred.tokens_per_s:.4g}"
         dp = case.parallelism.dp        # an inference rate is one replica's; the header counts every replica's GPUs

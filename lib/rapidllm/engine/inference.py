@@ -18,14 +18,16 @@ N = min(C, max_batch_size, requests whose KV reservation fits its pool) sequence
 other C - N clients (memory/kv_pool.py, docs/serving-capacity.md); N = C when everything fits. Three models
 (`workload.serving`, docs/engine.md "Serving"):
 - "steady_state" (default): decode steps run with N sequences; every step also absorbs the prefills of the
-  requests that replace finished ones, share = N / (batch x output_tokens) requests per step on average,
+  requests that replace finished ones, share = N / (batch x steps) requests per step on average (a request
+  holds its slot for steps = 1 + (output_tokens - 1) / tokens_per_step steps, its prompt's and its decodes'),
   whose tokens ride in the step's fused GEMMs (TensorRT-LLM's in-flight batching packs context and
   generation tokens into one forward pass; vLLM's chunked prefill likewise). The step is priced by the
   simulator's iteration rule (`serving.IterationCost`) at the mean iteration: share x batch x prompt_tokens
   prefill tokens beside N decoding sequences at the mean context, so ITL = that step (per emitted token);
   a new request waits on average half a step, then its first token comes at the end of the step that runs
   its prefill: TTFT = step / 2 + the step with max(share, 1) requests' prompts, plus the queue's wait
-  (`queue_wait`, 0 when N = C); throughput = N / ITL. A mean over desynchronized clients.
+  (`queue_wait`, 0 when N = C); throughput = N x output_tokens / steps per step (N / ITL without drafts);
+  ITL is 0 for one output token (there is no second). A mean over desynchronized clients.
 - "disaggregated": the decode instances of a prefill-decode disaggregated deployment (DeepSeek's serving,
   DistServe, SGLang PD): the same without the prefill share, which runs on separate prefill instances;
   TTFT = prefill(batch) there + ITL / 2 (+ the queue's wait); memory holds the KV cache of the N sequences.
@@ -36,7 +38,7 @@ other C - N clients (memory/kv_pool.py, docs/serving-capacity.md); N = C when ev
 Speculative decoding (`workload.draft_tokens`, MTP drafts): a decode step verifies 1 + d queries per
 sequence and runs the MTP modules, and emits `tokens_per_step` = 1 + p + ... + p^d tokens per sequence on
 average, so ITL = step / tokens_per_step and a steady-state step absorbs the prefills of
-C x tokens_per_step / (batch x output_tokens) requests (docs/mla.md, "MTP speculative decoding").
+N / (batch x (1 + (output_tokens - 1) / tokens_per_step)) requests (docs/mla.md, "MTP speculative decoding").
 With `parallelism.microbatch_overlap: 2` every forward pass runs as two overlapped micro-batches
 (engine/microbatch.py, docs/microbatch-overlap.md); a static-batching trace then has no timeline.
 """
@@ -236,27 +238,33 @@ def _replay_steady_state(case: Case, ops: Ops, overlap: bool, adjust: Adjust | N
         itl = 0.5 * (first + last) / w.tokens_per_step
         ttft = prefill + 0.5 * itl
         events = cost.simulated + devents
+        slots, period, rate = w.output_tokens, itl, inflight / itl[SPAN]
     else:
-        share = inflight * w.tokens_per_step / (w.batch * max(w.output_tokens, 1))
-        prompts = share * w.batch                       # prompts whose prefill a mean step carries
+        # a request's first token comes from the step that runs its prompt, the other O - 1 from decode steps
+        # emitting tokens_per_step each: it holds a sequence slot for `steps` steps
+        steps = 1 + (w.output_tokens - 1) / w.tokens_per_step
+        share = inflight / (w.batch * steps)            # requests whose prompts a mean step carries
+        prompts = share * w.batch
         own = max(share, 1.0) * w.batch                 # ... and the step that carries a new request's
         anchors = sorted({max(1, n) for m in (prompts, own) for n in (math.floor(m), math.ceil(m))})
         table, events = _iteration_cost(case, ops, overlap, adjust, anchors, sorted({1, inflight}))
         context = inflight * (w.prompt_tokens + 0.5 * (w.output_tokens - 1))     # mean decode context
         step = table.time(prompts * w.prompt_tokens, inflight, context)
-        itl = step / w.tokens_per_step
+        itl = step / w.tokens_per_step if w.output_tokens > 1 else 0.0 * step
         ttft = 0.5 * step + table.time(own * w.prompt_tokens, inflight, context)
+        slots, period, rate = steps, step, inflight * (w.output_tokens / steps) / step[SPAN]
     if inflight < w.concurrency:
-        ttft = ttft + queue_wait(w.concurrency, inflight, w.output_tokens, itl)
+        ttft = ttft + queue_wait(w.concurrency, inflight, slots, period)
     e2e = ttft + (w.output_tokens - 1) * itl
-    return _record(ttft, itl, e2e, inflight / itl[SPAN], events, admission)
+    return _record(ttft, itl, e2e, rate, events, admission)
 
 
-def queue_wait(clients: int, inflight: int, output_tokens: int, itl: np.ndarray) -> np.ndarray:
+def queue_wait(clients: int, inflight: int, slots: float, period: np.ndarray) -> np.ndarray:
     """Mean wait in the engine's queue of C closed-loop clients of which N are in flight (Little's law on the
     queue): C - N requests wait at all times and leave it at the engine's request rate, N sequences each
-    emitting a token per ITL, N / (O x ITL) requests per second, so W = (C - N) x O x ITL / N."""
-    return (clients - inflight) * output_tokens * itl / inflight
+    holding its slot for `slots` periods (O ITLs without speculative drafts; 1 + (O - 1) / tokens_per_step
+    steps with them), so W = (C - N) x slots x period / N."""
+    return (clients - inflight) * slots * period / inflight
 
 
 def _replay_serving(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, admission: Admission) -> dict:

@@ -181,7 +181,7 @@ def shared_state_bytes(case: Case, conv: Conventions, counts: tuple[int, ...],
     (sweep-1000: 4 per layout and model) share it."""
     p = case.parallelism
     key = (case.model, conv, case.weight_precision, case.expert_replication, counts, stages, p.dp, p.cp, p.tp,
-           p.pp, p.ep, p.expert_tp, p.zero, p.fsdp, p.fp32_grad_accum)
+           p.pp, p.ep, p.expert_tp, p.zero, p.fsdp, p.fp32_grad_accum, p.optimizer_state)
     table = current().stage_states
     hit = table.get(key)
     if hit is None:

@@ -158,7 +158,8 @@ MAX_PIPELINE_TASKS = 2**21         # pp x virtual stages x micro-batches: the pi
 def _check_bounds(hardware: HardwareSpec, par: Parallelism, workload: Any, precision: str, source: str,
                   recipe: str = "tensorwise") -> None:
     """Limits on products of keys (work and memory that would explode), fp8 and fp4 only where the device
-    has their tensor units (an FP8 recipe only when the case runs FP8), and fp4 in inference only."""
+    has their tensor units (an FP8 recipe only when the case runs FP8), fp4 in inference only, and 16-bit
+    optimizer state only beside half-precision weights."""
     if par.world > MAX_WORLD:
         raise SpecError.at(source, "parallelism", f"dp x tp x pp x cp = {par.world} GPUs; allowed: at most {MAX_WORLD}")
     if isinstance(workload, TrainingWorkload) and workload.microbatches(par.dp) > MAX_MICROBATCHES:
@@ -182,6 +183,10 @@ def _check_bounds(hardware: HardwareSpec, par: Parallelism, workload: Any, preci
     if precision in GEMM_PRECISIONS and precision not in hardware.tensor_flops:
         raise SpecError.at(source, "precision", f"{hardware.name} has no {precision} tensor units; allowed: "
                            f"{', '.join(sorted(hardware.tensor_flops))}")
+    if par.optimizer_state != "fp32" and precision in ("fp32", "tf32"):
+        raise SpecError.at(source, "parallelism.optimizer_state", f"16-bit Adam state keeps a 2-byte master copy "
+                           f"of half-precision weights; precision {precision} trains FP32 weights without one; "
+                           "allowed with fp32 / tf32: fp32")
     if precision == "fp4" and isinstance(workload, TrainingWorkload):
         raise SpecError.at(source, "precision", "fp4 is a serving precision (NVFP4 checkpoints for inference); "
                            "FP4 training recipes are not modelled; allowed in training: "
@@ -419,10 +424,15 @@ def _check_inference(model: ModelSpec, par: Parallelism, workload: InferenceWork
     if workload.max_batch_size < workload.batch:
         raise bad("workload.max_batch_size", f"{workload.max_batch_size} sequences in flight cannot run a batch of "
                   f"{workload.batch}; allowed: {workload.batch} to 65536")
-    if workload.kv_cache_fraction != InferenceWorkload.kv_cache_fraction and workload.concurrency <= workload.batch:
-        raise bad("workload.kv_cache_fraction", "sizes the KV-cache pool of a serving engine (concurrency > batch); "
-                  f"static batching (concurrency {workload.concurrency} <= batch {workload.batch}) holds its "
-                  "batch's cache whole; allowed: leave it unset, or concurrency > batch")
+    admission = {"kv_cache_fraction": "sizes the KV-cache pool", "max_batch_size": "caps the sequences in flight"}
+    for key, what in admission.items():
+        if getattr(workload, key) != getattr(InferenceWorkload, key) and workload.concurrency <= workload.batch:
+            raise bad(f"workload.{key}", f"{what} of a serving engine (concurrency > batch); static batching "
+                      f"(concurrency {workload.concurrency} <= batch {workload.batch}) runs its batch whole; "
+                      "allowed: leave it unset, or concurrency > batch")
+    if workload.serving == "disaggregated" and workload.output_tokens < 2:
+        raise bad("workload.output_tokens", "disaggregated decode instances generate tokens 2 .. output_tokens "
+                  "(the first comes from the prefill instances); allowed with serving disaggregated: >= 2")
 
 
 def resolve_case(mapping: Any, source: str) -> Case:
