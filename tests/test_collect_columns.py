@@ -105,3 +105,22 @@ def test_same_shards_in_any_order_give_the_same_bytes(studies: dict[str, tuple[P
     run_collect(cases, sims[::-1], tmp_path / "summary.parquet", tmp_path / "summary.csv")
     for suffix in ("parquet", "csv"):
         assert (tmp_path / f"summary.{suffix}").read_bytes() == (cases.parent / f"summary.{suffix}").read_bytes()
+
+
+def test_a_limit_met_while_simulating_is_an_invalid_row_as_in_sweep(tmp_path: Path) -> None:
+    """A simulated serving queue too long to simulate (one request's KV in the pool, 16384 clients: 2^21
+    iterations per window, over MAX_SERVING_ITERATIONS) is refused only once memory has decided admission:
+    the pipeline's simulate stage writes the row invalid with the refusal, as `prediction.sweep` does,
+    instead of failing its shard."""
+    spec = {"name": "queue", "base": {"model": "llama2-7b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
+                                      "workload": {"mode": "inference", "batch": 1, "concurrency": 16384,
+                                                   "prompt_tokens": 128, "output_tokens": 128,
+                                                   "serving": "simulated", "kv_cache_fraction": 0.003}},
+            "cross": {"attention_impl": ["flash"]}}
+    path = tmp_path / "queue.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    cases, sims = shard_outputs(path, tmp_path / "queue")
+    row = run_collect(cases, sims, tmp_path / "summary.parquet", tmp_path / "summary.csv").iloc[0]
+    swept = sweep(load_experiment(path)).iloc[0]
+    assert row.status == swept.status == "invalid"
+    assert row.reason == swept.reason and row.reason.startswith("workload.serving: simulated serving")

@@ -14,6 +14,7 @@ from rapidllm.graph.templates import case_templates, operator_frame
 from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import OPERATOR_COLUMNS, price_case
 from rapidllm.pipeline.io import shard_cases, write_table
+from rapidllm.spec.errors import SpecError
 from rapidllm.spec.experiment import Experiment, expand
 
 def run_expand(exp: Experiment, out: str | Path) -> pd.DataFrame:
@@ -68,7 +69,11 @@ def run_simulate(cases: str | Path, ops: str | Path, memory: str | Path, graphs:
                          **device_record(case)})
             continue
         ops_c = op_table[op_table.case_id == cid].drop(columns="case_id").reset_index(drop=True)
-        record = simulate(case, ops_c, memory_for_case(case), engine=engine, templates=traces[cid][0] or None)
+        try:
+            record = simulate(case, ops_c, memory_for_case(case), engine=engine, templates=traces[cid][0] or None)
+        except SpecError as err:        # a limit met while simulating (as `prediction.sweep`): the row says so
+            rows.append({"case_id": cid, "status": "invalid", "reason": str(err), **device_record(case)})
+            continue
         record.pop("infeasible_reason")
         rows.append({"case_id": cid, "status": "ok", "reason": "", **device_record(case), **record})
     write_table(pd.DataFrame(rows), out)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -374,6 +375,13 @@ def search(spec: SearchSpec | str | Path | dict, *, prune: bool = True, progress
     return _table([t.rows for t in tops], spec, counts)
 
 
+def _refusal_key(err: SpecError) -> str:
+    """What a refusal met while predicting counts under: the key its message names ('workload.serving: ...'),
+    else 'simulation limit' (a collective or pipeline too large to simulate names no key)."""
+    head = str(err).split(":", 1)[0]
+    return head if re.fullmatch(r"[\w.]+", head) else "simulation limit"
+
+
 def _visit(spec: SearchSpec, prune: bool, engine: str, ci: int, gpus: int, entries: list[Entry], best: _Top,
            counts: Counts, limits: dict[str, tuple[float, float]], shared: _Shared, bar: Any) -> None:
     """Visit one group's entries (best bound first when pruning, else in enumeration order) into its top k.
@@ -412,7 +420,7 @@ def _visit(spec: SearchSpec, prune: bool, engine: str, ci: int, gpus: int, entri
             rec = predict(lay.case, engine).to_dict()
         except SpecError as err:               # a limit met once memory has decided (a serving queue too long
             counts.removed["invalid"] += 1     # to simulate): invalid, under its key, like a case rule
-            counts.invalid_by_rule[str(err).split(":")[0]] += 1
+            counts.invalid_by_rule[_refusal_key(err)] += 1
             continue
         if rec["status"] != "ok":              # predict checks every stage's memory first
             counts.removed["out_of_memory"] += 1
