@@ -280,5 +280,3 @@ def test_steady_state_drafts_count_the_prefill_step_once() -> None:
     plain, drafted = served(1, 0), served(1, 1)
     assert plain["itl_s"] == drafted["itl_s"] == 0.0          # no second token, no inter-token latency
     assert drafted["ttft_s"] == pytest.approx(plain["ttft_s"], rel=0.1)
-    longer = served(9, 1)                                      # 1 + 8 / 1.8 steps a request
-    assert longer["tokens_per_s"] > served(9, 0)["tokens_per_s"]
