@@ -166,7 +166,7 @@ def test_predict_says_why(capsys) -> None:
     from rapidllm.cli import main
     example = str(ROOT / "examples" / "llama70b-fp8-serving-3000.yaml")
     assert main(["predict", example]) == 0
-    assert ("331    (the KV-cache pool holds 331 requests of 128 + 2048 tokens; 2669 of 3000 clients queue)"
+    assert ("331    (the KV-cache pool holds 331 requests of 128 + 2048 tokens; 2669 of the 3000 clients queue)"
             in capsys.readouterr().out)
     assert main(["predict", example, "--json"]) == 0
     out = yaml.safe_load(capsys.readouterr().out)

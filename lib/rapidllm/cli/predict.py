@@ -158,7 +158,10 @@ def _hint(case, pred) -> str:
         "gradients": ("ZeRO 2-3 (parallelism.zero) shards the gradients over dp" if shards and par.zero < 2
                       else "more tp or pp (or dp with ZeRO 2-3) splits the gradients"),
         "optimizer state": ("ZeRO 1-3 (parallelism.zero) shards it over dp" if shards and par.zero < 1
-                            else "more tp or pp (or dp with ZeRO 1-3) splits it"),
+                            else "more tp or pp (or dp with ZeRO 1-3) splits it")
+                           + ("; parallelism.optimizer_state: bf16 halves it (16-bit Adam state)"
+                              if par.optimizer_state == "fp32" and case.weight_precision not in ("fp32", "tf32")
+                              else ""),
         "activations": "parallelism.recompute: full, a smaller workload.micro_batch, or more tp (with sp), cp or "
                        "pp shrink them",
         "KV cache": "a smaller batch or more tp or pp shrinks it"}
@@ -178,7 +181,8 @@ def _in_flight(case, pred) -> str:
         return f"(all {w.concurrency} clients)"
     why = (f"the KV-cache pool holds {n} requests of {w.prompt_tokens} + {w.output_tokens} tokens"
            if pred.in_flight_limit == "kv_cache" else f"max_batch_size {w.max_batch_size}")
-    return f"({why}; {w.concurrency - n} of {w.concurrency} clients queue)"
+    each = f" of each of the {case.parallelism.dp} replicas" if case.parallelism.dp > 1 else ""
+    return f"({why}; {w.concurrency - n} of the {w.concurrency} clients{each} queue)"
 
 
 def _number(value: float | str) -> str:
@@ -224,8 +228,8 @@ def serving_model(case, pred) -> str | None:
     if case.training:
         return None
     w = case.workload
-    serving = w.concurrency > w.batch and pred.sequences_in_flight is not None
-    return w.serving if serving else "static"
+    baseline = pred.status == "ok" and pred.sequences_in_flight is None
+    return w.serving if w.concurrency > w.batch and not baseline else "static"
 
 
 def _serving(case, pred) -> str:

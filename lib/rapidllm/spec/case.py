@@ -172,7 +172,7 @@ def _check_bounds(hardware: HardwareSpec, par: Parallelism, workload: Any, preci
         tokens = max(workload.batch, workload.concurrency) * (workload.prompt_tokens + workload.output_tokens)
         if tokens > MAX_INFERENCE_TOKENS:
             raise SpecError.at(source, "workload", f"max(batch, concurrency) x (prompt_tokens + output_tokens) = "
-                               f"{tokens} tokens in flight; allowed: at most {MAX_INFERENCE_TOKENS}")
+                               f"{tokens} tokens requested at once; allowed: at most {MAX_INFERENCE_TOKENS}")
         work = workload.concurrency * workload.output_tokens
         if workload.serving == "simulated" and work > MAX_SERVING_WORK:
             raise SpecError.at(source, "workload.serving", f"simulated serving of concurrency x output_tokens = "
