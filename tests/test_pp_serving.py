@@ -40,6 +40,34 @@ def test_round_closed_form(pp: int) -> None:
     assert pipelined([_parts(pp, t)] * 2)[0] == pytest.approx(max(2, pp) * t, rel=1e-12)
 
 
+@pytest.mark.parametrize("pp", [2, 4])
+def test_prompts_in_a_round_cost_the_busiest_stage_work(pp: int) -> None:
+    """Prompts a step absorbs ride in micro-batches already in the pipeline: without the trip a round is the
+    busiest stage's work, pp x (t + h) for pp micro-batches, (t + h) for one; so the iteration table's
+    prefill anchors grow with the prompts (two cost twice one, where a trip of its own made them equal)."""
+    t, h, s = 3e-3, 1e-3, 4e-3
+    assert pipelined([_parts(pp, t, h, s)] * pp, trip=False)[0] == pytest.approx(pp * (t + h), rel=1e-12)
+    assert pipelined([_parts(pp, t, h, s)], trip=False)[0] == pytest.approx(t + h, rel=1e-12)
+    assert pipelined([_parts(pp, t, h, s)] * 2, trip=False)[0] == pytest.approx(
+        2 * pipelined([_parts(pp, t, h, s)], trip=False)[0], rel=1e-12)
+
+
+def test_steady_state_with_pp_grows_with_the_prompts_it_absorbs() -> None:
+    """Llama-3.1-70B FP8 tp 4 x pp 2 (the second user trial's case): past the weight-bound regime the step
+    grows with the sequences and prompts it carries, so throughput saturates instead of rising 66% from
+    512 to 1,000 clients at a flat ITL, and steady_state and simulated rank tp 4 x pp 2 against tp 8 alike."""
+    def run(clients: int, par: dict, serving: str = "steady_state"):
+        case = {"model": "llama3.1-70b", "hardware": "h100-sxm5-80gb", "network": "dgx-h100", "precision": "fp8",
+                "kv_cache_precision": "fp8", "attention_impl": "flash3", "parallelism": par,
+                "workload": {"mode": "inference", "concurrency": clients, "prompt_tokens": 2000,
+                             "output_tokens": 500, "serving": serving}}
+        return predict(case)
+    half, full = run(512, {"tp": 4, "pp": 2}), run(1000, {"tp": 4, "pp": 2})
+    assert full.itl_s > 1.5 * half.itl_s and full.tokens_per_s < 1.1 * half.tokens_per_s
+    for serving in ("steady_state", "simulated"):
+        assert run(512, {"tp": 4, "pp": 2}, serving).tokens_per_s > run(512, {"tp": 8}, serving).tokens_per_s
+
+
 def test_pp1_unchanged() -> None:
     """pp 1: a step is the forward pass at the batch, to the bit (a single micro-batch is the plain pass)."""
     case = resolve_case({**CASE, "parallelism": {"tp": 1}}, "test")

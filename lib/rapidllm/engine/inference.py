@@ -53,7 +53,7 @@ import numpy as np
 from rapidllm.engine.comm_cost import CommCost
 from rapidllm.engine.composer import Replayed, replay_all
 from rapidllm.engine.microbatch import Adjust, Ops, at_batch, overlap_active, overlapped_pass, split_batch
-from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, simulate
+from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, build_cost, one_token, simulate
 from rapidllm.graph.templates import Template, extra_templates, layer_counts, layer_templates, layer_tokens, ops_view
 from rapidllm.memory.kv_pool import Admission
 from rapidllm.spec.case import MAX_SERVING_ITERATIONS, Case
@@ -124,7 +124,7 @@ def forward_pass(case: Case, ops: Ops, prefix: str, cost: CommCost, overlap: boo
     return pass_parts(case, ops, prefix, cost, overlap).totals()
 
 
-def pipelined(parts: list[PassParts]) -> np.ndarray:
+def pipelined(parts: list[PassParts], trip: bool = True) -> np.ndarray:
     """(span, compute) of one round of a serving engine's pipeline: micro-batch m (pass `parts[m]`) runs
     through every stage once per round, each stage working on a different micro-batch, and every sequence
     of every micro-batch gets one token per round. The round lasts the longer of
@@ -134,8 +134,10 @@ def pipelined(parts: list[PassParts]) -> np.ndarray:
     - one micro-batch's trip through all stages with its pp - 1 sends: its next token step cannot start
       before its last one has left the last stage.
     With pp equal stages of time t and no head or sends that is pp x t; one micro-batch is the plain pass.
-    The compute column is the same schedule with communication free (no sends, layer compute only)."""
-    if len(parts) == 1:
+    The compute column is the same schedule with communication free (no sends, layer compute only).
+    trip=False gives the busiest stage's work alone: what prompt tokens riding in micro-batches that are in
+    the pipeline anyway add to a round (`_iteration_cost`), their micro-batches making no trip of their own."""
+    if len(parts) == 1 and trip:
         return np.array(parts[0].totals())
     out = []
     for col in (SPAN, COMPUTE):
@@ -143,13 +145,13 @@ def pipelined(parts: list[PassParts]) -> np.ndarray:
         stage = [p.stage()[col] for p in parts]
         sends = [sum(p.sends) if col == SPAN else 0.0 for p in parts]
         busiest = sum(t + h for t, h in zip(stage, head))
-        trip = max(p.pp * t + h + s for p, t, h, s in zip(parts, stage, head, sends))
-        out.append(max(busiest, trip))
+        through = max(p.pp * t + h + s for p, t, h, s in zip(parts, stage, head, sends)) if trip else 0.0
+        out.append(max(busiest, through))
     return np.array(out)
 
 
 def serving_pass(case: Case, ops: Ops, prefixes: tuple[str, ...], batch: int, overlap: bool,
-                 adjust: Adjust | None) -> tuple[list[np.ndarray], int]:
+                 adjust: Adjust | None, trip: bool = True) -> tuple[list[np.ndarray], int]:
     """(span, compute) of a serving engine's step over `batch` sequences for each section prefix, and the
     link events simulated. With pp > 1 the engine keeps pp micro-batches in flight (`split_batch`: pp of
     ~batch / pp sequences, fewer when batch < pp), one per stage, and the step is their round
@@ -158,9 +160,10 @@ def serving_pass(case: Case, ops: Ops, prefixes: tuple[str, ...], batch: int, ov
     runs `num_micro_batches` = pp_size disjoint micro-batches (tensorrt_llm/_torch/pyexecutor/py_executor.py,
     `_executor_loop_pp`) and SGLang one running batch per micro-batch (`event_loop_pp`); docs/engine.md
     "Serving". With pp 1 it is the forward pass at `batch` (two overlapped micro-batches under
-    `microbatch_overlap`, engine/microbatch.py)."""
+    `microbatch_overlap`, engine/microbatch.py). trip=False (pp > 1): the busiest stage's work alone
+    (`pipelined`)."""
     sizes = split_batch(batch, case.parallelism.pp)
-    if len(sizes) == 1:
+    if case.parallelism.pp == 1:
         ncase, nops = at_batch(case, ops, batch, adjust)
         cost = CommCost(ncase)
         return [np.array(forward_pass(ncase, nops, s, cost, overlap, adjust)) for s in prefixes], cost.simulated
@@ -171,7 +174,7 @@ def serving_pass(case: Case, ops: Ops, prefixes: tuple[str, ...], batch: int, ov
         cost = CommCost(ncase)
         parts[n] = [pass_parts(ncase, nops, s, cost, overlap) for s in prefixes]
         events += cost.simulated
-    return [pipelined([parts[n][k] for n in sizes]) for k in range(len(prefixes))], events
+    return [pipelined([parts[n][k] for n in sizes], trip) for k in range(len(prefixes))], events
 
 
 @dataclass(frozen=True)
@@ -289,22 +292,35 @@ def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, 
                     decode_batches: list[int]) -> tuple[IterationCost, int]:
     """Serving iteration cost from serving steps (`serving_pass`: with pp > 1 a round of pp micro-batches):
     the prefill of n whole prompts for n in `prefill_batches`, decode steps of n sequences for n in
-    `decode_batches` (1 first; the floor is the one-token step, a round of pp one-token micro-batches with
-    pp > 1); also the link events simulated."""
+    `decode_batches` (1 first; the floor is the one-token step); also the link events simulated. With pp > 1
+    the prompts ride in the decode round's micro-batches, so their anchors and the floor they are taken from
+    (pp one-token micro-batches) are the busiest stage's work alone, no trip (`pipelined`)."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
-    floor_at = min(case.parallelism.pp, max(decode_batches))     # pp one-token micro-batches, or batch 1
+    pp = case.parallelism.pp
+    floor_at = min(pp, max(decode_batches))     # pp one-token micro-batches, or batch 1
     decode_batches = sorted({floor_at, *decode_batches})
     prefill, decode, events = [], [], 0
+    # with pp > 1 a step's prompts ride in the micro-batches of its round: the prefill anchors and the floor
+    # they are taken from are the busiest stage's work alone (`pipelined`), the trip being the decode round's
     for n in sorted(set(prefill_batches) | set(decode_batches)):
         prefixes = (SECTIONS[:1] if n in prefill_batches else ()) + (SECTIONS[1:] if n in decode_batches else ())
-        times, simulated = serving_pass(case, ops, prefixes, n, overlap, adjust)
+        if pp > 1 and n in prefill_batches:
+            prompt, simulated = serving_pass(case, ops, SECTIONS[:1], n, overlap, adjust, trip=False)
+            prefixes, events = prefixes[1:], events + simulated
+        times, simulated = serving_pass(case, ops, prefixes, n, overlap, adjust) if prefixes else ([], 0)
         if n in prefill_batches:
-            prefill.append((n * w.prompt_tokens, times[0]))
+            prefill.append((n * w.prompt_tokens, prompt[0] if pp > 1 else times[0]))
         if n in decode_batches:
             decode.append((n, times[-2], times[-1]))
         events += simulated
-    return build_cost(prefill, decode, w.prompt_tokens, w.prompt_tokens + w.output_tokens - 1, floor_at), events
+    floor = None
+    if pp > 1:
+        (first, last), simulated = serving_pass(case, ops, SECTIONS[1:], floor_at, overlap, adjust, trip=False)
+        floor = one_token(first, last, w.prompt_tokens, w.prompt_tokens + w.output_tokens - 1)
+        events += simulated
+    return build_cost(prefill, decode, w.prompt_tokens, w.prompt_tokens + w.output_tokens - 1, floor_at,
+                      floor), events
 
 
 def anchor_batches(concurrency: int) -> list[int]:

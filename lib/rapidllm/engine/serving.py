@@ -41,7 +41,8 @@ class IterationCost:
     mean context S / b (decode attention reads the KV cache once per token, at the cache's element size:
     an FP8 cache halves the slope, `Case.kv_precision`). A mixed iteration costs
     prefill(k) + decode(b, S) - floor, where floor is a one-token iteration (batch 1, empty cache; with pp
-    micro-batches in flight a round of pp one-token micro-batches, `build_cost`'s `floor_at`): the fused
+    micro-batches in flight the busiest stage's work for pp one-token micro-batches, as the prompts'
+    anchors are, engine/inference.py `_iteration_cost`): the fused
     GEMMs read every weight once for all k + b rows, and launch and collective latencies are paid once, so
     the part both passes share is counted once; the rest (GEMM rows, prefill and decode attention, which run
     as separate kernels, activation collectives) adds.
@@ -59,8 +60,13 @@ class IterationCost:
                                          self.dec_slope, self.ctx0, j) for j in (SPAN, COMPUTE)])
 
 
+def one_token(first: np.ndarray, last: np.ndarray, ctx0: int, ctx1: int) -> np.ndarray:
+    """A decode step at an empty cache: first / last at ctx0 / ctx1 tokens of context, extrapolated to none."""
+    return first - (last - first) / max(ctx1 - ctx0, 1) * ctx0
+
+
 def build_cost(prefill: list[tuple[int, np.ndarray]], decode: list[tuple[int, np.ndarray, np.ndarray]],
-               ctx0: int, ctx1: int, floor_at: int = 1) -> IterationCost:
+               ctx0: int, ctx1: int, floor_at: int = 1, floor: np.ndarray | None = None) -> IterationCost:
     """Cost table from anchors: prefill (tokens, (span, compute)) and decode (batch, first, last), where
     first / last are decode steps with ctx0 / ctx1 tokens of context per sequence. The floor is the decode
     anchor `floor_at` at an empty cache: batch 1, or with pp micro-batches in flight batch pp, whose round
@@ -68,8 +74,9 @@ def build_cost(prefill: list[tuple[int, np.ndarray]], decode: list[tuple[int, np
     dec_batch = np.array([b for b, _, _ in decode], dtype=np.float64)
     first = np.array([f for _, f, _ in decode], dtype=np.float64)
     slope = np.array([(la - f) / max(ctx1 - ctx0, 1) for _, f, la in decode], dtype=np.float64)
-    at = [b for b, _, _ in decode].index(floor_at)
-    floor = first[at] - slope[at] * ctx0
+    if floor is None:                  # the one-token step among the decode anchors
+        at = [b for b, _, _ in decode].index(floor_at)
+        floor = first[at] - slope[at] * ctx0
     pf_tokens = np.array([0.0] + [float(k) for k, _ in prefill])
     pf_time = np.vstack([floor] + [t for _, t in prefill]).astype(np.float64)
     return IterationCost(pf_tokens, pf_time, dec_batch, first, slope, float(ctx0))
