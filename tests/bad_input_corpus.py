@@ -239,7 +239,7 @@ PREDICT = [
              {**INFERENCE, "concurrency": 4096, "output_tokens": 8192, "serving": "simulated"},
              "simulated serving of concurrency x output_tokens", "work"),
     case_bad("tokens-in-flight", "workload", {**INFERENCE, "concurrency": 65536, "prompt_tokens": 4096},
-             "tokens in flight", "work"),
+             "tokens requested at once", "work"),
     case_bad("output-tokens-zero", "workload", {**INFERENCE, "output_tokens": 0}, "output_tokens"),
     # an encoder (causal: false) has no KV-cache decode: its inference is one forward pass (output_tokens 0)
     case_bad("encoder-decode", "workload", INFERENCE, "workload.output_tokens: dinov3-vit7b16 is an encoder",
