@@ -68,6 +68,19 @@ def test_steady_state_with_pp_grows_with_the_prompts_it_absorbs() -> None:
         assert run(512, {"tp": 4, "pp": 2}, serving).tokens_per_s > run(512, {"tp": 8}, serving).tokens_per_s
 
 
+@pytest.mark.parametrize("pp", [2, 4])
+def test_a_step_with_prompts_is_never_cheaper_than_its_decodes(pp: int) -> None:
+    """Fewer prompts than stages ride in as many micro-batches: their anchor is the floor (pp one-token
+    micro-batches) plus what they add to those carrying them, so a steady-state step that absorbs prompts is
+    never cheaper than the decode-only step of disaggregated serving (it was, when one prompt's micro-batch
+    was set against pp of them)."""
+    work = {"mode": "inference", "concurrency": 48, "prompt_tokens": 512, "output_tokens": 64}
+    case = {**CASE, "workload": work, "parallelism": {"pp": pp}}
+    mixed = predict({**case, "workload": {**work, "serving": "steady_state"}})
+    decode = predict({**case, "workload": {**work, "serving": "disaggregated"}})
+    assert mixed.itl_s > decode.itl_s
+
+
 def test_pp1_unchanged() -> None:
     """pp 1: a step is the forward pass at the batch, to the bit (a single micro-batch is the plain pass)."""
     case = resolve_case({**CASE, "parallelism": {"tp": 1}}, "test")

@@ -294,7 +294,8 @@ def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, 
     the prefill of n whole prompts for n in `prefill_batches`, decode steps of n sequences for n in
     `decode_batches` (1 first; the floor is the one-token step); also the link events simulated. With pp > 1
     the prompts ride in the decode round's micro-batches, so their anchors and the floor they are taken from
-    (pp one-token micro-batches) are the busiest stage's work alone, no trip (`pipelined`)."""
+    (pp one-token micro-batches) are the busiest stage's work alone, no trip (`pipelined`); n < pp prompts
+    ride in n micro-batches, priced as the floor plus what they add to n one-token ones."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     pp = case.parallelism.pp
@@ -316,9 +317,16 @@ def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, 
         events += simulated
     floor = None
     if pp > 1:
-        (first, last), simulated = serving_pass(case, ops, SECTIONS[1:], floor_at, overlap, adjust, trip=False)
-        floor = one_token(first, last, w.prompt_tokens, w.prompt_tokens + w.output_tokens - 1)
-        events += simulated
+        # the busiest stage's work of m one-token micro-batches (m <= pp): the floor is pp of them, and n < pp
+        # prompts ride in n micro-batches, so their anchor is the floor plus what the prompts add to those n
+        idle: dict[int, np.ndarray] = {}
+        for m in sorted({floor_at} | {len(split_batch(n, pp)) for n in prefill_batches}):
+            (first, last), simulated = serving_pass(case, ops, SECTIONS[1:], m, overlap, adjust, trip=False)
+            idle[m] = one_token(first, last, w.prompt_tokens, w.prompt_tokens + w.output_tokens - 1)
+            events += simulated
+        floor = idle[floor_at]
+        carriers = sorted(set(prefill_batches))
+        prefill = [(k, floor + t - idle[len(split_batch(n, pp))]) for (k, t), n in zip(prefill, carriers)]
     return build_cost(prefill, decode, w.prompt_tokens, w.prompt_tokens + w.output_tokens - 1, floor_at,
                       floor), events
 
