@@ -263,7 +263,7 @@ def table(case, pred, variant: str = "") -> list[str]:
                              f"{_in_flight(case, pred)}")
             if serving_model(case, pred) != "static":
                 lines.append(f"  note: {SERVING_NOTES[case.workload.serving]}")
-        rate = f"{pred.tokens_per_s:,.0f}" if pred.tokens_per_s >= 1000 else f"{pred.tokens_per_s:.4g}"
+        rate = plain_number(pred.tokens_per_s)
         dp = case.parallelism.dp        # an inference rate is one replica's; the header counts every replica's GPUs
         label = "throughput" if pred.mode == "training" or dp == 1 else f"throughput, each of {dp} replicas"
         lines.append(f"  {label:28s} {rate:>10s} tokens/s")   # 10,164 rather than 1.016e+04

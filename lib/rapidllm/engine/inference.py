@@ -305,13 +305,18 @@ def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, 
     # with pp > 1 a step's prompts ride in the micro-batches of its round: the prefill anchors and the floor
     # they are taken from are the busiest stage's work alone (`pipelined`), the trip being the decode round's
     for n in sorted(set(prefill_batches) | set(decode_batches)):
-        prefixes = (SECTIONS[:1] if n in prefill_batches else ()) + (SECTIONS[1:] if n in decode_batches else ())
-        if pp > 1 and n in prefill_batches:
-            prompt, simulated = serving_pass(case, ops, SECTIONS[:1], n, overlap, adjust, trip=False)
-            prefixes, events = prefixes[1:], events + simulated
-        times, simulated = serving_pass(case, ops, prefixes, n, overlap, adjust) if prefixes else ([], 0)
-        if n in prefill_batches:
-            prefill.append((n * w.prompt_tokens, prompt[0] if pp > 1 else times[0]))
+        riding = pp > 1 and n in prefill_batches        # priced on their own, without the trip
+        if riding:
+            (prompts,), simulated = serving_pass(case, ops, SECTIONS[:1], n, overlap, adjust, trip=False)
+            prefill.append((n * w.prompt_tokens, prompts))
+            events += simulated
+        prefixes = (SECTIONS[:1] if n in prefill_batches and not riding else ()) + \
+            (SECTIONS[1:] if n in decode_batches else ())
+        if not prefixes:
+            continue
+        times, simulated = serving_pass(case, ops, prefixes, n, overlap, adjust)   # pp 1: one pass, both
+        if n in prefill_batches and not riding:
+            prefill.append((n * w.prompt_tokens, times[0]))
         if n in decode_batches:
             decode.append((n, times[-2], times[-1]))
         events += simulated
