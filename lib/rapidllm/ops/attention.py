@@ -40,11 +40,6 @@ IMPLS = ("flash", "flash3", "flash_triton", "naive")
 MAX_BLOCK = 128          # register-file limit on the query block (FA2 uses 64-128)
 VEC_OPS_FWD = 8.0        # scale, running max, subtract, sum (4 fp32 ops = 8 FLOP-equivalents of an FMA rate)
 VEC_OPS_BWD = 12.0       # recompute P (scale, subtract) and dS = P * (dP - D) (3 ops), 6 FLOP-equivalents x2
-# exp2 results per clock per SM: 16 on compute capability 5.x-9.0 (CUDA C++ Programming Guide, "Arithmetic
-# Instructions" throughput table). H100 SXM5: 16 x 132 x 1.83 GHz = 3.9 T/s, the figure Shah et al. 2024
-# (FlashAttention-3, §3) contrast with its 989 TFLOP/s of matmul. Not a fixed ratio to the FP32 rate:
-# sm_90 doubled the FP32 lanes per SM (128) but not the SFUs.
-EXP_PER_SM_CLOCK = 16.0
 # FP8 KV-cache elements an SM widens to 16 bits per clock where the kernel dequantizes before a 16-bit MMA:
 # the packed PTX conversion cvt.rn.f16x2.e4m3x2 gives two elements per instruction lane (TensorRT-LLM XQA,
 # cpp/kernels/xqa/mha.cu + mhaUtils.cuh `convertKCacheWordToF16`), on the conversion pipe of 16 results per
@@ -142,8 +137,9 @@ def _widen_s(hw: HardwareSpec, elements: float) -> float:
 
 
 def _softmax_s(hw: HardwareSpec, elements: float, vec_ops: float) -> float:
-    """Score-element work on the CUDA cores: vec_ops FLOP-equivalents plus one exp on the SFUs."""
-    return elements * (vec_ops / hw.vector_flops + 1.0 / (EXP_PER_SM_CLOCK * hw.sm_count * hw.clock_hz))
+    """Score-element work on the CUDA cores: vec_ops FLOP-equivalents plus one exp on the SFUs, whose rate is
+    the device's own (`HardwareSpec.exp_per_sm_clock`, not a ratio to the FP32 rate)."""
+    return elements * (vec_ops / hw.vector_flops + 1.0 / (hw.exp_per_sm_clock * hw.sm_count * hw.clock_hz))
 
 
 def flash_mma_flops(hw: HardwareSpec, dtype: str, impl: str = "flash") -> float:

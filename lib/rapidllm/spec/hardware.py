@@ -22,6 +22,13 @@ PACKED_BYTES: dict[str, float] = {"fp4": 0.5}
 # Case precisions that only the GEMMs take (and, in serving, the stored weights): everything else runs and
 # moves BF16 (`Case.activation_precision`, docs/fp8.md and docs/fp4.md).
 GEMM_PRECISIONS = ("fp8", "fp4")
+# exp2 results per clock per SM of the special-function units: 16 on compute capability 5.x through 10.0
+# (CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table). H100 SXM5: 16 x 132 x 1.83 GHz =
+# 3.9 T/s, the figure Shah et al. 2024 (FlashAttention-3, §3) contrast with its 989 TFLOP/s of matmul. Not a
+# fixed ratio to the FP32 rate: sm_90 doubled the FP32 lanes per SM (128) but not the SFUs. Blackwell Ultra
+# (sm_103) doubles the SFU rate of MUFU.EX2 (NVIDIA technical blog "Making Softmax More Efficient with NVIDIA
+# Blackwell Ultra", 2026): its file sets `exponentials_per_sm_clock: 32`.
+DEFAULT_EXP_PER_SM_CLOCK = 16.0
 
 
 def packed_bytes(dtype: str) -> float:
@@ -66,6 +73,7 @@ class HardwareSpec:
     utilization: Utilization
     compute_capability: str = ""      # "8.0", "9.0", ...; "" when unknown
     memory_latency_s: float = 0.0     # 0 -> the GEMM model's default of 700 SM cycles
+    exp_per_sm_clock: float = DEFAULT_EXP_PER_SM_CLOCK   # exp2 results per clock per SM (special-function units)
     # Where the three constants come from: "" = fitted on this device's own validation rows; a device name =
     # transferred from that device by the rule of validate/transfer.py (no rows of its own); "datasheet" =
     # none given (1.0). Anything but "" makes a prediction carry `device_validated: false` and a warning.
@@ -116,6 +124,7 @@ class HardwareSpec:
             # 128 B/clk/SM is the shared-memory bandwidth of Volta through Hopper.
             smem_bandwidth_per_sm=(q(m["shared_memory_bandwidth_per_sm"], "bandwidth")
                                    if "shared_memory_bandwidth_per_sm" in m else 128.0 * clock),
+            exp_per_sm_clock=float(m.get("exponentials_per_sm_clock", DEFAULT_EXP_PER_SM_CLOCK)),
             limits=SMLimits(
                 max_threads=lim["max_threads"], max_threads_per_block=lim.get("max_threads_per_block", 1024),
                 max_registers=lim["max_registers"], max_registers_per_thread=lim.get("max_registers_per_thread", 255),
