@@ -34,7 +34,8 @@ other C - N clients (memory/kv_pool.py, docs/serving-capacity.md); N = C when ev
 - "simulated": C closed-loop clients, one sequence per request, run through the iteration-level simulator
   of `engine/serving.py` with at most N in the engine; its iteration cost is interpolated between forward
   passes priced here at running batches 1, 2, 4, ... and N (prefill of n whole prompts, decode of n sequences
-  at the first and last context).
+  at the first and last context, and decode steps of as many rows as those prompts' tokens, the GEMM rows a
+  fused step's prompts add: `_iteration_cost`).
 Speculative decoding (`workload.draft_tokens`, MTP drafts): a decode step verifies 1 + d queries per
 sequence and runs the MTP modules, and emits `tokens_per_step` = 1 + p + ... + p^d tokens per sequence on
 average, so ITL = step / tokens_per_step and a steady-state step absorbs the prefills of
