@@ -220,6 +220,7 @@ def test_package_is_callable_whatever_was_imported_first() -> None:
     ({"constraints": {"filters": {"tpp": {"max": 4}}}}, "constraints.filters.tpp"),
     ({"constraints": {"filters": {"peak_memory_bytes": {"max": "70 GHz"}}}}, "constraints.filters.peak_memory_bytes.max"),
     ({"constraints": {"filters": {"mfu": {"min": "5 GiB"}}}}, "constraints.filters.mfu.min"),
+    ({"constraints": {"filters": {"tokens_per_s": {"min": "5 ms"}}}}, "constraints.filters.tokens_per_s.min"),
     ({"objective": {"column": "schedule", "direction": "min"}}, "objective.column"),
     ({"parallelism": {"tp_comm_overlap": True}}, "parallelism.tp_comm_overlap"),
     ({"usd_per_gpu_hour": 2.49}, "usd_per_gpu_hour"),

@@ -135,8 +135,9 @@ def referenced_spec_files(path: str | Path) -> list[str]:
     return sorted(files)
 
 
-# the units a filter bound on a column may carry, by the column's suffix (bytes, seconds); other columns are
-# counts, ratios or rates without a unit kind of their own, and take plain numbers
+# the units a filter bound on a column may carry, by the column's suffix (bytes, seconds; `tokens_per_s` is a
+# rate, not a time); other columns are counts, ratios or rates without a unit kind of their own, and take
+# plain numbers
 FILTER_UNITS = {"_bytes": "bytes", "_s": "time"}
 
 
@@ -146,7 +147,8 @@ def _filter_bound(column: str, bound: str, value: float | str, source: str) -> f
     if not isinstance(value, str):
         return float(value)
     where = f"constraints.filters.{column}.{bound}"
-    kind = next((k for suffix, k in FILTER_UNITS.items() if column.endswith(suffix)), None)
+    kind = next((k for suffix, k in FILTER_UNITS.items() if column.endswith(suffix)
+                 and not column.endswith("_per_s")), None)
     if kind is None:
         raise SpecError.at(source, where, f"{value!r}: {column} takes a plain number; units are read on *_bytes "
                            "and *_s columns only")
