@@ -3,6 +3,9 @@
 The constants are fitted on the rows each suite declares in `calibration_rows` (a stratified subset of at
 most 25% of its rows), minimising the MAPE over every scored entry of those rows, and written into the
 `utilization:` line of config/hardware/<device>.yaml, where every later prediction reads them.
+A device's rows fit at most one constant per ENTRIES_PER_CONSTANT entries, in the order compute, HBM,
+network (`fitted_count`); the constants its rows cannot pin down come from its transfer donor
+(validate/transfer.py), as for a device without rows (`fit_all`).
 
 The optimizer is deterministic and needs no scipy: a coarse grid over the box [lo, hi]^3, then a bounded
 Nelder-Mead simplex from the best grid point (standard coefficients, fixed iteration budget, points
