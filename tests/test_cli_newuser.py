@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -150,8 +151,8 @@ def test_broken_pipe_is_quiet(tmp_path: Path) -> None:
 
 def test_cost_columns_of_a_predict_many_frame() -> None:
     """docs/cost.md's `add_cost_columns(predict_many(cases), cases=cases)` with the YAML paths predict_many
-    took; without `cases` a predict_many frame (no hardware or world column) is a clear ValueError, not a
-    KeyError."""
+    took, or without them (the frame has hardware, world and mode columns); a frame without those and
+    without `cases` is a clear ValueError, not a KeyError."""
     from rapidllm import cost, predict_many
 
     cases = [str(ROOT / "examples/gpt175b-tp8-pp8.yaml"), INFEASIBLE]
@@ -160,8 +161,10 @@ def test_cost_columns_of_a_predict_many_frame() -> None:
     assert priced.gpus[0] == 64 and priced.gpus[1] != priced.gpus[1]    # the infeasible row: NaN
     assert math.isclose(priced.usd_per_step[0], df.step_time_s[0] * 64 * priced.usd_per_gpu_hour[0] / 3600,
                         rel_tol=1e-12)
+    # a predict_many frame names its device, world and mode: priced alike without cases=
+    pd.testing.assert_frame_equal(cost.add_cost_columns(df), priced)
     with pytest.raises(ValueError, match="needs cases="):
-        cost.add_cost_columns(df)
+        cost.add_cost_columns(df.drop(columns=["hardware", "world"]))
 
 
 def test_header_names_the_variant(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -16,13 +16,14 @@ from pathlib import Path
 
 from rapidllm.cli.common import output_dir, output_path, plain_number, print_json, write_output
 from rapidllm.spec.errors import SpecError
+from rapidllm.spec.network import faults_text
 from rapidllm.spec.paths import display
 
 JSON_KEYS = ("case_id", "status", "reason", "step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
              "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "sequences_in_flight",
              "in_flight_limit", "peak_memory_bytes",
              "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
-             "framework_bytes", "capacity_bytes", "feasible", "device_validated", "serving")
+             "framework_bytes", "capacity_bytes", "feasible", "device_validated", "serving", "faults")
 
 # What each serving model assumes about the scheduler, under the TTFT / ITL lines (docs/engine.md, "Serving").
 SERVING_NOTES = {
@@ -33,6 +34,12 @@ SERVING_NOTES = {
                  "iteration; docs/engine.md \"Serving\"",
     "disaggregated": "serving disaggregated: decode instances only, prefills run on other GPUs; docs/engine.md "
                      "\"Serving\""}
+
+# Why a fault can turn the bubble into exposed communication (docs/engine.md, "Breakdown"): the split is the
+# critical stage's, and the stage a fault slows is that stage and waits for no other.
+FAULT_SPLIT_NOTE = ("the split is the critical stage's; a stage whose collectives a fault slows becomes it and "
+                    "waits for no other stage, so its bubble can fall to 0 (its slowed collectives count as "
+                    "exposed communication) while the other stages idle for it; docs/engine.md \"Breakdown\"")
 
 MEMORY_ROWS = (("weights", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer state"),
                ("activations", "activations"), ("kv_cache", "KV cache"), ("framework", "framework reserve"))
@@ -106,6 +113,7 @@ def _run(args: argparse.Namespace) -> int:
                      "Chakra traces")
         print(f"{len(paths)} Chakra traces -> {args.chakra}", file=sys.stderr)
     record["serving"] = serving_model(case, pred)
+    record["faults"] = [dataclasses.asdict(f) for f in case.network.faults]
     out = {k: record[k] for k in JSON_KEYS}
     costs: dict = {}
     if hw_cost is not None:             # an infeasible case keeps its $/hour; what needs a time is null
@@ -244,6 +252,8 @@ def table(case, pred, variant: str = "") -> list[str]:
     head = (f"case {pred.case_id}: {case.model.name} on {case.parallelism.world} x {case.hardware.name} "
             f"({case.network.name}), {pred.mode}" + (f" [{variant}]" if variant else ""))
     lines = [head, f"  layout: {_layout(case, pred)}"]
+    if case.network.faults:
+        lines.append(f"  faults: {faults_text(case.network.faults)}")
     if pred.status != "ok":
         lines += [f"  infeasible: {pred.reason}", f"  hint: {_hint(case, pred)}"]
     else:
@@ -255,6 +265,8 @@ def table(case, pred, variant: str = "") -> list[str]:
             value = value if abs(value) > 1e-9 * total else 0.0   # float residue of the split: "2.292e-07 us"
             share = 100.0 * value / total if total else 0.0
             lines.append(f"    {label:26s} {_seconds(value)} {share:6.1f}%")
+        if case.network.faults and pred.mode == "training" and case.parallelism.pp > 1:
+            lines.append(f"  note: {FAULT_SPLIT_NOTE}")
         if pred.mode == "inference":
             lines += [f"  {'time to first token':28s} {_seconds(pred.ttft_s)}",
                       f"  {'inter-token latency':28s} {_seconds(pred.itl_s)}"]

@@ -21,7 +21,7 @@ from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.layout import InferenceWorkload, Parallelism, TrainingWorkload
 from rapidllm.spec.named import resolve_named
-from rapidllm.spec.network import line_cables
+from rapidllm.spec.network import faults_text, line_cables
 from rapidllm.spec.paths import config_dir, display, project_root, spec_path
 from rapidllm.spec.schema import close_keys, json_safe, knows_key, load_yaml, validate
 
@@ -333,7 +333,9 @@ def expand(exp: Experiment) -> list[dict]:
 def flat_columns(case: Any) -> dict[str, Any]:
     """A row's case as columns (`case_columns`): names, the layout axes first, then every other parallelism
     option (so rows that differ only in, say, `tp_comm_overlap` tell apart in the table), then the workload,
-    then the case's kernel and software options (`attention_impl`, `decode_attention`, ...)."""
+    then the case's kernel and software options (`attention_impl`, `decode_attention`, ...), then the
+    network's faults (`faults_text`: the network file's and the case's; '' for none), so a faulted row
+    reads apart from a healthy one without its case JSON."""
     p, w = case.parallelism, case.workload
     cols = dict(zip(_NAMES, (case.model.name, case.hardware.name, case.network.name, case.precision, w.mode,
                              p.world), strict=True))
@@ -344,6 +346,7 @@ def flat_columns(case: Any) -> dict[str, Any]:
         cols[name] = getattr(w, name)
     for name in CASE_OPTIONS:
         cols[name] = getattr(case, name)
+    cols["faults"] = faults_text(case.network.faults)
     return cols
 
 
@@ -358,7 +361,7 @@ def case_columns(mode: Any) -> tuple[str, ...]:
     """The keys of `flat_columns` of a case of workload mode `mode`, in order: what a sweep has whatever
     its rows' validity. () for a mode that is none (a row whose workload is what is invalid)."""
     workload = WORKLOADS.get(mode) if isinstance(mode, str) else None
-    return (*_NAMES, *_layout_columns(), *_workload_columns(workload), *CASE_OPTIONS) if workload else ()
+    return (*_NAMES, *_layout_columns(), *_workload_columns(workload), *CASE_OPTIONS, "faults") if workload else ()
 
 
 @functools.lru_cache(maxsize=1)

@@ -30,6 +30,21 @@ class FaultSpec:
                    bandwidth_factor=float(m.get("bandwidth_factor", 1.0)),
                    extra_latency_s=q(m.get("extra_latency", 0.0), "time"), failed=bool(m.get("failed", False)))
 
+    def text(self) -> str:
+        """'[0, 2048] failed', '[0, 2304] bandwidth x0.5, +2 us latency (dimension 1)': the fault as a
+        prediction's table, a sweep's `faults` column and `predict_many` show it, in the case file's terms,
+        so a faulted output never reads like a healthy one (the case id alone does not say why it differs)."""
+        what = ["failed"] if self.failed else []
+        what += [f"bandwidth x{self.bandwidth_factor:g}"] if self.bandwidth_factor != 1.0 and not self.failed else []
+        what += [f"+{self.extra_latency_s * 1e6:g} us latency"] if self.extra_latency_s and not self.failed else []
+        where = f" (dimension {self.dimension})" if self.dimension is not None else ""
+        return f"[{self.link[0]}, {self.link[1]}] {', '.join(what) or 'no change'}{where}"
+
+
+def faults_text(faults: tuple[FaultSpec, ...]) -> str:
+    """A network's faults as one string ('' for none): each `FaultSpec.text`, joined by '; '."""
+    return "; ".join(f.text() for f in faults)
+
 
 @dataclass(frozen=True)
 class DimensionSpec:
