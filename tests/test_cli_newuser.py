@@ -365,3 +365,12 @@ def test_sweep_summary_keeps_to_its_rows_and_modes() -> None:
     assert "MFU" not in lines[0] and "TTFT ms" in lines[0]
     assert lines[2].split()[-5:] == ["2", "12.3", "4", "12,346", "8"]
     assert len(lines[1].split("  ")[0]) == LABEL_WIDTH and "..." in lines[1]
+
+
+def test_a_directory_is_named_as_given(tmp_path: Path, monkeypatch, capsys: pytest.CaptureFixture) -> None:
+    """User trial 3 (P9): `rapidllm predict /tmp/trial3/bad` run inside that folder said '.: is a directory'."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["predict", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"{tmp_path}: is a directory; a spec file must be a file"
+    assert main(["predict", "."]) == 2
+    assert capsys.readouterr().err.startswith(".: is a directory")
