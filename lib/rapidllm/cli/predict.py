@@ -129,15 +129,16 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _device_cost(path: str, case, rate: float | None):
-    """The cost inputs `--cost` prices the case with: an inline device's own `cost:` section (one without it
+    """The cost inputs `--cost` prices the case with: an inline device's (or device file's) own `cost:` section (one without it
     that keeps a config device's name, a copy with a tweak, is priced as that device), else the config
     device's; at `rate` $/GPU-hour when given, which also prices a device that has no cost inputs."""
     from rapidllm.cost.config import HardwareCost, cost_from_mapping, hardware_mapping
     from rapidllm.cost.operating import Operating
+    from rapidllm.spec.named import inline_spec_files
     from rapidllm.spec.paths import known_names
     from rapidllm.spec.schema import load_yaml
 
-    inline = load_yaml(Path(path)).get("hardware")
+    inline = inline_spec_files(load_yaml(Path(path)), Path(path).parent, display(path)).get("hardware")
     own = isinstance(inline, dict) and ("cost" in inline or case.hardware.name not in known_names("hardware"))
     mapping, where = (inline, f"{display(path)}: hardware") if own else hardware_mapping(case.hardware.name)
     if rate is not None and "cost" not in mapping:

@@ -20,13 +20,12 @@ from typing import Any, Iterator
 from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.layout import InferenceWorkload, Parallelism, TrainingWorkload
-from rapidllm.spec.named import resolve_named
+from rapidllm.spec.named import NAMED_KINDS, inline_spec_files, resolve_named
 from rapidllm.spec.network import faults_text, line_cables
 from rapidllm.spec.paths import config_dir, display, project_root, spec_path
 from rapidllm.spec.schema import close_keys, json_safe, knows_key, load_yaml, validate
 
 AXES = ("dp", "tp", "pp", "cp", "ep")
-NAMED_KINDS = ("model", "hardware", "network")
 
 
 @dataclass(frozen=True)
@@ -49,9 +48,14 @@ def load_experiment(path: str | Path, default_shard_size: int = 64) -> Experimen
     source = display(path)
     m = load_yaml(path)
     validate(m, "experiment", source)
-    exp = Experiment(name=m["name"], source=source, base=m["base"], cross=m.get("cross", {}),
-                     cases=m.get("cases", [{}]), factorize=m.get("factorize"),
-                     shard_size=m.get("shard_size", default_shard_size), fault_sweep=m.get("fault_sweep"))
+    folder = path.parent                # spec files named by path: read relative to the experiment's folder
+    cross = m.get("cross", {})
+    exp = Experiment(name=m["name"], source=source, base=inline_spec_files(m["base"], folder, source),
+                     cross={**cross, **inline_spec_files({k: v for k, v in cross.items() if k in NAMED_KINDS},
+                                                         folder, source)},
+                     cases=[inline_spec_files(c, folder, source) for c in m.get("cases", [{}])],
+                     factorize=m.get("factorize"), shard_size=m.get("shard_size", default_shard_size),
+                     fault_sweep=m.get("fault_sweep"))
     check_experiment(exp)
     return exp
 
