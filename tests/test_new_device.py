@@ -100,7 +100,7 @@ def test_a_device_file_given_by_path_is_its_content(tmp_path, monkeypatch) -> No
     assert predict(case).case_id == inline.case_id
     _nextgen(tmp_path / "elsewhere", hbm="16 TB/s")
     assert predict(case).case_id != inline.case_id
-    with pytest.raises(Exception, match=r"'nextgen.yaml' is a path; .* in a mapping give the hardware inline"):
+    with pytest.raises(Exception, match=r"'nextgen.yaml' is a path; .* give the hardware inline there"):
         predict({**CASE, "hardware": "nextgen.yaml"})          # a mapping has no folder (the explorer's paste)
 
 

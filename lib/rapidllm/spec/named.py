@@ -88,7 +88,8 @@ def read_spec_file(kind: str, value: str, folder: str | Path | None, source: str
     if folder is None:
         raise SpecError.at(source, key, f"{short(value)} is a path; a path to a spec file is read from a case or "
                            f"experiment file (relative to its folder) or a command-line flag (relative to the "
-                           f"working directory); in a mapping give the {kind} inline (yaml.safe_load of its file)")
+                           f"working directory), not yet from a search spec nor from a mapping (Python API, "
+                           f"explorer): give the {kind} inline there (yaml.safe_load of its file)")
     path = Path(folder, value)
     try:
         mtime = os.stat(path).st_mtime_ns
