@@ -568,6 +568,16 @@ SEARCH = [
     # the boolean space switch read "give its values in space.tp_across_nodes (one value pins it)"
     search_bad("parallelism-switch", "parallelism", {"tp_across_nodes": True},
                "parallelism.tp_across_nodes: a search-space switch, not a parallelism setting; give it as space.tp_across_nodes"),
+    # an overlap switch pinned for every layout made the layouts it does not apply to invalid (user trial 3, P2)
+    search_bad("parallelism-overlap-switch", "parallelism", {"tp_comm_overlap": True},
+               "parallelism.tp_comm_overlap: a search axis, on only where it applies: space.tp_comm_overlap: [true]"),
+    # units on a filter bound were "not of type number" (P9); now a wrong unit is named
+    search_bad("filter-bound-wrong-unit", "constraints", {"filters": {"peak_memory_bytes": {"max": "70 GHz"}}},
+               "constraints.filters.peak_memory_bytes.max: '70 GHz' is not a byte count", "quantity"),
+    # a string column was among the allowed objective columns (P7)
+    search_bad("objective-string-column", "objective", {"column": "schedule", "direction": "min"},
+               "objective.column: unknown column 'schedule'"),
+    search_bad("rate-without-cost-objective", "usd_per_gpu_hour", 2.49, "usd_per_gpu_hour: prices a cost objective"),
     search_bad("parallelism-redundant-negative", "parallelism", {"redundant_experts": -1}, "out of range", "quantity"),
     search_bad("parallelism-redundant-dense", "parallelism", {"redundant_experts": 8}, "redundant_experts"),
     search_bad("top-zero", "gpus", [8], "--top: 0 is out of range", "quantity", ("--top", "0")),

@@ -98,3 +98,42 @@ def test_devices_with_a_collective_table_freeze_its_network_fit():
         frozen = HardwareSpec.from_mapping(*resolve_named("hardware", device, "test", "hardware")).utilization
         assert frozen.network == pytest.approx(fit_network_on_collectives(device), abs=5e-4)
     assert fit_network_on_collectives("no-such-device") is None
+
+def _synthetic_entries(n: int, suite: str) -> list:
+    from rapidllm.validate.calibrate import Entry
+    return [Entry(suite, i, "step_time_s", 1.0 + i, None) for i in range(n)]
+
+
+def test_few_entries_fit_few_constants_the_rest_from_the_donor(monkeypatch):
+    """Three calibration entries per fitted constant (calibrate.fitted_count): four B200 entries fit compute
+    alone and take HBM and network from the transfer rule's donor among the fully fitted devices (H100), as a
+    device with no rows takes all three; nine fit all three."""
+    import rapidllm.validate.calibrate as cal
+
+    truth = {"h100-sxm5-80gb": np.array([0.7, 0.6, 0.5]), "b200": np.array([0.55, 0.9, 0.9])}
+    weights = np.array([[1.0, 0.2, 0.1], [0.3, 1.0, 0.1], [0.2, 0.1, 1.0]])
+
+    def predict(entries, u):
+        # synthetic engine: each entry's seconds split over compute / HBM / network by one of three mixes
+        t = truth[entries[0].suite]
+        mix = np.array([weights[e.row % 3] for e in entries])
+        return (mix * t / np.asarray(u)).sum(axis=1) / mix.sum(axis=1) * np.array([e.measured for e in entries])
+    monkeypatch.setattr(cal, "predict_entries", predict)
+    monkeypatch.setattr(cal, "fit_network_on_collectives",
+                        lambda d: 0.5 if d == "h100-sxm5-80gb" else None)
+    monkeypatch.setattr(cal, "TABLES", {"h100-sxm5-80gb": None})
+    assert cal.fitted_count("b200", _synthetic_entries(4, "b200")) == 1
+    assert cal.fitted_count("b200", _synthetic_entries(9, "b200")) == 3
+    assert cal.fitted_count("h100-sxm5-80gb", _synthetic_entries(21, "x")) == 2    # network from its table
+    assert cal.fitted_count("b200", _synthetic_entries(2, "b200")) == 0
+
+    fits = cal.fit_all({"h100-sxm5-80gb": _synthetic_entries(12, "h100-sxm5-80gb"),
+                        "b200": _synthetic_entries(4, "b200")}, grid=5, iters=200)
+    h100 = np.array([fits["h100-sxm5-80gb"][c] for c in cal.CONSTANTS])
+    assert h100 == pytest.approx(truth["h100-sxm5-80gb"], abs=5e-3)
+    b200 = fits["b200"]
+    assert (b200["fitted"], b200["prior_from"]) == (1, "h100-sxm5-80gb")
+    assert (b200["hbm"], b200["network"]) == (h100[1], h100[2])          # the donor's, not B200's truth
+    assert 0.3 <= b200["compute"] <= 1.0
+    with pytest.raises(ValueError, match="need a donor"):
+        cal.fit_device("b200", _synthetic_entries(4, "b200"))

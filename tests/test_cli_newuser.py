@@ -84,10 +84,11 @@ REFUSED = [
         "--usd-per-gpu-hour: nan; allowed: a finite rate > 0", "message", {"case.yaml": CASE}),
     Bad("rental-rate-without-cost", ("predict", "{tmp}/case.yaml", "--usd-per-gpu-hour", "2.5"),
         "--usd-per-gpu-hour: 2.5 without --cost; allowed: with --cost", "message", {"case.yaml": CASE}),
-    # PyYAML reads 7.0e10 and 1e4 as strings (YAML 1.1 wants a dot and a signed exponent)
+    # PyYAML reads 1.5e13 and 1e4 as strings (YAML 1.1 wants a dot and a signed exponent); a filter bound's
+    # '7.0e10' is now read as a quantity (bytes), so the number keys show it
     Bad("yaml-exponent-as-text", ("search", "{tmp}/s.yaml", "--quiet", "--out", "{tmp}/out"),
-        "is not of type number (finite); YAML reads it as text: write 7.0e+10", "message",
-        {"s.yaml": yaml.safe_dump(SEARCH_SPEC) + "constraints: {filters: {peak_memory_bytes: {max: 7.0e10}}}\n"}),
+        "train_tokens: '1.5e13' is not of type number (finite); YAML reads it as text: write 1.5e+13", "message",
+        {"s.yaml": yaml.safe_dump(SEARCH_SPEC) + "objective: time_to_train_s\ntrain_tokens: 1.5e13\n"}),
     Bad("yaml-integer-exponent-as-text", ("predict", "{tmp}/case.yaml"),
         "workload.seq_len: '1e4' is not of type integer (finite); YAML reads it as text: write 10000", "message",
         {"case.yaml": yaml.safe_dump(CASE).replace("seq_len: 2048", "seq_len: 1e4")}),
@@ -194,6 +195,8 @@ def test_search_by_cost_as_docs_cost_md_shows(tmp_path: Path) -> None:
     import dataclasses
     import functools
 
+    import pandas as pd
+
     from rapidllm import search
     from rapidllm.cost import hardware_cost, price_prediction
     from rapidllm.search import load_search
@@ -213,6 +216,13 @@ def test_search_by_cost_as_docs_cost_md_shows(tmp_path: Path) -> None:
         assert math.isclose(got, rate / 3600 * 1e6, rel_tol=1e-9)
     for _, group in df.groupby("gpus"):
         assert list(group.usd_per_million_tokens) == sorted(group.usd_per_million_tokens)
+    # the spec's own `objective: {column: usd_per_million_tokens}` (refused before, user trial 3 P7) ranks the same
+    spec = yaml.safe_load(path.read_text())
+    column = {"column": "usd_per_million_tokens", "direction": "min"}
+    pd.testing.assert_frame_equal(search({**spec, "objective": column}), df, check_like=True)
+    rented = search({**spec, "objective": column, "usd_per_gpu_hour": 2.49})      # a rental rate of one's own
+    for got in rented.usd_per_million_tokens * rented.tokens_per_s / rented.gpus:
+        assert math.isclose(got, 2.49 / 3600 * 1e6, rel_tol=1e-9)
 
 
 def test_version(capsys: pytest.CaptureFixture) -> None:

@@ -145,15 +145,16 @@ def test_inference_serving_concurrency(gpt_case, serving) -> None:
     assert r1["e2e_latency_s"] == pytest.approx(r1["ttft_s"] + 63 * r1["itl_s"])
     assert r16["itl_s"] > r1["itl_s"] and r16["tokens_per_s"] > r1["tokens_per_s"]
     if serving == "steady_state":
-        # a mean step carries share = 16 / 64 of a prompt in its fused GEMMs: step = decode(16) + share x m,
-        # m = prefill - one-token floor; a new request waits half a step, then the step carrying its whole
-        # prompt ends: TTFT = step / 2 + decode(16) + m (engine/inference.py)
+        # a mean step carries share = 16 / 64 of a prompt in its fused GEMMs, the step that carries a new
+        # request's prompt the whole of it; a new request waits half a step, then that step ends:
+        # TTFT = step / 2 + decode(16) + what the whole prompt adds (engine/inference.py). A quarter of a prompt
+        # adds something and no more than the whole, and the whole about its own prefill pass: its 128 rows
+        # beside 16 decodes make GEMMs of 144 rows, one M tile more than 128 and 16 apart (toy GPU: +0.06%)
         batch16 = resolve_case({**inf, "workload": {**inf["workload"], "batch": 16}}, "x")
         decode16 = simulate(batch16, price_case(batch16), memory_for_case(batch16))["itl_s"]
-        share, step = 16 / 64, r16["itl_s"]
-        marginal = (step - decode16) / share
-        assert r16["ttft_s"] == pytest.approx(0.5 * step + decode16 + marginal, rel=1e-9)
-        assert 0 < marginal <= r1["ttft_s"]          # fused: never more than the prompt's own prefill pass
+        step = r16["itl_s"]
+        quarter, whole = step - decode16, r16["ttft_s"] - 0.5 * step - decode16
+        assert 0 < quarter <= whole <= 1.001 * r1["ttft_s"]
         assert r16["tokens_per_s"] == pytest.approx(16 / r16["itl_s"], rel=1e-12)
 
 

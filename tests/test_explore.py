@@ -94,6 +94,10 @@ def test_search_around_an_inference_case_keeps_its_decode_kernel():
     assert loaded.space["attention_impl"] == ["flash3"]
     assert {(c.base.decode_attention, c.base.framework) for c in loaded.candidates} == {("per_head", "tensorrt-llm")}
     assert {"recompute", "zero", "micro_batch"} <= set(case_axes(BASE))
+    # a training case's overlap switch stays on (wherever it applies) in a search from the page
+    overlapped = {**BASE, "parallelism": {**BASE["parallelism"], "sp": True, "tp_comm_overlap": True}}
+    assert case_axes(overlapped)["tp_comm_overlap"] == [True] and case_axes(BASE)["tp_comm_overlap"] == [False]
+    assert load_search(search_spec(overlapped, 64, "step_time_s", case_axes(overlapped))).space["tp_comm_overlap"] == [True]
 
 
 def _metric(at, label):

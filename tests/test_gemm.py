@@ -51,8 +51,8 @@ def test_candidates_respect_sm_limits():
 
 
 def test_schema_minimum_sm_limits_fit_a_tile():
-    """The smallest SM limits hardware.schema.yaml accepts still hold a GEMM tile for every dtype and both MMA
-    styles: below them `build_catalog` found no candidate, a traceback out of `rapidllm predict`."""
+    """The smallest SM limits hardware.schema.yaml accepts still hold a GEMM tile for every dtype and every MMA
+    style: below them `build_catalog` found no candidate, a traceback out of `rapidllm predict`."""
     from rapidllm.spec.schema import schema_of
     from rapidllm.units import parse_quantity
     props = schema_of("hardware")["properties"]["sm_limits"]["properties"]
@@ -61,7 +61,7 @@ def test_schema_minimum_sm_limits_fit_a_tile():
     lim = replace(make_hw().limits, **{k: props[k]["minimum"] for k in ("max_threads", "max_threads_per_block",
                   "max_registers", "max_registers_per_thread", "max_blocks")},
                   max_shared_memory=smem, max_shared_memory_per_block=smem)
-    for cc in ("8.0", "9.0"):
+    for cc in ("8.0", "9.0", "10.0"):
         hw = make_hw(limits=lim, compute_capability=cc)
         for dtype in ("fp8", "bf16", "tf32"):
             assert len(build_catalog(hw, dtype)) > 0, (cc, dtype)

@@ -48,7 +48,9 @@ def reference(hw: HardwareSpec, B: int, M: int, N: int, K: int, dtype: str,
         kit_all = math.ceil(K / ck)
         warps = (cm // d["warp_m"]) * (cn // d["warp_n"])
         fl_it = 2.0 * cm * cn * ck
-        sm_it = (warps * (d["warp_m"] + d["warp_n"]) + cm + cn) * ck * ib
+        # every MMA issuer (warp, warpgroup, tcgen05 CTA share) reads its A and B slices; TMA or the threads
+        # write A and the CTA's share of B (a tcgen05 pair splits B by N)
+        sm_it = (warps * (d["warp_m"] + d["warp_n"]) + cm + cn / d["cta_group"]) * ck * ib
         for sk in SPLITS:
             sk = int(sk)
             if sk > 1 and (base * sk > sms * o or sk > kit_all):
@@ -108,18 +110,36 @@ def test_kernel_matches_reference_on_hopper_like_device():
             assert math.isclose(pr.time_s[i], t, rel_tol=1e-12) and pr.candidate[i] == c and pr.split_k[i] == sk
 
 
+def blackwell_like(**kw) -> HardwareSpec:
+    return make_hw(name="b200-like", sm_count=148, clock_hz=1.965e9,
+                   tensor_flops={"bf16": 2250e12, "fp8": 4500e12, "fp4": 9000e12}, hbm_bandwidth=8e12,
+                   l2_size=126 * 2**20, l2_bandwidth=20e12, smem_bandwidth_per_sm=128 * 1.965e9,
+                   limits=SMLimits(2048, 1024, 65536, 255, 228 * 1024, 227 * 1024, 32), compute_capability="10.0",
+                   **kw)
+
+
 def test_kernel_matches_reference_for_fp4_on_blackwell_like_device():
     """NVFP4 operands: the stored 0.5625 B per element (E2M1 + an E4M3 scale per 16) in every byte term,
     the K depth in packed 4-bit elements (128 and 256 per CTA), the fp4 rate, BF16 output."""
-    hw = make_hw(name="b200-like", sm_count=148, clock_hz=1.965e9,
-                 tensor_flops={"bf16": 2250e12, "fp8": 4500e12, "fp4": 9000e12}, hbm_bandwidth=8e12,
-                 l2_size=126 * 2**20, l2_bandwidth=20e12, smem_bandwidth_per_sm=128 * 1.965e9,
-                 limits=SMLimits(2048, 1024, 65536, 255, 228 * 1024, 227 * 1024, 32), compute_capability="10.0")
+    hw = blackwell_like()
     assert sorted(set(build_catalog(hw, "fp4").cta_k.tolist())) == [128, 256]
     pr = price_gemms(hw, *zip(*SHAPES), "fp4")
     for i, s in enumerate(SHAPES):
         t, c, sk = reference(hw, *s, "fp4")
         assert math.isclose(pr.time_s[i], t, rel_tol=1e-12) and pr.candidate[i] == c and pr.split_k[i] == sk
+
+
+def test_kernel_matches_reference_for_tcgen05_on_blackwell_like_device():
+    """The tcgen05 style (compute capability 10.0): 1SM and CTA-pair candidates, accumulators in tensor
+    memory; the winners of the known shapes include a pair (cta_group 2), so the pair's shared-memory rows
+    are exercised, at the datasheet peak and at the H100-transferred utilizations."""
+    for hw in (blackwell_like(), blackwell_like(utilization=Utilization(compute=0.685, hbm=0.711))):
+        for dtype, accumulate in (("bf16", False), ("fp8", False), ("fp8", True)):
+            pr = price_gemms(hw, *zip(*SHAPES), dtype, accumulate)
+            for i, s in enumerate(SHAPES):
+                t, c, sk = reference(hw, *s, dtype, accumulate)
+                assert math.isclose(pr.time_s[i], t, rel_tol=1e-12) and pr.candidate[i] == c and pr.split_k[i] == sk
+    assert 2 in {pr.tile(i)["cta_group"] for i in range(len(SHAPES))}
 
 
 def test_accumulating_epilogue_adds_the_fp32_read_per_round():

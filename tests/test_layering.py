@@ -28,6 +28,7 @@ SIDEWAYS = {
     ("spec", "caches"),         # named specs are built once per owner's memo tables
     ("spec", "jit"),            # the schedule order is a (lazily compiled) kernel
     ("memory", "ops"),          # the memory walk runs over the operator model's own lists
+    ("search", "cost"),         # a search spec may rank by a cost column (objective: {column: usd_per_million_tokens})
     ("figures", "validate"),    # validation figures draw the error metrics
     ("pipeline", "validate"),   # the validation stages of the workflow
     ("pipeline", "figures"),    # a study stage draws its own figures beside its tables (pipeline/optimus.py)

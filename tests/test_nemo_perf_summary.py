@@ -1,5 +1,6 @@
-"""The NeMo / Megatron-Bridge performance-summary suite (issue 22): held out of calibration, every row
-predicted or skipped with a reason, B200 / GB200 / GB300 rows flagged as devices without rows of their own.
+"""The NeMo / Megatron-Bridge performance-summary suite (issue 22): held out of calibration but for two B200
+rows (B200's own rows, docs/transfer.md), every row predicted or skipped with a reason, GB200 / GB300 rows
+flagged as devices without rows of their own.
 
 One sweep of its 63 expressible rows (~25 s CPU)."""
 import math
@@ -13,9 +14,14 @@ from rapidllm.validate.calibrate import calibration_entries
 SUITE = project_root() / "validation" / "suites" / "nemo_perf_summary.yaml"
 
 
-def test_held_out_of_calibration_and_of_the_overall_mape(suite):
-    assert suite.calibration_rows == () and not suite.in_overall
-    assert calibration_entries([suite]) == {}          # `rapidllm calibrate` never fits on these rows
+def test_held_out_of_calibration_but_two_b200_rows_and_of_the_overall_mape(suite):
+    """Only B200, the device without other calibration data, is fitted here: the latest release's primary rows
+    of the smallest and the largest dense model (the description's rule); no H100 or Grace-Blackwell row."""
+    assert not suite.in_overall
+    entries = calibration_entries([suite])
+    assert set(entries) == {"b200"}
+    labels = {next(c["label"] for c in suite.experiment.cases if c["meta"]["row"] == r) for r in suite.calibration_rows}
+    assert labels == {"25.11 DGX-B200 LLAMA3_8B primary 8", "25.11 DGX-B200 LLAMA3.1_405B primary 128"}
 
 
 def test_measured_throughput_is_the_published_rate_times_gpus(suite):
@@ -70,13 +76,15 @@ def test_gb200_70b_mxfp8_row_runs_its_scripts_micro_batch(summary):
     assert row.micro_batch == 1 and row.status == "ok"
 
 
-@pytest.mark.parametrize("device, cases", [("b200", 16), ("gb200", 16), ("gb300", 7)])
+@pytest.mark.parametrize("device, cases", [("gb200", 16), ("gb300", 7)])
 def test_transferred_device_rows_carry_device_validated_false(summary, device, cases):
-    """B200, GB200 and GB300 have no rows of their own: their constants are transferred (docs/transfer.md)
-    and every one of their rows says so; the H100 rows run on fitted constants."""
+    """GB200 and GB300 have no rows of their own: their constants are transferred from B200 (docs/transfer.md)
+    and every one of their rows says so; the H100 and B200 rows run on fitted constants."""
     rows = summary[summary.hardware == device]
     assert len(rows) == cases and not rows.device_validated.astype(bool).any()
-    assert summary[summary.hardware == "h100-sxm5-80gb"].device_validated.astype(bool).all()
+    for fitted, n in (("h100-sxm5-80gb", None), ("b200", 16)):
+        own = summary[summary.hardware == fitted]
+        assert own.device_validated.astype(bool).all() and (n is None or len(own) == n)
 
 
 def test_grace_blackwell_rows_run_on_nvl72_racks_with_their_release_settings(suite):

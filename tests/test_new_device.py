@@ -41,28 +41,38 @@ def test_the_documented_defaults_are_the_loaders() -> None:
     assert f"{128 * hw.clock_hz / 1e9:.1f} GB/s on B200" in PAGE.read_text()
 
 
-def test_a_shared_memory_bound_gemm_moves_with_shared_memory_not_flops() -> None:
+def test_a_flops_what_if_runs_into_the_shared_memory_bound() -> None:
+    """The 16k bf16 GEMM on B200 is compute-bound as shipped (tcgen05 pricing); with tensor_flops x2 it turns
+    shared-memory-bound, more FLOP/s do not move it further, shared_memory_bandwidth_per_sm x2 does."""
     hw = _device("b200")
-    base = price_one(hw, *SHAPE, "bf16")
+    shipped = price_one(hw, *SHAPE, "bf16")
+    assert shipped["bound"] == "compute"
+
+    def flops(h: HardwareSpec, f: float) -> HardwareSpec:
+        return dataclasses.replace(h, tensor_flops={k: f * v for k, v in h.tensor_flops.items()})
+
+    base = price_one(flops(hw, 2), *SHAPE, "bf16")
     assert base["bound"] == "shared_memory" and base["smem_s"] > base["compute_s"]
-    flops = dataclasses.replace(hw, tensor_flops={k: 2 * v for k, v in hw.tensor_flops.items()})
-    assert price_one(flops, *SHAPE, "bf16")["time_s"] == pytest.approx(base["time_s"], rel=1e-9)
-    smem = dataclasses.replace(hw, smem_bandwidth_per_sm=2 * hw.smem_bandwidth_per_sm)
+    assert base["time_s"] < shipped["time_s"]
+    assert price_one(flops(hw, 4), *SHAPE, "bf16")["time_s"] == pytest.approx(base["time_s"], rel=1e-9)
+    smem = dataclasses.replace(flops(hw, 2), smem_bandwidth_per_sm=2 * hw.smem_bandwidth_per_sm)
     faster = price_one(smem, *SHAPE, "bf16")
     assert faster["time_s"] < base["time_s"] and faster["bound"] != "shared_memory"
     # never above the calibrated compute ceiling
-    assert faster["achieved_flops_per_s"] <= hw.tensor_flops["bf16"] * hw.utilization.compute
+    assert faster["achieved_flops_per_s"] <= 2 * hw.tensor_flops["bf16"] * hw.utilization.compute
 
 
 def test_gemm_names_the_key_only_when_shared_memory_bounds_it(capsys) -> None:
-    args = ["gemm", "--m", *map(str, SHAPE[:1]), "--n", str(SHAPE[1]), "--k", str(SHAPE[2]), "--dtype", "bf16"]
+    """16384 x 640 x 16384 bf16 runs 128-column tiles on B200 (640 = 5 x 128): shared-memory-bound there, and
+    `rapidllm gemm` names the key; the 16k square GEMM on B200 and both on H100 are not."""
     notes = {}
-    for hw in ("b200", "h100-sxm5-80gb"):
+    for hw, n in (("b200", 640), ("b200", SHAPE[1]), ("h100-sxm5-80gb", 640), ("h100-sxm5-80gb", SHAPE[1])):
+        args = ["gemm", "--m", str(SHAPE[0]), "--n", str(n), "--k", str(SHAPE[2]), "--dtype", "bf16"]
         assert main([*args, "--hardware", hw]) == 0
         out = capsys.readouterr().out
-        notes[hw] = (re.search(r"bound\s+(\S+)", out)[1], SMEM_NOTE in out)
-    assert notes["b200"] == ("shared_memory", True)
-    assert notes["h100-sxm5-80gb"][0] != "shared_memory" and not notes["h100-sxm5-80gb"][1]
+        notes[hw, n] = (re.search(r"bound\s+(\S+)", out)[1], SMEM_NOTE in out)
+    assert notes["b200", 640] == ("shared_memory", True)
+    assert all(bound != "shared_memory" and not note for key, (bound, note) in notes.items() if key != ("b200", 640))
     assert "shared_memory_bandwidth_per_sm" in SMEM_NOTE
 
 

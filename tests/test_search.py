@@ -41,6 +41,14 @@ INFERENCE = {"name": "inference", "model": "llama3.1-70b", "hardware": "h100-sxm
              "gpus": {"min": 2, "max": 8}, "top": 2, "objective": "throughput_per_gpu",
              "slo": {"itl": "40 ms"}, "space": {"batch": [1, 8, 32], "attention_impl": ["flash"]}}
 
+# the framework overlap switches as axes (docs/search.md "Overlap switches"): searched both ways where they
+# apply (TP userbuffers with tp > 1 and sp, the parameter all-gather with ZeRO-1/2, the EP all-to-all with ep > 1)
+DENSE_OVERLAPS = {**DENSE, "name": "dense-overlaps", "gpus": [8],
+                  "space": {**DENSE["space"], "zero": [0, 1, 2], "tp_comm_overlap": [False, True],
+                            "overlap_param_gather": [False, True]}}
+MOE_OVERLAPS = {**MOE, "name": "moe-overlaps", "space": {**MOE["space"], "moe_a2a_overlap": [False, True],
+                                                         "tp_comm_overlap": [False, True]}}
+
 # inference MoE on the serving engines' expert grid (ep inside tp, etp = tp / ep; docs/engine.md "Expert grid")
 MOE_INFERENCE = {"name": "moe-inference", "model": "mixtral-8x7b", "hardware": "h100-sxm5-80gb",
                  "network": "dgx-h100", "workload": {"mode": "inference", "prompt_tokens": 512, "output_tokens": 64},
@@ -48,7 +56,10 @@ MOE_INFERENCE = {"name": "moe-inference", "model": "mixtral-8x7b", "hardware": "
                  "space": {"batch": [8, 64], "attention_impl": ["flash"]}}
 
 
-@pytest.mark.parametrize("spec", [DENSE, MOE, INFERENCE, MOE_INFERENCE], ids=lambda s: s["name"])
+ALL = [DENSE, MOE, INFERENCE, MOE_INFERENCE, DENSE_OVERLAPS, MOE_OVERLAPS]
+
+
+@pytest.mark.parametrize("spec", ALL, ids=lambda s: s["name"])
 def test_pruned_search_equals_exhaustive(spec: dict) -> None:
     pruned = search(spec)
     exhaustive = search(spec, prune=False)
@@ -63,6 +74,15 @@ def test_pruned_search_equals_exhaustive(spec: dict) -> None:
     # ranks are 1..n best first, each GPU count has its own group ranks, and its best row is first there
     assert list(pruned["rank"]) == list(range(1, len(pruned) + 1))
     assert (pruned.groupby("gpus").group_rank.min() == 1).all()
+    for c in (c_p, c_e):     # the switches a space searches ran both ways, and were counted so
+        for s, n in c["overlaps"].items():
+            assert n["layouts_on"] + n["layouts_off"] == c["layouts"]
+            assert n["evaluated_on"] + n["evaluated_off"] == c["evaluated"]
+            if s in spec["space"]:       # [false, true]: each layout it applies to, once off and once on
+                assert n["applies_off"] == n["layouts_on"]
+            else:                        # off by default
+                assert n["layouts_on"] == 0 and 0 < n["applies_off"] <= n["layouts_off"]
+    assert all(c_e["overlaps"][s]["evaluated_on"] > 0 for s in spec["space"] if s in c_e["overlaps"])
 
 
 SERVING = {"name": "serving", "model": "deepseek-v2-lite", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
@@ -101,7 +121,7 @@ def test_inference_bound_holds_under_speculative_decoding() -> None:
     assert bound["tokens_per_s"] >= rec["tokens_per_s"]
 
 
-@pytest.mark.parametrize("spec", [DENSE, MOE, INFERENCE, MOE_INFERENCE], ids=lambda s: s["name"])
+@pytest.mark.parametrize("spec", ALL, ids=lambda s: s["name"])
 def test_bounds_never_exceed_the_simulation(spec: dict) -> None:
     """The property pruning rests on, checked on every feasible layout of the space."""
     loaded = load_search(spec)
@@ -198,6 +218,13 @@ def test_package_is_callable_whatever_was_imported_first() -> None:
     ({"gpus": {"min": 8, "max": 4}}, "gpus"),
     ({"objective": {"column": "speed", "direction": "max"}}, "objective.column"),
     ({"constraints": {"filters": {"tpp": {"max": 4}}}}, "constraints.filters.tpp"),
+    ({"constraints": {"filters": {"peak_memory_bytes": {"max": "70 GHz"}}}}, "constraints.filters.peak_memory_bytes.max"),
+    ({"constraints": {"filters": {"mfu": {"min": "5 GiB"}}}}, "constraints.filters.mfu.min"),
+    ({"constraints": {"filters": {"tokens_per_s": {"min": "5 ms"}}}}, "constraints.filters.tokens_per_s.min"),
+    ({"objective": {"column": "schedule", "direction": "min"}}, "objective.column"),
+    ({"parallelism": {"tp_comm_overlap": True}}, "parallelism.tp_comm_overlap"),
+    ({"usd_per_gpu_hour": 2.49}, "usd_per_gpu_hour"),
+    ({"workload": INFERENCE["workload"], "space": {"tp_comm_overlap": [True]}}, "space.tp_comm_overlap"),
 ])
 def test_bad_spec_is_one_line(change: dict, key: str) -> None:
     with pytest.raises(SpecError) as err:
@@ -422,3 +449,67 @@ def test_group_level_objectives_read_only_what_the_group_shares(mode: str) -> No
             assert len({obj.derive(rec, c) for c in cases}) == 1, name
         else:
             assert len({obj.derive(rec, c) for c in cases}) > 1, name
+
+
+@pytest.mark.parametrize("switch", ["tp_comm_overlap", "overlap_param_gather"])
+def test_overlap_true_is_on_wherever_it_applies(switch: str) -> None:
+    """`space.SWITCH: [true]` turns the switch on in exactly the layouts it applies to (Megatron-Bridge's
+    `tp_comm_overlap = TP > 1` with sp) and leaves every other layout as it was, off; [false, true] adds one
+    layout per applicable one. Before, a fixed `parallelism.SWITCH: true` made every other layout invalid."""
+    from rapidllm.spec.case import overlap_applies
+    from rapidllm.spec.layout import Parallelism
+
+    base = {**DENSE, "space": {**DENSE["space"], "zero": [0, 1, 2, 3], "sp": [True, False]}}
+    keys = {}
+    for values in ([False], [True], [False, True]):
+        loaded = load_search({**base, "space": {**base["space"], switch: values}})
+        cand = loaded.candidates[0]
+        keys[tuple(values)] = [(lay.columns, lay.reason) for g in loaded.gpus for lay in layouts(loaded, cand, g)]
+    off, on, both = keys[(False,)], keys[(True,)], keys[(False, True)]
+    assert len(on) == len(off)
+    applies = 0
+    for (c_off, r_off), (c_on, r_on) in zip(off, on):
+        par = Parallelism(**{k: c_off[k] for k in ("dp", "tp", "pp", "cp", "sp", "zero", "fsdp")})
+        assert c_on[switch] == overlap_applies(switch, par, True)
+        assert {**c_on, switch: False} == c_off and not c_off[switch]
+        assert r_on.split(":")[0] == r_off.split(":")[0]          # no layout made invalid by the switch
+        applies += c_on[switch]
+    assert 0 < applies < len(off) and len(both) == len(off) + applies
+    df = search({**base, "gpus": [8], "space": {**base["space"], switch: [True]}}, top=2)
+    for row in df.itertuples():                    # a ranked row is the case with the switch as its column says
+        par = {k: getattr(row, k) for k in ("dp", "tp", "pp", "cp", "sp", "zero", "recompute", "schedule",
+                                           "virtual_stages", switch)}
+        case = {k: DENSE[k] for k in ("model", "hardware", "network")}
+        case.update(workload={**DENSE["workload"], "micro_batch": int(row.micro_batch)},
+                    attention_impl=row.attention_impl, parallelism={k: v.item() if hasattr(v, "item") else v
+                                                                     for k, v in par.items()})
+        assert predict(case).step_time_s == row.step_time_s
+
+
+def test_exact_ties_rank_by_lower_peak_memory() -> None:
+    """Of two layouts that step equally fast (ZeRO-1 and ZeRO-2 often do), the one needing less memory ranks
+    first; the ZeRO-1 row with 13-25 GiB more ranked above by enumeration order (user trial 3, P5)."""
+    from rapidllm.search.run import rank
+
+    df = pd.DataFrame({"candidate": ["c"] * 3, "gpus": [8] * 3, "group_rank": [1, 2, 3],
+                       "step_time_s": [2.0, 2.0, 1.0], "peak_memory_bytes": [9e10, 6e10, 7e10],
+                       "layout_index": [0, 1, 2]})
+    assert list(rank(df, "step_time_s", "min").layout_index) == [2, 1, 0]
+    spec = {**DENSE, "space": {**DENSE["space"], "zero": [1, 2]}, "top": 6}
+    ranked = search(spec)
+    pd.testing.assert_frame_equal(ranked, search(spec, prune=False))
+    ties = 0
+    for _, group in ranked.groupby(["gpus", "step_time_s"]):
+        assert list(group.peak_memory_bytes) == sorted(group.peak_memory_bytes)
+        ties += len(group) > 1 and group.peak_memory_bytes.nunique() > 1
+    assert ties            # the space has exact ties (ZeRO-1 / ZeRO-2) that memory tells apart
+
+
+def test_filter_bounds_take_units() -> None:
+    """`peak_memory_bytes: {max: 70 GiB}` was refused ("not of type number"); a *_bytes or *_s column's bound
+    now takes units like every other quantity of a spec, and means the same as the number."""
+    given = load_search({**DENSE, "constraints": {"filters": {"peak_memory_bytes": {"max": "70 GiB"},
+                                                              "step_time_s": {"min": "5 ms"}}}})
+    assert given.filters == {"peak_memory_bytes": (-float("inf"), 70 * 2**30), "step_time_s": (5e-3, float("inf"))}
+    assert search({**DENSE, "constraints": {"filters": {"peak_memory_bytes": {"max": "30 GiB"}}}}).equals(
+        search({**DENSE, "constraints": {"filters": {"peak_memory_bytes": {"max": 30 * 2**30}}}}))

@@ -7,14 +7,16 @@ from rapidllm.engine.serving import COMPUTE, SPAN, IterationCost, _simulate, bui
 
 def _linear_cost(clients: int, prompt: int, output: int, floor: float = 0.02, per_token: float = 1e-4,
                  per_seq: float = 1e-4, per_ctx: float = 1e-7) -> IterationCost:
-    """Anchors of a linear machine: floor + per_token x prefill tokens; floor + per_seq x b + per_ctx x S.
-    The compute column is 80 % of the span."""
-    prefill = [(n * prompt, np.array([floor + per_token * n * prompt] * 2) * [1.0, 0.8])
-               for n in anchor_batches(clients)]
+    """Anchors of a linear machine: floor + per_token x prefill tokens; floor + per_seq x b + per_ctx x S
+    (G(r) = floor + per_seq x r: one weight read and a cost per row). The compute column is 80 % of the span."""
+    pf_batches = anchor_batches(clients)
+    prefill = [(n * prompt, np.array([floor + per_token * n * prompt] * 2) * [1.0, 0.8]) for n in pf_batches]
+    rows = sorted({*pf_batches, *(n * prompt for n in pf_batches), clients * (prompt + 1)})
     decode = [(n, np.array([floor + per_seq * n + per_ctx * n * ctx for ctx in (prompt, prompt + output - 1)]))
-              for n in anchor_batches(clients)]
+              for n in rows]
     decode = [(n, np.array([t[0]] * 2) * [1.0, 0.8], np.array([t[1]] * 2) * [1.0, 0.8]) for n, t in decode]
-    return build_cost(prefill, decode, prompt, prompt + output - 1)
+    gemm = [(n, np.array([floor + per_seq * n] * 2) * [1.0, 0.8]) for n in rows]
+    return build_cost(prefill, decode, gemm, prompt, prompt + output - 1)
 
 
 def _reference(clients: int, prompt: int, output: int, budget: int, n_done: int, cost: IterationCost,
@@ -54,8 +56,7 @@ def _reference(clients: int, prompt: int, output: int, budget: int, n_done: int,
 
 def _run(cost: IterationCost, clients: int, prompt: int, output: int, budget: int, n_done: int,
          limit: int | None = None):
-    return _simulate(clients, prompt, output, budget, clients if limit is None else limit, n_done, cost.pf_tokens,
-                     cost.pf_time, cost.dec_batch, cost.dec_time, cost.dec_slope, cost.ctx0)
+    return _simulate(clients, prompt, output, budget, clients if limit is None else limit, n_done, *cost.arrays())
 
 
 @pytest.mark.parametrize("clients,prompt,output,budget,limit", [
@@ -70,13 +71,13 @@ def test_kernel_matches_reference(clients, prompt, output, budget, limit) -> Non
 
 
 def test_iteration_cost_composition() -> None:
+    """On a linear machine (G = one weight read + a cost per row) a fused step is the two passes less the
+    read they share, G(0) = the constant: prefill(k) + decode(b, S) - 0.02."""
     cost = _linear_cost(8, 200, 100)
-    floor = cost.pf_time[0, SPAN]
-    assert floor == pytest.approx(0.02 + 1e-4)                       # batch 1, empty cache
     pf, dec = cost.time(600, 0, 0.0), cost.time(0, 4, 4 * 250.0)
     assert pf[SPAN] == pytest.approx(0.02 + 1e-4 * 600)
     assert dec[SPAN] == pytest.approx(0.02 + 4e-4 + 1e-7 * 1000)
-    np.testing.assert_allclose(cost.time(600, 4, 1000.0), pf + dec - cost.pf_time[0])
+    np.testing.assert_allclose(cost.time(600, 4, 1000.0), pf + dec - np.array([0.02, 0.016]), rtol=1e-12)
     assert cost.time(600, 4, 1000.0)[COMPUTE] == pytest.approx(0.8 * cost.time(600, 4, 1000.0)[SPAN])
 
 
@@ -99,11 +100,11 @@ def test_lockstep_burst_ttft_is_burst_prefill() -> None:
 
 
 def test_chunked_prefill_splits_at_the_token_budget() -> None:
-    """One client, prompt 2.5 budgets: three iterations, each paying the floor once."""
+    """One client, prompt 2.5 budgets: three iterations, each paying the weight read once."""
     prompt, budget = 500, 200
     cost = _linear_cost(1, prompt, 2)
     r = simulate(cost, 1, prompt, 2, budget)
-    floor, whole = cost.pf_time[0, SPAN], cost.time(prompt, 0, 0.0)[SPAN]
+    floor, whole = 0.02, cost.time(prompt, 0, 0.0)[SPAN]
     assert r.ttft_s[SPAN] == pytest.approx(3 * floor + (whole - floor))
 
 

@@ -79,8 +79,9 @@ def run(args: argparse.Namespace) -> int:
     tl = r["tile"]
     print(f"{r['hardware']}  {args.batch}x[{args.m}x{args.k}] @ [{args.k}x{args.n}]  {args.dtype}")
     print(f"  time      {r['time_s'] * 1e6:.2f} us   ({r['achieved_flops_per_s'] / 1e12:.1f} TFLOP/s achieved)")
-    print(f"  tile      {tl['cta_m']}x{tl['cta_n']}x{tl['cta_k']}, {tl['stages']} stages, {tl['threads']} threads, "
-          f"{tl['occupancy']} CTA/SM, split-K {r['split_k']}, {r['waves']:.2f} waves")
+    pair = f" per CTA of a {2 * tl['cta_m']}x{tl['cta_n']} CTA-pair MMA" if tl["cta_group"] == 2 else ""
+    print(f"  tile      {tl['cta_m']}x{tl['cta_n']}x{tl['cta_k']}{pair}, {tl['stages']} stages, "
+          f"{tl['threads']} threads, {tl['occupancy']} CTA/SM, split-K {r['split_k']}, {r['waves']:.2f} waves")
     print(f"  bound     {r['bound']}  (compute {r['compute_s'] * 1e6:.2f} us, smem {r['smem_s'] * 1e6:.2f} us, "
           f"L2 {r['l2_s'] * 1e6:.2f} us, HBM {r['hbm_s'] * 1e6:.2f} us)")
     print(f"  HBM       {r['hbm_bytes'] / 1e6:.2f} MB")

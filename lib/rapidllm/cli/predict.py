@@ -9,7 +9,6 @@ never 0.0.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -129,22 +128,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _device_cost(path: str, case, rate: float | None):
-    """The cost inputs `--cost` prices the case with: an inline device's (or device file's) own `cost:` section (one without it
-    that keeps a config device's name, a copy with a tweak, is priced as that device), else the config
-    device's; at `rate` $/GPU-hour when given, which also prices a device that has no cost inputs."""
-    from rapidllm.cost.config import HardwareCost, cost_from_mapping, hardware_mapping
-    from rapidllm.cost.operating import Operating
+    """The cost inputs `--cost` prices the case with (`cost.config.device_cost`: the case file's inline
+    device's own, or a device file's it names by path, else the config device's, at `rate` when given)."""
+    from rapidllm.cost.config import device_cost
     from rapidllm.spec.named import inline_spec_files
-    from rapidllm.spec.paths import known_names
     from rapidllm.spec.schema import load_yaml
 
-    inline = inline_spec_files(load_yaml(Path(path)), Path(path).parent, display(path)).get("hardware")
-    own = isinstance(inline, dict) and ("cost" in inline or case.hardware.name not in known_names("hardware"))
-    mapping, where = (inline, f"{display(path)}: hardware") if own else hardware_mapping(case.hardware.name)
-    if rate is not None and "cost" not in mapping:
-        return HardwareCost(case.hardware.name, None, Operating.rental_only(rate))
-    hc = cost_from_mapping(mapping, where)
-    return hc if rate is None else dataclasses.replace(hc, operating=hc.operating.rented(rate))
+    entry = inline_spec_files(load_yaml(Path(path)), Path(path).parent, display(path)).get("hardware")
+    return device_cost(entry, case.hardware.name, rate, f"{display(path)}: hardware")
 
 
 def _seconds(t: float) -> str:

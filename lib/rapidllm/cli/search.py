@@ -49,21 +49,41 @@ def run(args: argparse.Namespace) -> int:
         print_json(summary(df), indent=2)
         return 0
     print(table(df, spec).to_string(index=False))
-    print(", ".join(f"{k.replace('_', ' ')} {v}" for k, v in df.attrs["counts"].items() if k != "invalid_by_rule"))
+    counts = df.attrs["counts"]
+    print(", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items() if k not in ("invalid_by_rule", "overlaps")))
+    for switch, n in counts.get("overlaps", {}).items():
+        print(overlap_line(switch, n))
     print(f"-> {', '.join(str(p) for p in written)}")
     return 0
 
 
+def overlap_line(switch: str, n: dict[str, int]) -> str:
+    """One line on how many layouts ran with and without an overlap switch that applies to some of them;
+    when it was on in none, how to search it (it is off by default, as in Megatron-Core)."""
+    line = (f"{switch}: on in {n['layouts_on']:,} layouts ({n['evaluated_on']:,} simulated), off in "
+            f"{n['layouts_off']:,} ({n['evaluated_off']:,} simulated; {n['applies_off']:,} of them where it applies)")
+    if not n["layouts_on"]:
+        line += f"; space.{switch}: [true] turns it on wherever it applies, [false, true] searches both"
+    return line
+
+
 def table(df: pd.DataFrame, spec: SearchSpec) -> pd.DataFrame:
     """The terminal's view of the ranked layouts: every kept row (the top k of each candidate and GPU count,
-    so the best of every group shows), each axis that tells two layouts apart (sp and the attention kernel
-    too), the objective, the time and its breakdown, and the peak memory in GiB."""
+    so the best of every group shows), each axis that tells two layouts apart (sp, the attention kernel and
+    the overlap switches the space searches too), the objective, the time and its breakdown, MFU and tokens/s
+    per GPU (training: the first plausibility check), and the peak memory in GiB and as % of the HBM (the
+    memory model leaves out fragmentation: a row near 100% is one to filter, docs/search.md)."""
+    from rapidllm.spec.case import OVERLAP_SWITCHES
+
     training = spec.candidates[0].base.training
     cols = ["rank", "candidate", "gpus", "dp", "tp", "pp", "cp", "ep"] + (
         ["sp", "micro_batch", "recompute", "zero", "schedule", "virtual_stages"] if training else ["batch"]) + [
-        "attention_impl", spec.objective.name] + (
-        ["step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s"] if training else
+        "attention_impl", *(s for s in OVERLAP_SWITCHES if s in spec.space), spec.objective.name] + (
+        ["step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s", "mfu"] if training else
         ["ttft_s", "itl_s", "e2e_latency_s", "compute_time_s", "exposed_comm_s"])
     view = df[list(dict.fromkeys(cols))].copy()
+    if training and "tokens_per_s_per_gpu" not in view:
+        view["tokens_per_s_per_gpu"] = (df["tokens_per_s"] / df["gpus"]).round(1)
     view["peak_GiB"] = (df["peak_memory_bytes"] / 2**30).round(2)
+    view["peak_%"] = (100 * df["peak_memory_bytes"] / df["capacity_bytes"]).round(1)
     return view

@@ -7,6 +7,7 @@ operating.py. The section is read from the hardware mapping (named file or inlin
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -79,15 +80,20 @@ def process_names(cost: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys([d["process"] for d in pkg["dies"]] + [pkg["interposer"]["process"]]))
 
 
+PREDICT_RATE = "rapidllm predict --cost --usd-per-gpu-hour RATE"
+
+
 def cost_from_mapping(hardware: Mapping[str, Any], where: str,
-                      processes: Mapping[str, Mapping[str, Any]] | None = None) -> HardwareCost:
+                      processes: Mapping[str, Mapping[str, Any]] | None = None,
+                      rate_hint: str = PREDICT_RATE) -> HardwareCost:
     """A hardware mapping's cost inputs. `processes` overrides config/process files by name (the
-    sensitivity study perturbs them); otherwise they are read and validated from config/."""
+    sensitivity study perturbs them); otherwise they are read and validated from config/. `rate_hint`: how
+    the caller's user gives a rental rate instead, named when the mapping has no cost inputs."""
     cost = hardware.get("cost")
     if cost is None:
         raise SpecError(f"{where}: cost: missing; hardware {hardware.get('name')!r} has no cost section "
                         "(see docs/cost.md); allowed: a `cost:` section, or a rental rate of your own "
-                        "(`rapidllm predict --cost --usd-per-gpu-hour RATE`)")
+                        f"(`{rate_hint}`)")
     validate(cost, "cost", f"{where}: cost")
     procs = {}
     for name in process_names(cost):
@@ -106,6 +112,20 @@ def hardware_mapping(name: str) -> tuple[dict, str]:
         raise SpecError.at("cost", "hardware", f"{name!r} is not in config/hardware/ (an inline device); pass "
                            "its cost inputs, hardware_cost(mapping); known: " + ", ".join(known_names("hardware")))
     return resolve_named("hardware", name, "cost", "hardware")
+
+
+def device_cost(entry: str | Mapping[str, Any], name: str, rate: float | None, where: str,
+                rate_hint: str = PREDICT_RATE) -> HardwareCost:
+    """The cost inputs a case's or search's device `entry` (a config name or an inline mapping) is priced
+    with: an inline device's own `cost:` section (one without it that keeps a config device's `name`, a copy
+    with a tweak, is priced as that device), else the config device's; at `rate` $/GPU-hour when given,
+    which also prices a device that has no cost inputs (cost_basis rental)."""
+    own = isinstance(entry, Mapping) and ("cost" in entry or name not in known_names("hardware"))
+    mapping, where = (entry, where) if own else hardware_mapping(name)
+    if rate is not None and "cost" not in mapping:
+        return HardwareCost(name, None, Operating.rental_only(rate))
+    hc = cost_from_mapping(mapping, where, rate_hint=rate_hint)
+    return hc if rate is None else dataclasses.replace(hc, operating=hc.operating.rented(rate))
 
 
 def hardware_cost(hardware: str | Mapping[str, Any]) -> HardwareCost:

@@ -34,7 +34,8 @@ other C - N clients (memory/kv_pool.py, docs/serving-capacity.md); N = C when ev
 - "simulated": C closed-loop clients, one sequence per request, run through the iteration-level simulator
   of `engine/serving.py` with at most N in the engine; its iteration cost is interpolated between forward
   passes priced here at running batches 1, 2, 4, ... and N (prefill of n whole prompts, decode of n sequences
-  at the first and last context).
+  at the first and last context, and decode steps of as many rows as those prompts' tokens, the GEMM rows a
+  fused step's prompts add: `_iteration_cost`).
 Speculative decoding (`workload.draft_tokens`, MTP drafts): a decode step verifies 1 + d queries per
 sequence and runs the MTP modules, and emits `tokens_per_step` = 1 + p + ... + p^d tokens per sequence on
 average, so ITL = step / tokens_per_step and a steady-state step absorbs the prefills of
@@ -292,48 +293,55 @@ def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, 
                     decode_batches: list[int]) -> tuple[IterationCost, int]:
     """Serving iteration cost from serving steps (`serving_pass`: with pp > 1 a round of pp micro-batches):
     the prefill of n whole prompts for n in `prefill_batches`, decode steps of n sequences for n in
-    `decode_batches` (1 first; the floor is the one-token step); also the link events simulated. With pp > 1
-    the prompts ride in the decode round's micro-batches, so their anchors and the floor they are taken from
-    (pp one-token micro-batches) are the busiest stage's work alone, no trip (`pipelined`); n < pp prompts
-    ride in n micro-batches, priced as the floor plus what they add to n one-token ones."""
+    `decode_batches`, and G, a step of r one-token rows at an empty cache, whose anchors are the decode batches,
+    every prefill anchor's tokens and the most rows a step carries (the largest decode batch and prefill anchor
+    together): a fused step's GEMMs run the prompts' rows beside the decodes' (`serving.IterationCost`), so the
+    prompt tokens are priced as GEMM rows as the decodes are, MoE experts included (`workload.expert_load`:
+    the experts r routed rows activate). The decode table is priced at G's anchors too, so decode - G is the
+    decode's KV reads at every batch. Also the link events simulated.
+    With pp > 1 the prompts ride in the decode round's micro-batches: their anchors and G are the busiest
+    stage's work alone, no trip (`pipelined`), and n < pp prompts ride in n micro-batches, priced as G at pp
+    one-token rows (pp micro-batches, every stage's weights read once each) plus what they add to n one-token
+    micro-batches; G of fewer rows than pp is G at pp (the weights are read once per micro-batch of the
+    round, as the decode round's are), so a step with prompts is never cheaper than one with fewer decodes."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
-    pp = case.parallelism.pp
+    pp, ctx0, ctx1 = case.parallelism.pp, w.prompt_tokens, w.prompt_tokens + w.output_tokens - 1
     floor_at = min(pp, max(decode_batches))     # pp one-token micro-batches, or batch 1
-    decode_batches = sorted({floor_at, *decode_batches})
-    prefill, decode, events = [], [], 0
-    # with pp > 1 a step's prompts ride in the micro-batches of its round: the prefill anchors and the floor
-    # they are taken from are the busiest stage's work alone (`pipelined`), the trip being the decode round's
-    for n in sorted(set(prefill_batches) | set(decode_batches)):
-        riding = pp > 1 and n in prefill_batches        # priced on their own, without the trip
+    carriers = {n: len(split_batch(n, pp)) for n in prefill_batches}     # micro-batches n prompts ride in
+    top = max(decode_batches) + max(prefill_batches) * w.prompt_tokens
+    rows = sorted({1, floor_at, *decode_batches, *carriers.values(),
+                   *(n * w.prompt_tokens for n in prefill_batches), top})
+    prefill, decode, gemm, events = {}, [], [], 0
+    for n in sorted(set(prefill_batches) | set(rows)):
+        # pp 1: one priced batch for both sections; pp > 1: the prompts' anchor without the trip
+        riding = pp > 1 and n in prefill_batches
         if riding:
-            (prompts,), simulated = serving_pass(case, ops, SECTIONS[:1], n, overlap, adjust, trip=False)
-            prefill.append((n * w.prompt_tokens, prompts))
+            (prefill[n],), simulated = serving_pass(case, ops, SECTIONS[:1], n, overlap, adjust, trip=False)
             events += simulated
         prefixes = (SECTIONS[:1] if n in prefill_batches and not riding else ()) + \
-            (SECTIONS[1:] if n in decode_batches else ())
+            (SECTIONS[1:] if n in rows else ())
         if not prefixes:
             continue
-        times, simulated = serving_pass(case, ops, prefixes, n, overlap, adjust)   # pp 1: one pass, both
-        if n in prefill_batches and not riding:
-            prefill.append((n * w.prompt_tokens, times[0]))
-        if n in decode_batches:
-            decode.append((n, times[-2], times[-1]))
+        times, simulated = serving_pass(case, ops, prefixes, n, overlap, adjust)
         events += simulated
-    floor = None
+        if n in prefill_batches and not riding:
+            prefill[n] = times[0]
+        if n in rows:
+            first, last = times[-2], times[-1]
+            decode.append((n, first, last))
+            if pp > 1:      # the busiest stage's work of n rows, what they add to a round they ride in
+                (first, last), simulated = serving_pass(case, ops, SECTIONS[1:], n, overlap, adjust, trip=False)
+                events += simulated
+            gemm.append((n, one_token(first, last, ctx0, ctx1)))
     if pp > 1:
-        # the busiest stage's work of m one-token micro-batches (m <= pp): the floor is pp of them, and n < pp
-        # prompts ride in n micro-batches, so their anchor is the floor plus what the prompts add to those n
-        idle: dict[int, np.ndarray] = {}
-        for m in sorted({floor_at} | {len(split_batch(n, pp)) for n in prefill_batches}):
-            (first, last), simulated = serving_pass(case, ops, SECTIONS[1:], m, overlap, adjust, trip=False)
-            idle[m] = one_token(first, last, w.prompt_tokens, w.prompt_tokens + w.output_tokens - 1)
-            events += simulated
-        floor = idle[floor_at]
-        carriers = sorted(set(prefill_batches))
-        prefill = [(k, floor + t - idle[len(split_batch(n, pp))]) for (k, t), n in zip(prefill, carriers)]
-    return build_cost(prefill, decode, w.prompt_tokens, w.prompt_tokens + w.output_tokens - 1, floor_at,
-                      floor), events
+        # a round carries pp micro-batches (fewer only when there are fewer sequences): prompts riding in n of
+        # them add what they add to n one-token ones, and fewer rows than micro-batches still read every stage's
+        # weights once per micro-batch, G at floor_at
+        at = dict(gemm)
+        prefill = {n: at[floor_at] + t - at[carriers[n]] for n, t in prefill.items()}
+        gemm = [(n, at[max(n, floor_at)]) for n, _ in gemm]
+    return build_cost([(n * w.prompt_tokens, prefill[n]) for n in sorted(prefill)], decode, gemm, ctx0, ctx1), events
 
 
 def anchor_batches(concurrency: int) -> list[int]:

@@ -36,28 +36,46 @@ SPAN, COMPUTE = 0, 1
 class IterationCost:
     """Time of one iteration from prefill tokens k, decode batch b and total decode context S.
 
-    Prefill-only and decode-only iterations are interpolated between priced anchors: prefill over k (anchors
-    at 0 and n x P tokens: a burst of n whole prompts), decode over b (anchors at batch n) and linearly in the
-    mean context S / b (decode attention reads the KV cache once per token, at the cache's element size:
-    an FP8 cache halves the slope, `Case.kv_precision`). A mixed iteration costs
-    prefill(k) + decode(b, S) - floor, where floor is a one-token iteration (batch 1, empty cache; with pp
-    micro-batches in flight the busiest stage's work for pp one-token micro-batches, as the prompts'
-    anchors are, engine/inference.py `_iteration_cost`): the fused
-    GEMMs read every weight once for all k + b rows, and launch and collective latencies are paid once, so
-    the part both passes share is counted once; the rest (GEMM rows, prefill and decode attention, which run
-    as separate kernels, activation collectives) adds.
+    Decode-only iterations are interpolated between priced anchors over b (anchors at batch n) and linearly in
+    the mean context S / b (decode attention reads the KV cache once per token, at the cache's element size:
+    an FP8 cache halves the slope, `Case.kv_precision`).
+
+    An iteration with prompt tokens runs them through the same GEMMs as its decodes (TensorRT-LLM's in-flight
+    batching packs context and generation tokens into one forward pass, vLLM's chunked prefill likewise): each
+    weight is read once for all b + k rows, and the rows' compute adds. Per operator the fused cost is
+    max(W, F_d + F_p) where the two passes apart cost max(W, F_d) + max(W, F_p) (W the weight read, F the
+    rows' compute), so what fusing saves is the weight read where every GEMM is weight-bound and nothing where
+    they are compute-bound. The table prices that with G(r), a step of r one-token rows at an empty cache
+    (`rows`, `row_time`: the GEMMs, their launches and collectives, the expert weights those rows activate):
+
+        t(k, b, S) = decode(b, S) + G(b + k) - G(b) + own(k),
+
+    own(k) the prompts' own part (their attention, their rows' LM head) = prefill anchor - G at its tokens,
+    interpolated linearly in k from 0 at no prompt. A prefill-only iteration is G(k) + own(k) (the prefill
+    anchors themselves at their tokens); a fraction of a prompt reads the weights, and the experts, that its
+    rows do. Where G is one weight read plus a cost per row the step is prefill(k) + decode(b, S) - G(0), the
+    two passes less the read they share; where G is all row compute it is the two passes summed.
+    With pp micro-batches in flight G is the busiest stage's work (the prompts ride in the round's
+    micro-batches, engine/inference.py `_iteration_cost`) and decode the round.
     Columns of the time arrays are (span, compute)."""
     pf_tokens: np.ndarray   # (n,) float64, increasing, 0 first
-    pf_time: np.ndarray     # (n, 2) prefill-only iteration; row 0 is the floor
+    pf_own: np.ndarray      # (n, 2) prefill anchor less G at its tokens; row 0 (no prompt) is 0
     dec_batch: np.ndarray   # (m,) float64, increasing, 1 first
     dec_time: np.ndarray    # (m, 2) decode-only iteration with ctx0 tokens of context per sequence
     dec_slope: np.ndarray   # (m, 2) d time / d context per sequence
     ctx0: float
+    rows: np.ndarray        # (r,) float64, increasing, 1 first: token rows of G's anchors
+    row_time: np.ndarray    # (r, 2) G: a step of that many one-token rows at an empty cache
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, np.ndarray,
+                              np.ndarray]:
+        """The table as the kernels take it, in their argument order."""
+        return (self.pf_tokens, self.pf_own, self.dec_batch, self.dec_time, self.dec_slope, self.ctx0, self.rows,
+                self.row_time)
 
     def time(self, k: float, b: float, s: float) -> np.ndarray:
         """(span, compute) of one iteration (plain-Python entry to the kernel's cost, for tests and docs)."""
-        return np.array([_iteration_time(k, b, s, self.pf_tokens, self.pf_time, self.dec_batch, self.dec_time,
-                                         self.dec_slope, self.ctx0, j) for j in (SPAN, COMPUTE)])
+        return np.array([_iteration_time(k, b, s, *self.arrays(), j) for j in (SPAN, COMPUTE)])
 
 
 def one_token(first: np.ndarray, last: np.ndarray, ctx0: int, ctx1: int) -> np.ndarray:
@@ -66,40 +84,41 @@ def one_token(first: np.ndarray, last: np.ndarray, ctx0: int, ctx1: int) -> np.n
 
 
 def build_cost(prefill: list[tuple[int, np.ndarray]], decode: list[tuple[int, np.ndarray, np.ndarray]],
-               ctx0: int, ctx1: int, floor_at: int = 1, floor: np.ndarray | None = None) -> IterationCost:
-    """Cost table from anchors: prefill (tokens, (span, compute)) and decode (batch, first, last), where
-    first / last are decode steps with ctx0 / ctx1 tokens of context per sequence. The floor is the decode
-    anchor `floor_at` at an empty cache: batch 1, or with pp micro-batches in flight batch pp, whose round
-    reads every stage's weights once per micro-batch, as every larger round does (engine/inference.py)."""
+               rows: list[tuple[int, np.ndarray]], ctx0: int, ctx1: int) -> IterationCost:
+    """Cost table from anchors: prefill (tokens, (span, compute)), decode (batch, first, last), where first /
+    last are decode steps with ctx0 / ctx1 tokens of context per sequence, and G (rows, (span, compute)), whose
+    anchors cover every prefill anchor's tokens (its own part is the anchor less G there)."""
     dec_batch = np.array([b for b, _, _ in decode], dtype=np.float64)
     first = np.array([f for _, f, _ in decode], dtype=np.float64)
     slope = np.array([(la - f) / max(ctx1 - ctx0, 1) for _, f, la in decode], dtype=np.float64)
-    if floor is None:                  # the one-token step among the decode anchors
-        at = [b for b, _, _ in decode].index(floor_at)
-        floor = first[at] - slope[at] * ctx0
+    row_n = np.array([r for r, _ in rows], dtype=np.float64)
+    row_time = np.array([g for _, g in rows], dtype=np.float64)
     pf_tokens = np.array([0.0] + [float(k) for k, _ in prefill])
-    pf_time = np.vstack([floor] + [t for _, t in prefill]).astype(np.float64)
-    return IterationCost(pf_tokens, pf_time, dec_batch, first, slope, float(ctx0))
+    assert row_n[-1] >= pf_tokens[-1], "G's anchors must cover the prefill anchors' tokens"
+    own = [t - [np.interp(k, row_n, row_time[:, j]) for j in (SPAN, COMPUTE)] for k, t in prefill]
+    pf_own = np.vstack([np.zeros(2)] + own).astype(np.float64)
+    return IterationCost(pf_tokens, pf_own, dec_batch, first, slope, float(ctx0), row_n, row_time)
 
 
 @njit(cache=True)
-def _iteration_time(k: float, b: float, s: float, pf_tokens: np.ndarray, pf_time: np.ndarray,
+def _iteration_time(k: float, b: float, s: float, pf_tokens: np.ndarray, pf_own: np.ndarray,
                     dec_batch: np.ndarray, dec_time: np.ndarray, dec_slope: np.ndarray, ctx0: float,
-                    col: int) -> float:
+                    rows: np.ndarray, row_time: np.ndarray, col: int) -> float:
     t = 0.0
-    if k > 0:
-        t += np.interp(k, pf_tokens, pf_time[:, col])
     if b > 0:
         t += np.interp(b, dec_batch, dec_time[:, col]) + np.interp(b, dec_batch, dec_slope[:, col]) * (s / b - ctx0)
-    if k > 0 and b > 0:
-        t -= pf_time[0, col]
+    if k > 0:
+        t += np.interp(b + k, rows, row_time[:, col]) + np.interp(k, pf_tokens, pf_own[:, col])
+        if b > 0:
+            t -= np.interp(b, rows, row_time[:, col])
     return t
 
 
 @njit(cache=True, work=lambda clients, prompt, output, budget, limit, n_done, *rest: n_done * (prompt + output))
 def _simulate(clients: int, prompt: int, output: int, budget: int, limit: int, n_done: int,
-              pf_tokens: np.ndarray, pf_time: np.ndarray, dec_batch: np.ndarray, dec_time: np.ndarray,
-              dec_slope: np.ndarray, ctx0: float) -> tuple[np.ndarray, np.ndarray]:
+              pf_tokens: np.ndarray, pf_own: np.ndarray, dec_batch: np.ndarray, dec_time: np.ndarray,
+              dec_slope: np.ndarray, ctx0: float, rows: np.ndarray,
+              row_time: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Run until n_done requests complete, at most `limit` of them in the engine (decoding or admitted to
     prefill: the head of the FCFS queue; the others wait). Returns per completed request (completion order)
     the (start, first token, end) times on both clocks, (n_done, 3, 2), and the output tokens produced up to
@@ -131,7 +150,8 @@ def _simulate(clients: int, prompt: int, output: int, budget: int, limit: int, n
             room -= chunk[i]
             k += chunk[i]
         for j in range(2):
-            clock[j] += _iteration_time(k, b, s, pf_tokens, pf_time, dec_batch, dec_time, dec_slope, ctx0, j)
+            clock[j] += _iteration_time(k, b, s, pf_tokens, pf_own, dec_batch, dec_time, dec_slope, ctx0, rows,
+                                        row_time, j)
         for q in range(admitted):
             i = queue[(head + q) % clients]
             left[i] -= chunk[i]
@@ -189,9 +209,9 @@ def simulate(cost: IterationCost, clients: int, prompt: int, output: int, max_nu
     `inflight` requests (default: all C) are in the engine at once (the admission of memory/kv_pool.py); a
     request's TTFT includes its wait in the queue."""
     limit = clients if inflight is None else min(inflight, clients)
-    assert cost.pf_tokens[-1] >= min(limit * prompt, max_num_tokens) and cost.dec_batch[-1] >= limit
-    rec, produced = _simulate(clients, prompt, output, max_num_tokens, limit, max_trials * clients, cost.pf_tokens,
-                              cost.pf_time, cost.dec_batch, cost.dec_time, cost.dec_slope, cost.ctx0)
+    most = min(limit * prompt, max_num_tokens)          # prompt tokens one iteration can carry
+    assert cost.pf_tokens[-1] >= most and cost.dec_batch[-1] >= limit and cost.rows[-1] >= limit + most
+    rec, produced = _simulate(clients, prompt, output, max_num_tokens, limit, max_trials * clients, *cost.arrays())
     ends = np.concatenate(([0.0], rec[clients - 1::clients, 2, SPAN]))
     made = np.concatenate(([0.0], produced[clients - 1::clients]))
     rate = np.diff(made) / np.diff(ends)

@@ -54,17 +54,19 @@ def search_spec(case: dict[str, Any], gpus: int, objective: str, space: dict[str
 
 
 def case_axes(case: dict[str, Any]) -> dict[str, list]:
-    """The case's own schedule, SP, attention kernel and, for training, recompute, ZeRO and micro-batch as
-    one-value search axes, so that a search from the page varies only the axes the user opens (a few layouts, answered in
-    seconds, instead of the thousands of the full space). An inference search has no recompute, ZeRO or
-    micro-batch axis (search/spec.py refuses them), so an inference case keeps only the first three."""
-    from rapidllm.spec.case import resolve_case
+    """The case's own schedule, SP, attention kernel and, for training, recompute, ZeRO, micro-batch and
+    overlap switches as one-value search axes, so that a search from the page varies only the axes the user opens (a few layouts, answered in
+    seconds, instead of the thousands of the full space); a switch the case sets stays on wherever it applies
+    in the layouts searched (docs/search.md, "Overlap switches"). An inference search has no recompute, ZeRO,
+    micro-batch or overlap axis (search/spec.py refuses them), so an inference case keeps only the first three."""
+    from rapidllm.spec.case import OVERLAP_SWITCHES, resolve_case
 
     resolved = resolve_case(case, "case")
     p = resolved.parallelism
     axes: dict[str, list] = {"schedule": [p.schedule], "sp": [p.sp], "attention_impl": [resolved.attention_impl]}
     if resolved.training:
-        axes.update(recompute=[p.recompute], zero=[p.zero], micro_batch=[resolved.workload.micro_batch])
+        axes.update(recompute=[p.recompute], zero=[p.zero], micro_batch=[resolved.workload.micro_batch],
+                    **{s: [getattr(p, s)] for s in OVERLAP_SWITCHES})
     return axes
 
 

@@ -96,8 +96,8 @@ def price_gemms(hw: HardwareSpec, batch, m, n, k, dtype: str, accumulate: bool =
     size = int(np.broadcast(np.asarray(batch), np.asarray(m), np.asarray(n), np.asarray(k)).size)
     b_, m_, n_, k_ = (_as_i64(x, size) for x in (batch, m, n, k))
     cat = build_catalog(hw, dtype)
-    fout, iout = gk.price_kernel(b_, m_, n_, k_, cat.cta_m, cat.cta_n, cat.cta_k, cat.warp_m, cat.warp_n,
-                                 cat.stages, cat.cluster_m, cat.occupancy, SPLITS, kernel_params(hw, dtype, accumulate))
+    fout, iout = gk.price_kernel(b_, m_, n_, k_, cat.cta_m, cat.cta_n, cat.cta_k, cat.smem_rows, cat.stages,
+                                 cat.cluster_m, cat.occupancy, SPLITS, kernel_params(hw, dtype, accumulate))
     return GemmPrices(
         time_s=fout[:, gk.F_TIME], compute_s=fout[:, gk.F_COMPUTE], smem_s=fout[:, gk.F_SMEM],
         l2_s=fout[:, gk.F_L2], hbm_s=fout[:, gk.F_HBM], hbm_bytes=fout[:, gk.F_HBM_BYTES],

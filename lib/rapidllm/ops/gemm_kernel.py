@@ -36,7 +36,7 @@ def _round_time(conc, kit, fl_it, sm_it, peak, smem_bw, lat, stages, epi_s):
 
 
 @njit(cache=True, work=lambda batch, m, n, k, cta_m, *rest: batch.size * cta_m.size * 8)
-def price_kernel(batch, m, n, k, cta_m, cta_n, cta_k, warp_m, warp_n, stages, cluster_m, occ, splits, p):
+def price_kernel(batch, m, n, k, cta_m, cta_n, cta_k, smem_rows, stages, cluster_m, occ, splits, p):
     """Best candidate per shape. Returns (float64[S, N_FOUT], int64[S, N_IOUT])."""
     S = m.shape[0]
     C = cta_m.shape[0]
@@ -61,10 +61,9 @@ def price_kernel(batch, m, n, k, cta_m, cta_n, cta_k, warp_m, warp_n, stages, cl
             tn = (N + cn - 1) // cn
             base = B * tm * tn
             kit_all = (K + ck - 1) // ck
-            warps = (cm // warp_m[c]) * (cn // warp_n[c])
             fl_it = 2.0 * cm * cn * ck
-            # shared memory: each warp reads its A and B slices, the CTA writes both tiles once
-            sm_it = (warps * (warp_m[c] + warp_n[c]) + cm + cn) * ck * in_b
+            # shared memory: the operand rows the MMA style writes and reads per k-iteration (tiles.py)
+            sm_it = smem_rows[c] * ck * in_b
             for j in range(splits.shape[0]):
                 sk = splits[j]
                 if sk > 1 and (base * sk > n_sms * o or sk > kit_all):

@@ -21,7 +21,7 @@ from rapidllm.ops.gemm import kernel_params, price_gemms, roofline_gemm_time
 from rapidllm.ops.operators import ATTENTION, GEMM, Operator
 from rapidllm.ops.params import mtp_params, parameter_counts
 from rapidllm.ops.roofline import roofline_times
-from rapidllm.ops.tiles import uses_warpgroup_mma
+from rapidllm.ops.tiles import mma_style
 from rapidllm.spec.case import Case
 from rapidllm.spec.hardware import DTYPE_BYTES, GEMM_PRECISIONS, HardwareSpec, packed_bytes
 from rapidllm.spec.layout import InferenceWorkload, Parallelism
@@ -201,7 +201,7 @@ def _gemm_times(hw, dtype: str, shapes: list, accumulate: bool = False) -> np.nd
         arr = np.array(shapes, dtype=np.int64)
         return price_gemms(hw, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], dtype).time_s
     key = (kernel_params(hw, dtype, accumulate).tobytes(), hw.limits, DTYPE_BYTES[dtype], packed_bytes(dtype),
-           uses_warpgroup_mma(hw))
+           mma_style(hw))
     table = current().gemm_times
     known = table.get(key)
     if known is None:

@@ -62,11 +62,32 @@ def time_to_train(tokens: float) -> Derive:
 
 
 def record_columns() -> set[str]:
-    """The numeric columns of a prediction record (`Prediction.to_dict`) an objective may rank by."""
+    """The numeric columns of a prediction record (`Prediction.to_dict`) an objective may rank by: its float
+    and int fields (not `schedule`, `in_flight_limit` or `device_validated`, which a rank cannot order by)."""
     from rapidllm.prediction import MemoryBreakdown, Prediction   # heavy (pandas, numba): only when asked
 
-    numeric = {f.name for f in fields(Prediction) if f.name not in ("case_id", "mode", "status", "reason", "memory")}
+    numeric = {f.name for f in fields(Prediction) if str(f.type).split(" |")[0] in ("float", "int")}
     return numeric | {f"{f.name}_bytes" for f in fields(MemoryBreakdown) if f.name != "peak"} | {"peak_memory_bytes"}
+
+
+# cost columns (docs/cost.md, `cost.price.cost_record`) a spec's objective may name, with the direction in
+# which each gets no better as a time grows (so bounds prune): $ per step or per million tokens rise with
+# the step time, token rates per $, per watt and per capital $ fall. $/GPU-hour and the package cost do
+# not depend on the layout and rank nothing.
+COST_OBJECTIVES = {"usd_per_step": "min", "usd_per_million_tokens": "min", "tokens_per_usd": "max",
+                   "tokens_per_s_per_watt": "max", "tokens_per_s_per_capital_usd": "max"}
+
+
+def cost_objective(name: str, direction: str, costs: Mapping[str, Any], training: bool) -> Objective:
+    """Rank by the cost column `name` (COST_OBJECTIVES), each device priced with `costs[hardware name]` (a
+    `cost.HardwareCost`, read once per search). A training record's price reads the world size and the
+    device, which a group shares (`group_level`); an inference record's rate is one dp replica's, so its
+    price reads the layout's dp (`replicas_served`) and is not group-level."""
+    from rapidllm.cost.price import price_prediction
+
+    def derive(rec: Mapping[str, Any], case: Case) -> float:
+        return float(price_prediction(case, rec, costs[case.hardware.name])[name])
+    return Objective(name, direction, derive, monotone=COST_OBJECTIVES[name] == direction, group_level=training)
 
 
 # the named objectives of each workload mode (workflow/schemas/search.schema.yaml lists their union)
@@ -74,8 +95,10 @@ NAMED = {"training": ("mfu", "step_time_s", "time_to_train_s", "tokens_per_s_per
          "inference": ("throughput_per_gpu", "e2e_latency_s", "ttft_s", "itl_s")}
 
 
-def objective_from_spec(value: Any, mode: str, train_tokens: float | None, source: str) -> Objective:
-    """The spec's `objective` (default: step time for training, throughput per GPU for inference)."""
+def objective_from_spec(value: Any, mode: str, train_tokens: float | None, source: str,
+                        costs: Callable[[], Mapping[str, Any]] | None = None) -> Objective:
+    """The spec's `objective` (default: step time for training, throughput per GPU for inference). `costs`
+    returns the cost inputs of the spec's devices by name, asked only for a cost column."""
     if value is None:
         value = "step_time_s" if mode == "training" else "throughput_per_gpu"
     if isinstance(value, str):
@@ -91,8 +114,17 @@ def objective_from_spec(value: Any, mode: str, train_tokens: float | None, sourc
             return Objective(value, "max", per_gpu("tokens_per_s"), group_level=mode == "training")
         return Objective(value, "max" if value == "mfu" else "min", column(value), group_level=True)
     name = value["column"]
+    if name in COST_OBJECTIVES:          # priced per device once the candidates are known (search/spec.py)
+        if name == "usd_per_step" and mode != "training":
+            raise SpecError.at(source, "objective.column", "usd_per_step is a training step's price; allowed for "
+                               "inference: usd_per_million_tokens, tokens_per_usd, tokens_per_s_per_watt, "
+                               "tokens_per_s_per_capital_usd")
+        if costs is None:
+            raise SpecError.at(source, "objective.column", f"{name} needs the devices' cost inputs")
+        return cost_objective(name, value["direction"], costs(), mode == "training")
     if name not in record_columns():
         raise SpecError.at(source, "objective.column", f"unknown column {name!r}; allowed: "
-                           f"{', '.join(sorted(record_columns()))}")
+                           f"{', '.join(sorted(record_columns()))}, or a cost column: {', '.join(COST_OBJECTIVES)} "
+                           "(docs/cost.md)")
     return Objective(name, value["direction"], column(name), monotone=(name, value["direction"]) in BOUNDED[mode],
                      group_level=True)

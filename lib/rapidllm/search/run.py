@@ -14,7 +14,8 @@ group, exactly those an exhaustive search finds, with far fewer full simulations
    engine's own collective times, memoized for the simulation) and it goes back into the heap; popped again
    and still not dominated, it goes through `rapidllm.prediction.predict` (the liveness memory model first:
    out of memory ends it there, then the congestion-aware simulation).
-Ties rank by enumeration order, so pruned and exhaustive searches return the same rows in the same order.
+Exact ties rank by lower peak memory, then by enumeration order, so pruned and exhaustive searches return the
+same rows in the same order (a layout whose bound equals the k-th best is simulated, never pruned).
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ from rapidllm.search.bounds import (
     step_bound,
     training_record,
 )
-from rapidllm.search.space import LAYOUT_COLUMNS, PAR_FIELDS, Layout, layouts, rebuild
+from rapidllm.search.space import LAYOUT_COLUMNS, OVERLAP_SWITCHES, PAR_FIELDS, Layout, layouts, rebuild
 from rapidllm.search.tails import (
     layer_floor,
     optimizer_seconds,
@@ -70,15 +71,33 @@ class Counts:
     ranked: int = 0                             # evaluated and within every limit and filter
     removed: Counter = field(default_factory=Counter)
     invalid_by_rule: Counter = field(default_factory=Counter)
+    # per overlap switch (OVERLAP_SWITCHES): layouts_on / layouts_off (enumerated with it on / off),
+    # applies_off (off where it would apply), evaluated_on / evaluated_off (simulated with it on / off)
+    overlaps: dict[str, Counter] = field(default_factory=lambda: {s: Counter() for s in OVERLAP_SWITCHES})
+
+    def count_overlaps(self, lay: Layout) -> None:
+        """File an enumerated layout under each switch: on, or off (and whether it would apply)."""
+        for s, i, applies in zip(OVERLAP_SWITCHES, OVERLAP_AT, lay.applicable):
+            on = lay.key[i]
+            self.overlaps[s]["layouts_on" if on else "layouts_off"] += 1
+            self.overlaps[s]["applies_off"] += applies and not on
 
     def as_dict(self) -> dict[str, Any]:
+        """The counts; `overlaps` lists only the switches that apply to some layout."""
         return {"layouts": self.layouts, "evaluated": self.evaluated, "ranked": self.ranked,
                 **{r: self.removed.get(r, 0) for r in REASONS},
-                "invalid_by_rule": dict(sorted(self.invalid_by_rule.items()))}
+                "invalid_by_rule": dict(sorted(self.invalid_by_rule.items())),
+                "overlaps": {s: {k: c[k] for k in OVERLAP_COUNTS} for s, c in self.overlaps.items()
+                             if c["layouts_on"] or c["applies_off"]}}
+
+
+OVERLAP_COUNTS = ("layouts_on", "layouts_off", "applies_off", "evaluated_on", "evaluated_off")
 
 
 class _Top:
-    """The best `k` rows of one group, kept sorted by (objective key, enumeration order)."""
+    """The best `k` rows of one group, kept sorted by (objective key, peak memory, enumeration order): of two
+    layouts equally good by the objective (ZeRO-1 and ZeRO-2 often step equally fast), the one that needs
+    less memory ranks first."""
 
     def __init__(self, k: int) -> None:
         self.k, self.keys, self.rows = k, [], []
@@ -86,7 +105,7 @@ class _Top:
     def kth(self) -> float:
         return self.keys[-1][0] if len(self.keys) == self.k else math.inf
 
-    def add(self, key: tuple[float, int], row: dict) -> None:
+    def add(self, key: tuple[float, float, int], row: dict) -> None:
         i = bisect.bisect(self.keys, key)
         if i < self.k:
             self.keys.insert(i, key)
@@ -97,6 +116,7 @@ class _Top:
 # positions in a `Layout.key` (search/space.py: the PAR_FIELDS values, then micro-batch or batch, then kernel)
 DP, TP, PP, CP = (PAR_FIELDS.index(f) for f in ("dp", "tp", "pp", "cp"))
 SCHEDULE, VIRTUAL, SIZE = PAR_FIELDS.index("schedule"), PAR_FIELDS.index("virtual_stages"), len(PAR_FIELDS)
+OVERLAP_AT = tuple(PAR_FIELDS.index(s) for s in OVERLAP_SWITCHES)
 MISSING = object()             # a memo's miss where None is a value
 
 
@@ -301,6 +321,7 @@ def _bounded(spec: SearchSpec, prune: bool, shard: tuple[int, int], counts: Coun
                 if order % shard[1] != shard[0]:
                     continue
                 counts.layouts += 1
+                counts.count_overlaps(lay)
                 if counts.layouts % 1000 == 0:
                     bar.update(1000)
                 if lay.reason:
@@ -426,6 +447,8 @@ def _visit(spec: SearchSpec, prune: bool, engine: str, ci: int, gpus: int, entri
             counts.removed["out_of_memory"] += 1
             continue
         counts.evaluated += 1
+        for s, i in zip(OVERLAP_SWITCHES, OVERLAP_AT):
+            counts.overlaps[s]["evaluated_on" if lay.key[i] else "evaluated_off"] += 1
         if not _passes(rec, limits):
             counts.removed["slo" if _breaks_slo(rec, spec) else "filtered"] += 1
             continue
@@ -433,7 +456,7 @@ def _visit(spec: SearchSpec, prune: bool, engine: str, ci: int, gpus: int, entri
         value = obj.derive(rec, lay.case)
         row = {"candidate": spec.candidates[ci].label, "gpus": gpus, **lay.columns,
                obj.name: value, **{c: v for c, v in rec.items() if c != obj.name}, "layout_index": order}
-        best.add((obj.key(value), order), row)
+        best.add((obj.key(value), rec["peak_memory_bytes"], order), row)
 
 
 def _table(rows_by_group: list[list[dict]], spec: SearchSpec, counts: Counts) -> pd.DataFrame:
@@ -444,14 +467,18 @@ def _table(rows_by_group: list[list[dict]], spec: SearchSpec, counts: Counts) ->
     return rank(df, spec.objective.name, spec.objective.direction)
 
 
+# the order of ranked rows: objective (as a key, smaller is better), then peak memory, then enumeration order
+TIE_ORDER = ["_key", "peak_memory_bytes", "layout_index"]
+
+
 def rank(df: pd.DataFrame, column: str, direction: str) -> pd.DataFrame:
-    """Order rows best first (ties by enumeration order), number them, and mark the Pareto front across
-    GPU counts: a group's best row that beats every smaller GPU count's best of the same candidate."""
+    """Order rows best first (ties by lower peak memory, then enumeration order), number them, and mark the
+    Pareto front across GPU counts: a group's best row that beats every smaller GPU count's best of the same candidate."""
     attrs = dict(df.attrs)
     if df.empty:
         return df
     key = df[column] if direction == "min" else -df[column]
-    df = df.assign(_key=key).sort_values(["_key", "layout_index"], kind="stable").reset_index(drop=True)
+    df = df.assign(_key=key).sort_values(TIE_ORDER, kind="stable").reset_index(drop=True)
     df.insert(0, "rank", range(1, len(df) + 1))
     pareto = pd.Series(False, index=df.index)
     firsts = df[df.group_rank == 1].sort_values(["candidate", "gpus"], kind="stable")
@@ -478,12 +505,14 @@ def merge(frames: list[pd.DataFrame], spec: SearchSpec, top: int | None = None) 
         counts.ranked += c["ranked"]
         counts.removed.update({r: c[r] for r in REASONS})
         counts.invalid_by_rule.update(c["invalid_by_rule"])
+        for s, n in c.get("overlaps", {}).items():
+            counts.overlaps[s].update(n)
     df = pd.concat([f for f in frames if not f.empty], ignore_index=True) if any(not f.empty for f in frames) \
         else pd.DataFrame()
     if df.empty:
         return _table([], spec, counts)
     sign = 1 if spec.objective.direction == "min" else -1
-    df = df.assign(_key=sign * df[spec.objective.name]).sort_values(["_key", "layout_index"], kind="stable")
+    df = df.assign(_key=sign * df[spec.objective.name]).sort_values(TIE_ORDER, kind="stable")
     df = df.drop(columns=["rank", "group_rank", "pareto", "_key"]).groupby(["candidate", "gpus"], sort=False).head(k)
     rows = df.to_dict("records")
     by_group: dict[tuple, list[dict]] = {}

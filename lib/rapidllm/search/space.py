@@ -16,15 +16,25 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import operator
 from collections.abc import Iterator
 from typing import Any
 
 from rapidllm.graph.schedules import interleaving
 from rapidllm.search.spec import LAYOUT_AXES, Candidate, SearchSpec
-from rapidllm.spec.case import Case, check_attention, check_layout, expert_tp_of, layout_case, sized_network
+from rapidllm.spec.case import (
+    OVERLAP_SWITCHES,
+    Case,
+    check_attention,
+    check_layout,
+    expert_tp_of,
+    layout_case,
+    overlap_applies,
+    sized_network,
+)
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.frameworks import framework_parallelism
+from rapidllm.spec.frameworks import framework_parallelism, runs_option
 from rapidllm.spec.layout import InferenceWorkload, Parallelism, TrainingWorkload
 from rapidllm.spec.model import ModelSpec
 from rapidllm.spec.network import NetworkSpec
@@ -37,7 +47,7 @@ DEFAULT_MODULES = ("core_attn",)
 
 # the Parallelism fields a layout sets, in the order `Layout.key` holds them
 PAR_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "sp", "zero", "fsdp", "recompute", "recompute_modules",
-              "schedule", "virtual_stages")
+              "schedule", "virtual_stages", *OVERLAP_SWITCHES)
 
 
 _PLACEMENT = operator.itemgetter(*(i for i, f in enumerate(PAR_FIELDS) if f not in ("sp", "recompute",
@@ -56,18 +66,19 @@ class Layout:
     case rule rejects it). The case is built on first use: a search checks every one of its hundreds of
     thousands of layouts, but a bound or memory verdict shared with other layouts settles most of them, and
     only the few it bounds first or simulates need a case of their own."""
-    __slots__ = ("key", "training", "reason", "shard_key", "placement", "base", "_build", "_case")
+    __slots__ = ("key", "training", "reason", "shard_key", "placement", "base", "_build", "_case", "applicable")
 
     def __init__(self, key: tuple, training: bool, shard_key: tuple, placement: tuple, reason: str, base: Case,
-                 build: tuple | None) -> None:
+                 build: tuple | None, applicable: tuple[bool, ...] = ()) -> None:
         self.key = key                    # what `rebuild` needs: the PAR_FIELDS values, micro-batch or batch, kernel
         self.training = training
-        self.shard_key = shard_key        # what the layer pricing depends on (search/bounds.py)
+        self.shard_key = shard_key        # what the layer pricing and spans depend on (search/bounds.py, tails.py)
         self.placement = placement        # `placement(key)`
         self.reason = reason              # the rejected rule's key and message
         self.base = base                  # the candidate's base case
         self._build = build               # (Parallelism, workload, sized fabric) of a valid layout, else None
         self._case: Case | None = None
+        self.applicable = applicable      # per OVERLAP_SWITCHES: whether it applies (on or not); () when rebuilt
 
     @property
     def case(self) -> Case | None:
@@ -182,8 +193,24 @@ def _inner(spec: SearchSpec, cand: Candidate, ax: dict[str, list], training: boo
                                         par_m = dict(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero,
                                                      fsdp=fsdp, recompute=rc, recompute_modules=mods,
                                                      schedule=sched, virtual_stages=v)
-                                        yield from _layouts(cand, workload, size, ax["attention_impl"],
-                                                            spec.options, par_m, fabric)
+                                        applicable, choices = _overlaps(spec, base.framework, training, par_m)
+                                        for on in choices:
+                                            yield from _layouts(cand, workload, size, ax["attention_impl"],
+                                                                spec.options, {**par_m, **on}, fabric, applicable)
+
+
+def _overlaps(spec: SearchSpec, framework: str, training: bool, par_m: dict[str, Any]
+              ) -> tuple[tuple[bool, ...], list[dict[str, bool]]]:
+    """(whether each of OVERLAP_SWITCHES applies to the layout `par_m`, the switch settings to search it
+    with). A switch takes the space's values (default [false], the frameworks' default), a true one turned
+    off where it has nothing to overlap (`overlap_applies`, `runs_option`): [true] is "on wherever it
+    applies" (as Megatron-Bridge's recipes set tp_comm_overlap = TP > 1 with sp), [false, true] searches
+    both where it applies and leaves one layout, off, elsewhere (the pair would be the same case twice)."""
+    par = Parallelism(**par_m)
+    applicable = tuple(runs_option(framework, s) and overlap_applies(s, par, training) for s in OVERLAP_SWITCHES)
+    values = [list(dict.fromkeys(bool(v) and ok for v in _user(spec, s, [False])))
+              for s, ok in zip(OVERLAP_SWITCHES, applicable)]
+    return applicable, [dict(zip(OVERLAP_SWITCHES, on)) for on in itertools.product(*values)]
 
 
 def _interleaves(base: Case, dp: int, pp: int, v: int, micro_batch: int) -> bool:
@@ -229,7 +256,8 @@ def _fabric(cand: Candidate, world: int) -> tuple[NetworkSpec | None, str]:
 
 
 def _layouts(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, size: int, attns: list[str],
-             options: dict[str, Any], par_m: dict, fabric: tuple[NetworkSpec | None, str]) -> Iterator[Layout]:
+             options: dict[str, Any], par_m: dict, fabric: tuple[NetworkSpec | None, str],
+             applicable: tuple[bool, ...]) -> Iterator[Layout]:
     """The layouts of one parallelism and workload, one per attention kernel: the layout rules do not look at
     the kernel, so one check serves them all (the rules first, the base's framework's among them, then the
     fabric's sizing, then the kernel's own rule, `check_attention`, as `resolve_case` checks). The key is the
@@ -247,7 +275,8 @@ def _layouts(cand: Candidate, workload: TrainingWorkload | InferenceWorkload, si
     training, shard, place = _keys(cand, par, workload, values)
     for attn in attns:
         why = reason or _kernel_refusal(cand.base.model, attn, cand.base.kv_cache_precision)
-        yield Layout((*values, attn), training, (*shard, attn), place, why, cand.base, None if why else build)
+        yield Layout((*values, attn), training, (*shard, attn), place, why, cand.base, None if why else build,
+                     applicable)
 
 
 @functools.lru_cache(maxsize=256)
@@ -266,5 +295,6 @@ def _keys(cand: Candidate, par: Parallelism, workload: TrainingWorkload | Infere
     training = isinstance(workload, TrainingWorkload)
     size = values[-1]
     shard = (cand.label, par.tp, par.cp, par.ep, expert_tp_of(par, training), par.sp, par.recompute,
-             par.recompute_modules, size if training else 0, 0 if training else size)
+             par.recompute_modules, par.tp_comm_overlap, par.moe_a2a_overlap, size if training else 0,
+             0 if training else size)
     return training, shard, placement(values)

@@ -13,19 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rapidllm.search.objectives import Objective, objective_from_spec, record_columns
-from rapidllm.spec.case import SEARCH_CASE_KEYS, Case, resolve_case
+from rapidllm.search.objectives import COST_OBJECTIVES, Objective, objective_from_spec, record_columns
+from rapidllm.spec.case import OVERLAP_SWITCHES, SEARCH_CASE_KEYS, Case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
 from rapidllm.spec.network import NetworkSpec
 from rapidllm.spec.paths import config_dir, display, project_root, spec_path
 from rapidllm.spec.schema import load_yaml, schema_of, validate
-from rapidllm.units import parse_quantity
+from rapidllm.units import UnitError, parse_quantity
 
 NAMED = ("model", "hardware", "network")
 # the layout columns a filter may name before evaluation (search/space.py writes them)
 LAYOUT_AXES = ("dp", "tp", "pp", "cp", "ep", "etp", "sp", "schedule", "virtual_stages", "micro_batch", "batch",
-               "recompute", "recompute_modules", "zero", "fsdp", "attention_impl")
+               "recompute", "recompute_modules", "zero", "fsdp", "attention_impl", *OVERLAP_SWITCHES)
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class Candidate:
     label: str
     base: Case
     network: NetworkSpec
+    hardware_index: int = 0                    # which of the spec's `hardware` entries it runs on
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,22 @@ def _candidates(m: dict, source: str) -> tuple[Candidate, ...]:
                 label = " / ".join(x[i] for x, i in ((_labels(lists["model"], "model"), mi),
                                                       (_labels(lists["hardware"], "hardware"), hi),
                                                       (_labels(lists["network"], "network"), ni)))
-                out.append(Candidate(label, base, NetworkSpec.from_mapping(net_m, net_src)))
+                out.append(Candidate(label, base, NetworkSpec.from_mapping(net_m, net_src), hi))
     return tuple(out)
+
+
+def device_costs(m: dict, candidates: tuple[Candidate, ...], source: str) -> dict[str, Any]:
+    """The cost inputs (`cost.HardwareCost`) of each candidate device by name, for a cost objective: as
+    `rapidllm predict --cost` prices a case's device (`cost.config.device_cost`), at the spec's
+    `usd_per_gpu_hour` when it gives one (which also prices a device without cost inputs)."""
+    from rapidllm.cost.config import device_cost
+
+    entries = m["hardware"] if isinstance(m["hardware"], list) else [m["hardware"]]
+    where = (lambda i: f"{source}: hardware") if len(entries) == 1 else (lambda i: f"{source}: hardware.{i}")
+    return {c.base.hardware.name: device_cost(entries[c.hardware_index], c.base.hardware.name,
+                                              m.get("usd_per_gpu_hour"), where(c.hardware_index),
+                                              "usd_per_gpu_hour: RATE in the search spec")
+            for c in candidates}
 
 
 def referenced_spec_files(path: str | Path) -> list[str]:
@@ -118,6 +133,29 @@ def referenced_spec_files(path: str | Path) -> list[str]:
             if isinstance(value, str):
                 files.add(str((config_dir(kind) / f"{value}.yaml").relative_to(project_root())))
     return sorted(files)
+
+
+# the units a filter bound on a column may carry, by the column's suffix (bytes, seconds; `tokens_per_s` is a
+# rate, not a time); other columns are counts, ratios or rates without a unit kind of their own, and take
+# plain numbers
+FILTER_UNITS = {"_bytes": "bytes", "_s": "time"}
+
+
+def _filter_bound(column: str, bound: str, value: float | str, source: str) -> float:
+    """A filter's `min` or `max` in SI units: a number as it is, a quantity ('70 GiB', '50 ms') on a column
+    whose suffix names its unit, as every other quantity of a spec may be written (P9 of user trial 3)."""
+    if not isinstance(value, str):
+        return float(value)
+    where = f"constraints.filters.{column}.{bound}"
+    kind = next((k for suffix, k in FILTER_UNITS.items() if column.endswith(suffix)
+                 and not column.endswith("_per_s")), None)
+    if kind is None:
+        raise SpecError.at(source, where, f"{value!r}: {column} takes a plain number; units are read on *_bytes "
+                           "and *_s columns only")
+    try:
+        return parse_quantity(value, kind)
+    except UnitError as err:
+        raise SpecError.at(source, where, str(err)) from None
 
 
 def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpec:
@@ -136,15 +174,23 @@ def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpe
         key = pinned[0]
         said = ("a search-space switch, not a parallelism setting; give it as space." + key
                 if axes[key].get("type") == "boolean"
+                else f"a search axis, on only where it applies: space.{key}: [true] turns it on wherever it "
+                f"applies, [false, true] searches both" if key in OVERLAP_SWITCHES
                 else f"a search axis, not a fixed setting; give its values in space.{key} (one value pins it)")
         raise SpecError.at(source, f"parallelism.{key}", said)
     validate(m, "search", source)
     constraints = m.get("constraints", {})
-    objective = objective_from_spec(m.get("objective"), m["workload"]["mode"], m.get("train_tokens"), source)
+    candidates = _candidates(m, source)
+    objective = objective_from_spec(m.get("objective"), m["workload"]["mode"], m.get("train_tokens"), source,
+                                    lambda: device_costs(m, candidates, source))
+    if "usd_per_gpu_hour" in m and objective.name not in COST_OBJECTIVES:
+        raise SpecError.at(source, "usd_per_gpu_hour", "prices a cost objective; allowed with objective: {column: "
+                           f"NAME, direction: min|max}} where NAME is one of {', '.join(COST_OBJECTIVES)}")
     slo = {f"{k}_s": parse_quantity(v, "time") for k, v in m.get("slo", {}).items()}
     if slo and m["workload"]["mode"] != "inference":
         raise SpecError.at(source, "slo", "latency limits apply to inference workloads only")
-    filters = {k: (float(v.get("min", -math.inf)), float(v.get("max", math.inf)))
+    filters = {k: tuple(_filter_bound(k, b, v.get(b, default), source) for b, default in (("min", -math.inf),
+                                                                                           ("max", math.inf)))
                for k, v in constraints.get("filters", {}).items()}
     allowed = {"gpus", *LAYOUT_AXES, *record_columns()}
     unknown = sorted(set(filters) - allowed)
@@ -162,13 +208,14 @@ def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpe
         if given not in space.setdefault("micro_batch", [given]):
             raise SpecError.at(source, "workload.micro_batch", f"{given} is not among space.micro_batch "
                                f"{space['micro_batch']}; list the micro-batches to search in space.micro_batch")
-    training_only = {"micro_batch", "recompute", "recompute_modules", "zero", "fsdp", "virtual_stages"}
+    training_only = {"micro_batch", "recompute", "recompute_modules", "zero", "fsdp", "virtual_stages",
+                     *OVERLAP_SWITCHES}
     wrong = sorted(training_only & set(space)) if m["workload"]["mode"] == "inference" else \
         sorted({"batch"} & set(space))
     if wrong:
         raise SpecError.at(source, f"space.{wrong[0]}", f"not an axis of a {m['workload']['mode']} search")
     return SearchSpec(name=m.get("name", Path(source).stem if not isinstance(spec, Mapping) else "search"),
-                      source=source, candidates=_candidates(m, source),
+                      source=source, candidates=candidates,
                       gpus=gpu_counts(m["gpus"], constraints.get("max_gpus"), source), space=space,
                       options=dict(m.get("parallelism", {})), tp_across_nodes=across, objective=objective, slo=slo, filters=filters,
                       top=int(m.get("top", 10)))

@@ -266,6 +266,26 @@ def kv_cache_option(model: ModelSpec, workload: Any, precision: str, value: str,
     return "fp8"
 
 
+# The framework overlap switches that apply to some layouts only (Megatron-Core's conditions, below): the
+# case rules refuse one set where it has nothing to overlap, and a search turns it on only where it applies
+# (search/space.py, docs/search.md "Overlap switches")
+OVERLAP_SWITCHES = ("tp_comm_overlap", "overlap_param_gather", "moe_a2a_overlap")
+
+
+def overlap_applies(switch: str, par: Parallelism, training: bool) -> bool:
+    """Whether the overlap switch `switch` (one of OVERLAP_SWITCHES) has something to overlap in layout `par`:
+    tp_comm_overlap the sequence-parallel all-gathers and reduce-scatters of training (Transformer Engine's
+    userbuffers: tp > 1 with sp; Megatron-Bridge recipes set `tp_comm_overlap = TP > 1` with sp),
+    overlap_param_gather a sharded optimizer's parameter all-gather (ZeRO-1/2, fsdp shard_grad_op; ZeRO-3
+    gathers per layer already), moe_a2a_overlap the EP all-to-alls of merged 1F1B steps (ep > 1)."""
+    if switch == "tp_comm_overlap":
+        return training and par.tp > 1 and par.sp
+    if switch == "overlap_param_gather":
+        return training and (par.zero in (1, 2) or par.fsdp == "shard_grad_op")
+    assert switch == "moe_a2a_overlap", switch
+    return training and par.ep > 1 and par.schedule in ("1f1b", "interleaved")
+
+
 def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str) -> None:
     def bad(key: str, msg: str) -> SpecError:
         return SpecError.at(source, key, msg)
@@ -362,19 +382,18 @@ def check_layout(model: ModelSpec, par: Parallelism, workload: Any, source: str)
     if isinstance(workload, TrainingWorkload) and par.expert_tp < par.tp and not par.sp:
         raise bad("parallelism.etp", "etp < tp is modelled for training with sequence parallelism (the experts "
                   "take each rank's sequence shard; Megatron-Core requires SP with EP and TP)")
-    if par.moe_a2a_overlap and not (par.ep > 1 and isinstance(workload, TrainingWorkload)
-                                    and par.schedule in ("1f1b", "interleaved")):
+    training = isinstance(workload, TrainingWorkload)
+    if par.moe_a2a_overlap and not overlap_applies("moe_a2a_overlap", par, training):
         raise bad("parallelism.moe_a2a_overlap", "the EP all-to-all overlap merges 1F1B steps: it needs training "
                   "with ep > 1 and schedule 1f1b or interleaved")
     if par.recompute_modules != ("core_attn",) and par.recompute != "selective":
         raise bad("parallelism.recompute_modules", "names what recompute 'selective' recomputes; set "
                   f"parallelism.recompute: selective (it is {par.recompute!r})")
-    if par.overlap_param_gather and not (isinstance(workload, TrainingWorkload)
-                                         and (par.zero in (1, 2) or par.fsdp == "shard_grad_op")):
+    if par.overlap_param_gather and not overlap_applies("overlap_param_gather", par, training):
         raise bad("parallelism.overlap_param_gather", "overlaps a sharded optimizer's parameter all-gather: it "
                   "needs training with zero 1 or 2 (or fsdp shard_grad_op); ZeRO-3 / full_shard gathers per "
                   "layer already")
-    if par.tp_comm_overlap and not (par.tp > 1 and par.sp and isinstance(workload, TrainingWorkload)):
+    if par.tp_comm_overlap and not overlap_applies("tp_comm_overlap", par, training):
         raise bad("parallelism.tp_comm_overlap", "Transformer Engine's userbuffers overlap the sequence-parallel "
                   "all-gathers and reduce-scatters of training: it needs tp > 1 and sp: true")
     if par.optimizer_state != "fp32" and not isinstance(workload, TrainingWorkload):

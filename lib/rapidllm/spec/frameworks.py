@@ -26,6 +26,12 @@ from rapidllm.spec.errors import SpecError
 _MEGATRON_CORE_ONLY = ("overlap_p2p_comm", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap")
 
 
+def runs_option(framework: str, key: str) -> bool:
+    """Whether `framework` runs the parallelism option `key` at all (deepspeed runs none of Megatron-Core's
+    overlap options)."""
+    return framework != "deepspeed" or key not in _MEGATRON_CORE_ONLY
+
+
 def framework_parallelism(mapping: Any, par: Any, source: str) -> Any:
     """`par` (a resolved `Parallelism`) as the case's framework runs it; SpecError for a setting it cannot
     run. `mapping` is the case mapping (to tell a setting the user wrote from a default)."""

@@ -57,6 +57,9 @@ class Utilization:
 
 @dataclass(frozen=True)
 class HardwareSpec:
+    # Left out of the case id at their defaults (spec/case_id.py): devices that do not set them keep their ids.
+    HASH_OMITTED_DEFAULTS = ("exp_per_sm_clock",)
+
     name: str
     sm_count: int
     clock_hz: float

@@ -33,6 +33,8 @@ CONSTANTS = ("compute", "hbm", "network")
 # constant fitted on it instead of the end-to-end rows: that table isolates the network, where end-to-end
 # rows mix it with everything else (the H100's end-to-end objective is flat in it).
 BOUNDS = (0.3, 1.0)        # a utilization is a fraction of a datasheet peak
+# Calibration entries per fitted constant: fewer, and a device's rows fit fewer constants (fitted_count).
+ENTRIES_PER_CONSTANT = 3
 
 
 @dataclass(frozen=True)
@@ -185,22 +187,58 @@ def write_constants(device: str, u: np.ndarray, path: Path | None = None) -> Pat
     return path
 
 
-def fit_device(device: str, entries: list[Entry], grid: int = 5, iters: int = 120) -> dict:
+def fitted_count(device: str, entries: list[Entry]) -> int:
+    """How many constants, in CONSTANTS order, a device's own calibration entries fit: every free one (all
+    three, or compute and HBM where a collective table fixes the network), but at most one per
+    ENTRIES_PER_CONSTANT entries. A device with few rows (B200: four) would otherwise trade one constant for
+    another at will (fitted on all three, B200 came to compute 0.720 with HBM 0.380 and network 0.333: four
+    entries, three unknowns); the constants it cannot pin down come from its transfer donor
+    (validate/transfer.py), as they would with no rows at all."""
+    free = len(CONSTANTS) - (device in TABLES)
+    return min(free, len(entries) // ENTRIES_PER_CONSTANT)
+
+
+def fit_device(device: str, entries: list[Entry], grid: int = 5, iters: int = 120,
+               prior: np.ndarray | None = None, prior_from: str = "") -> dict:
     """The three constants of one device fitted on its calibration entries (network from its collective
-    table where it has one), with the objective at 1.0 and at the fit: the MAPE of those entries, each capped
-    at MISS_CAP (below an entry's true error where it is over 100%)."""
+    table where it has one; constants past `fitted_count` from `prior`, its donor's), with the objective at
+    1.0 and at the fit: the MAPE of those entries, each capped at MISS_CAP (below an entry's true error where
+    it is over 100%)."""
     measured = np.array([e.measured for e in entries])
     objective = mape_objective(lambda u: predict_entries(entries, u), measured)
     before = objective(np.array([1.0, 1.0, 1.0]))
     network = fit_network_on_collectives(device)
-    if network is None:
-        u, _ = fit_constants(objective, grid=grid, iters=iters)
-    else:   # network fixed by the collective table; compute and HBM from the end-to-end rows
-        u2, _ = fit_constants(lambda x: objective(np.append(x, network)), grid=grid, iters=iters, dims=2)
-        u = np.append(u2, network)
+    k = fitted_count(device, entries)
+    fixed = np.array([] if network is None else [network])
+    if k < len(CONSTANTS) - fixed.size:
+        if prior is None:
+            raise ValueError(f"{device}: {len(entries)} calibration entries fit {k} constant(s); the others need a donor")
+        fixed = np.concatenate([prior[k:len(CONSTANTS) - fixed.size], fixed])
+    if k:
+        head, _ = fit_constants(lambda x: objective(np.append(x, fixed)), grid=grid, iters=iters, dims=k)
+        u = np.append(head, fixed)
+    else:
+        u = fixed
     u = np.round(u, 3)
     return {"device": device, "rows": len({(e.suite, e.row) for e in entries}), "entries": len(entries),
-            "mape_before_pct": before, "mape_pct": objective(u), **dict(zip(CONSTANTS, map(float, u)))}
+            "mape_before_pct": before, "mape_pct": objective(u), "fitted": k,
+            "prior_from": prior_from if k < len(CONSTANTS) - (network is not None) else "",
+            **dict(zip(CONSTANTS, map(float, u)))}
+
+
+def fit_all(entries: dict[str, list[Entry]], grid: int = 5, iters: int = 120) -> dict[str, dict]:
+    """`fit_device` for every device with entries: first those whose rows fit every free constant, then the
+    others, each with its donor among those (the transfer rule) for the constants its rows cannot fit."""
+    from rapidllm.validate.transfer import donor
+
+    own = {d: es for d, es in sorted(entries.items()) if es}
+    full = {d for d, es in own.items() if fitted_count(d, es) == len(CONSTANTS) - (d in TABLES)}
+    fits = {d: fit_device(d, own[d], grid=grid, iters=iters) for d in sorted(full)}
+    for d in sorted(set(own) - full):
+        source = donor(d, sorted(full))
+        prior = None if source is None else np.array([fits[source][c] for c in CONSTANTS])
+        fits[d] = fit_device(d, own[d], grid=grid, iters=iters, prior=prior, prior_from=source or "")
+    return dict(sorted(fits.items()))
 
 
 def calibrate(suite_paths: list[Path], grid: int = 5, iters: int = 120, write: bool = True,
@@ -211,11 +249,13 @@ def calibrate(suite_paths: list[Path], grid: int = 5, iters: int = 120, write: b
 
     suites = [load_suite(p) for p in suite_paths]
     results = []
-    for device, entries in sorted(calibration_entries(suites).items()):
-        fit = fit_device(device, entries, grid=grid, iters=iters)
+    for device, fit in fit_all(calibration_entries(suites), grid=grid, iters=iters).items():
         u = np.array([fit[k] for k in CONSTANTS])
         source = "" if device not in TABLES else \
             f" (network from the {TABLES[device].path.name} collective table)"
+        if fit["prior_from"]:
+            source += (f" ({', '.join(CONSTANTS[fit['fitted']:len(CONSTANTS) - (device in TABLES)])} from "
+                       f"{fit['prior_from']}: {fit['entries']} entries fit {fit['fitted']} constant(s))")
         log(f"{device}: {fit['rows']} calibration rows ({fit['entries']} entries): capped MAPE {fit['mape_before_pct']:.2f}% "
             f"at 1.0 -> {fit['mape_pct']:.2f}% at " + ", ".join(f"{k} {v:.3f}" for k, v in zip(CONSTANTS, u)) + source)
         if write:

@@ -2,7 +2,7 @@
 
 In-sample scores every suite with the constants fitted on all declared calibration rows (what `rapidllm
 validate` reports after `rapidllm calibrate`). Leave-one-suite-out refits, with `rapidllm calibrate`'s
-machinery (validate/calibrate.py: fit_device), the device of a suite without that suite's calibration rows,
+machinery (validate/calibrate.py: fit_all), the device of a suite without that suite's calibration rows,
 then predicts all of the suite's rows: a suite whose rows never enter the fit (MoE, the secondary Megatron
 tabulation, nanotron) scores as in-sample. Leave-one-device-out removes every calibration row of a device
 and gives it the constants the transfer rule (validate/transfer.py) picks from the remaining devices, then
@@ -25,7 +25,7 @@ import pandas as pd
 
 from rapidllm.prediction import evaluate
 from rapidllm.spec.experiment import expand_with_cases
-from rapidllm.validate.calibrate import CONSTANTS, Entry, calibration_entries, fit_device, with_utilization
+from rapidllm.validate.calibrate import CONSTANTS, Entry, calibration_entries, fit_all, with_utilization
 from rapidllm.validate.metrics import errors_table
 from rapidllm.validate.suites import Suite, compare
 from rapidllm.validate.transfer import donor, own_table_constants, with_own_tables
@@ -51,8 +51,7 @@ def suite_devices(suite: Suite) -> set[str]:
 
 
 def _fit_all(entries: dict[str, list[Entry]], grid: int, iters: int) -> dict[str, np.ndarray]:
-    return {d: np.array([fit[k] for k in CONSTANTS]) for d, es in sorted(entries.items()) if es
-            for fit in [fit_device(d, es, grid=grid, iters=iters)]}
+    return {d: np.array([fit[k] for k in CONSTANTS]) for d, fit in fit_all(entries, grid=grid, iters=iters).items()}
 
 
 def transferred(device: str, fitted: Mapping[str, np.ndarray], strict: bool) -> tuple[np.ndarray, str]:
