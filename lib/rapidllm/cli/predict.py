@@ -9,6 +9,7 @@ never 0.0.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from pathlib import Path
