@@ -598,17 +598,28 @@ EXPLORE = [
 ]
 
 MODEL_FILE = yaml.safe_load((config_dir("model") / "llama2-7b.yaml").read_text())
+HARDWARE_FILE = yaml.safe_load((config_dir("hardware") / "a100-sxm4-80gb.yaml").read_text())
 SWEEP_ARGS = ("sweep", "{tmp}/f.yaml", "--out", "{tmp}/o.csv", "--quiet")
 
 # a second newcomer's pass (tests/test_newuser_pass.py holds the rest of it)
 NEWCOMER = [
-    # a file of one's own given by path: was "unknown hardware 'x300.yaml'; known: ..." with no way forward
-    Bad("hardware-given-as-a-file", ("predict", "{tmp}/case.yaml"),
-        "unknown hardware 'x300.yaml': a name is a file stem inside", "message",
+    # a file of one's own given by path is read relative to the case's folder (user trial 3, P8); a missing
+    # one says where it was looked for
+    Bad("hardware-given-as-a-missing-file", ("predict", "{tmp}/case.yaml"),
+        "case.yaml: hardware: x300.yaml: file not found (a path is read relative to ", "message",
         {"case.yaml": with_key(CASE, "hardware", "x300.yaml")}),
-    Bad("network-given-as-a-relative-path", ("predict", "{tmp}/case.yaml"),
-        "a spec of your own: give it inline as a mapping", "message",
+    Bad("network-given-as-a-missing-relative-path", ("predict", "{tmp}/case.yaml"),
+        "case.yaml: network: ./pod.yaml: file not found", "message",
         {"case.yaml": with_key(CASE, "network", "./pod.yaml")}),
+    Bad("hardware-file-of-another-kind", ("predict", "{tmp}/case.yaml"),
+        "dev.yaml: (top level): this is a model spec", "message",
+        {"case.yaml": with_key(CASE, "hardware", "dev.yaml"), "dev.yaml": MODEL_FILE}),
+    Bad("hardware-file-with-a-bad-key", ("predict", "{tmp}/case.yaml"),
+        "dev.yaml: hbm_bandwidth: ", "quantity",
+        {"case.yaml": with_key(CASE, "hardware", "dev.yaml"),
+         "dev.yaml": {**HARDWARE_FILE, "hbm_bandwidth": "12 TB"}}),
+    Bad("gemm-hardware-missing-file", ("gemm", "--hardware", "{tmp}/none.yaml", "--m", "1", "--n", "1", "--k", "1"),
+        "rapidllm gemm: --hardware: ", "message"),
     # a file of the wrong kind: was a screenful of "missing key" / "unknown key(s)" lines per key
     Bad("model-file-to-predict", ("predict", "{tmp}/f.yaml"),
         "f.yaml: (top level): this is a model spec (a case names it under `model:`", "message",

@@ -37,6 +37,11 @@ def test_predict_accepts_a_mapping_and_predict_many_keeps_order():
     df = rapidllm.predict_many([EXAMPLE, mapping])
     assert isinstance(df, pd.DataFrame) and list(df["mode"]) == ["training", "inference"]
     assert df["step_time_s"].iloc[1] == p.step_time_s
+    # each row names its case (user trial 3: a plot needed the input list kept beside the frame)
+    assert list(df.model) == ["gpt-175b", "llama2-7b"] and list(df.world) == [64, 1]
+    assert list(df.tp) == [8, 1] and list(df.pp) == [8, 1] and list(df.faults) == ["", ""]
+    faulted = rapidllm.predict_many([{**mapping, "faults": [{"link": [0, 8], "bandwidth_factor": 0.5}]}])
+    assert list(faulted.faults) == ["[0, 8] bandwidth x0.5"]
 
 
 def test_infeasible_case_reports_memory_and_no_timing():
@@ -91,5 +96,6 @@ def test_predict_many_columns_and_dtypes_do_not_depend_on_the_cases():
     """Training rows only gave ttft_s as an object column of Nones, and no cases a table without columns."""
     df = rapidllm.predict_many([EXAMPLE])
     empty = rapidllm.predict_many([])
-    assert list(empty.columns) == list(df.columns) == list(rapidllm.predict(EXAMPLE).to_dict())
+    from rapidllm.prediction import MANY_CASE_COLUMNS
+    assert list(empty.columns) == list(df.columns) == [*MANY_CASE_COLUMNS, *rapidllm.predict(EXAMPLE).to_dict()]
     assert df["ttft_s"].dtype == df["mfu"].dtype == "float64" and df["ttft_s"].isna().all()

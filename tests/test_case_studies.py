@@ -14,7 +14,7 @@ from rapidllm.network.routing import Router
 from rapidllm.network.topology import build_topology
 from rapidllm.prediction import sweep
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.experiment import count_cases, load_experiment
+from rapidllm.spec.experiment import count_cases, load_experiment, raw_cases
 from rapidllm.spec.network import FaultSpec, NetworkSpec, line_cables
 from rapidllm.validate.case_studies import PAPER, run_study
 
@@ -127,11 +127,25 @@ def test_soft_fault_on_an_unused_link_changes_nothing():
     assert simulate_collective(elsewhere, "all_reduce", 64e6, ring).time_s == healthy.time_s
 
 
-def test_fault_sweep_rejects_a_switched_dimension():
+def test_fault_sweep_over_switched_and_auto_sized_dimensions():
+    """User trial 3 (P6): a superpod's dimensions were refused (a switch; a fat tree of size 'auto'). Now
+    each rank of rank 0's line has its cable into its switch or leaf swept, as node ids of the fabric sized
+    for the layout: superpod-ndr at 64 GPUs has 8 NVLink switches (64..71), then rail 0's InfiniBand leaf
+    (72, 32 ports: ranks 0, 8, .., 56 of an 8-node line)."""
     exp = load_experiment("config/experiments/case-faults.yaml")
-    exp = dataclasses.replace(exp, cases=[{"network": "dgx-a100", "parallelism": {"tp": 8}}])
-    with pytest.raises(SpecError, match="direct-connect"):
-        count_cases(exp)
+    kinds = {"hard": {"failed": True}}
+    links = {}
+    for network, d in (("dgx-a100", 0), ("superpod-ndr", 0), ("superpod-ndr", 1)):
+        swept = dataclasses.replace(exp, cases=[{"network": network, "parallelism": {"tp": 8, "dp": 8}}],
+                                    fault_sweep={"dimension": d, "kinds": kinds})
+        links[network, d] = [raw["meta"]["fault_link"] for _, raw in raw_cases(swept)]
+    assert links["dgx-a100", 0] == ["", *(f"{r}-8" for r in range(8))]      # (64 GPUs: those rows are invalid)
+    assert links["superpod-ndr", 0] == ["", *(f"{r}-64" for r in range(8))]
+    assert links["superpod-ndr", 1] == ["", *(f"{8 * k}-72" for k in range(8))]
+    bad = dataclasses.replace(exp, cases=[{"network": "dgx-a100", "parallelism": {"tp": 8}}],
+                              fault_sweep={"dimension": 1, "kinds": kinds})
+    with pytest.raises(SpecError, match="1 is not a dimension of"):
+        count_cases(bad)
 
 
 def _injection(name: str) -> np.ndarray:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -151,8 +152,8 @@ def test_broken_pipe_is_quiet(tmp_path: Path) -> None:
 
 def test_cost_columns_of_a_predict_many_frame() -> None:
     """docs/cost.md's `add_cost_columns(predict_many(cases), cases=cases)` with the YAML paths predict_many
-    took; without `cases` a predict_many frame (no hardware or world column) is a clear ValueError, not a
-    KeyError."""
+    took, or without them (the frame has hardware, world and mode columns); a frame without those and
+    without `cases` is a clear ValueError, not a KeyError."""
     from rapidllm import cost, predict_many
 
     cases = [str(ROOT / "examples/gpt175b-tp8-pp8.yaml"), INFEASIBLE]
@@ -161,8 +162,10 @@ def test_cost_columns_of_a_predict_many_frame() -> None:
     assert priced.gpus[0] == 64 and priced.gpus[1] != priced.gpus[1]    # the infeasible row: NaN
     assert math.isclose(priced.usd_per_step[0], df.step_time_s[0] * 64 * priced.usd_per_gpu_hour[0] / 3600,
                         rel_tol=1e-12)
+    # a predict_many frame names its device, world and mode: priced alike without cases=
+    pd.testing.assert_frame_equal(cost.add_cost_columns(df), priced)
     with pytest.raises(ValueError, match="needs cases="):
-        cost.add_cost_columns(df)
+        cost.add_cost_columns(df.drop(columns=["hardware", "world"]))
 
 
 def test_header_names_the_variant(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -372,3 +375,12 @@ def test_sweep_summary_keeps_to_its_rows_and_modes() -> None:
     assert "MFU" not in lines[0] and "TTFT ms" in lines[0]
     assert lines[2].split()[-5:] == ["2", "12.3", "4", "12,346", "8"]
     assert len(lines[1].split("  ")[0]) == LABEL_WIDTH and "..." in lines[1]
+
+
+def test_a_directory_is_named_as_given(tmp_path: Path, monkeypatch, capsys: pytest.CaptureFixture) -> None:
+    """User trial 3 (P9): `rapidllm predict /tmp/trial3/bad` run inside that folder said '.: is a directory'."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["predict", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"{tmp_path}: is a directory; a spec file must be a file"
+    assert main(["predict", "."]) == 2
+    assert capsys.readouterr().err.startswith(".: is a directory")

@@ -105,3 +105,33 @@ def test_axis_order_changes_layout():
     n = NetworkSpec("t", (DimensionSpec("d0", "switch", 4, 1e9, 0.0),), axis_order=("dp", "tp", "cp", "ep", "pp"))
     m = RankMapping(n, {"tp": 2, "dp": 2})
     assert m.group_ranks("dp", 0) == [0, 1] and m.group_ranks("tp", 0) == [0, 2]
+
+
+@pytest.mark.parametrize("dims", [
+    (("switch", 8),),
+    (("switch", 4), ("ring", 3), ("switch", 2)),
+    (("switch", 8), ("fat_tree", 16, (), 4, 0, True)),             # rail-optimized leaves of 4, 4 spines
+    (("switch", 4), ("fat_tree", 12, (), 8, 3, False)),            # shared leaves (8 // 4 lines = 2 each), 3 spines
+    (("ring", 2), ("fat_tree", 5, (), 32, 0, False), ("switch", 3)),
+])
+def test_rank_uplinks_are_the_built_cables(dims):
+    """`spec.network.rank_uplinks` numbers switches in the spec layer (what a fault_sweep over a switched
+    dimension places faults on) without building the fabric: every [rank, switch] it gives is a cable of
+    that dimension in the built topology, to that rank's own switch or leaf, one per rank of the line
+    holding rank 0; and `switch_count` adds up to the built node count."""
+    from rapidllm.spec.network import rank_uplinks, switch_count
+
+    spec = net(*dims)
+    t = build_topology(spec)
+    assert t.n_ranks + sum(switch_count(d, t.n_ranks // d.size) for d in spec.dimensions) == t.n_nodes
+    stride = 1
+    for d, dim in enumerate(spec.dimensions):
+        cables = rank_uplinks(spec, d)
+        if dim.topology not in ("switch", "fat_tree"):
+            assert cables == []
+        else:
+            assert [r for r, _ in cables] == [k * stride for k in range(dim.size)]
+            for r, s in cables:
+                assert int(t.dim[t.link_of[(r, s)]]) == d
+                assert s == (t.fat_tree[d]["leaf_of"][r] if dim.topology == "fat_tree" else t.switch_node(d))
+        stride *= dim.size

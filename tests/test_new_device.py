@@ -74,3 +74,66 @@ def test_gemm_names_the_key_only_when_shared_memory_bounds_it(capsys) -> None:
     assert notes["b200", 640] == ("shared_memory", True)
     assert all(bound != "shared_memory" and not note for key, (bound, note) in notes.items() if key != ("b200", 640))
     assert "shared_memory_bandwidth_per_sm" in SMEM_NOTE
+
+
+B200_FILE = ROOT / "config" / "hardware" / "b200.yaml"
+CASE = {"model": "llama2-7b", "network": "dgx-b200", "precision": "bf16",
+        "workload": {"mode": "training", "seq_len": 2048, "global_batch": 8, "micro_batch": 1},
+        "parallelism": {"tp": 8}}
+
+
+def _nextgen(folder, name: str = "nextgen.yaml", hbm: str = "12 TB/s"):
+    """docs/new-device.md's recipe (user trial 3): b200.yaml copied, renamed, its HBM bandwidth changed."""
+    device = {**yaml.safe_load(B200_FILE.read_text()), "name": "nextgen", "hbm_bandwidth": hbm}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(yaml.safe_dump(device))
+    return device
+
+
+def test_a_device_file_given_by_path_is_its_content(tmp_path, monkeypatch) -> None:
+    """User trial 3 (P8): `hardware: nextgen.yaml` in a case reads the file beside the case (not the working
+    directory), and the case is the one with the device pasted inline: the same id and numbers; a copy of
+    the file elsewhere keeps the id, an edit of its content changes it."""
+    from rapidllm import load_case, predict
+
+    device = _nextgen(tmp_path / "devices")
+    inline = predict({**CASE, "hardware": device})
+    (tmp_path / "cases").mkdir()
+    case = tmp_path / "cases" / "c.yaml"
+    case.write_text(yaml.safe_dump({**CASE, "hardware": "../devices/nextgen.yaml"}))
+    monkeypatch.chdir(ROOT)                 # not the case's folder
+    by_path = predict(case)
+    assert by_path.case_id == inline.case_id and by_path.step_time_s == inline.step_time_s
+    assert load_case(case).hardware.name == "nextgen"
+    _nextgen(tmp_path / "elsewhere")
+    case.write_text(yaml.safe_dump({**CASE, "hardware": "../elsewhere/nextgen.yaml"}))
+    assert predict(case).case_id == inline.case_id
+    _nextgen(tmp_path / "elsewhere", hbm="16 TB/s")
+    assert predict(case).case_id != inline.case_id
+    with pytest.raises(Exception, match=r"'nextgen.yaml' is a path; .* give the hardware inline there"):
+        predict({**CASE, "hardware": "nextgen.yaml"})          # a mapping has no folder (the explorer's paste)
+
+
+def test_gemm_and_experiments_take_a_device_file(tmp_path, monkeypatch, capsys) -> None:
+    """`rapidllm gemm --hardware FILE` (relative to the working directory) prices the file's device as the
+    named one it copies; an experiment's cross reads the file beside it and its rows carry the content."""
+    import json
+
+    from rapidllm.prediction import sweep
+
+    copied = (tmp_path / "b200-copy.yaml")
+    copied.write_text(B200_FILE.read_text())
+    monkeypatch.chdir(tmp_path)
+    args = ["--m", "4096", "--n", "4096", "--k", "4096", "--json"]
+    assert main(["gemm", "--hardware", "b200", *args]) == 0
+    named = json.loads(capsys.readouterr().out)
+    assert main(["gemm", "--hardware", "b200-copy.yaml", *args]) == 0
+    assert json.loads(capsys.readouterr().out) == named
+    _nextgen(tmp_path)
+    exp = tmp_path / "exp" / "x.yaml"
+    exp.parent.mkdir()
+    exp.write_text(yaml.safe_dump({"name": "x", "base": {**CASE, "hardware": "b200"},
+                                   "cross": {"hardware": ["b200", "../nextgen.yaml"]}}))
+    rows = sweep(exp)
+    assert list(rows.hardware) == ["b200", "nextgen"] and list(rows.status) == ["ok", "ok"]
+    assert rows.step_time_s[1] < rows.step_time_s[0]            # 12 TB/s of HBM against 8

@@ -125,3 +125,32 @@ def test_every_serving_model_of_the_schema_has_a_note() -> None:
     schema = (ROOT / "workflow" / "schemas" / "case.schema.yaml").read_text()
     (enum,) = re.findall(r"serving: \{enum: \[([^\]]+)\]", schema)
     assert set(SERVING_NOTES) == {e.strip() for e in enum.split(",")}
+
+
+SMALL = {"model": "llama2-7b", "hardware": "a100-sxm4-80gb", "network": "dgx-a100", "precision": "bf16",
+         "workload": {"mode": "training", "seq_len": 2048, "global_batch": 16, "micro_batch": 1},
+         "parallelism": {"tp": 2, "pp": 4, "dp": 1}}
+
+
+def test_a_faulted_prediction_says_so(tmp_path, capsys) -> None:
+    """User trial 3 (P4): a faulted prediction printed the header and layout of a healthy one, and --json had
+    no faults. Rank 0's NVSwitch cable at 1/50 makes stage 0 (tp ranks 0-1) so slow that it is the critical
+    stage and waits for no other: its bubble falls to 0 and the wait is its own exposed communication
+    (docs/engine.md, "Breakdown"); the table says so."""
+    healthy, faulted = tmp_path / "healthy.yaml", tmp_path / "faulted.yaml"
+    healthy.write_text(yaml.safe_dump(SMALL))
+    faulted.write_text(yaml.safe_dump({**SMALL, "faults": [{"link": [0, 8], "bandwidth_factor": 0.02},
+                                                          {"link": [2, 8], "extra_latency": "2 us"}]}))
+    assert _json(capsys, ["predict", str(healthy), "--json"])["faults"] == []
+    out = _json(capsys, ["predict", str(faulted), "--json"])
+    assert [f["link"] for f in out["faults"]] == [[0, 8], [2, 8]]
+    assert out["faults"][0]["bandwidth_factor"] == 0.02 and out["faults"][1]["extra_latency_s"] == 2e-6
+    base = predict(healthy)
+    assert base.bubble_s > 0.1 * base.step_time_s          # 4 stages, 16 micro-batches: (p-1)/m of the ideal
+    assert out["bubble_s"] < 1e-9 * out["step_time_s"] and out["exposed_comm_s"] > out["step_time_s"] - base.step_time_s
+    assert main(["predict", str(faulted)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == "  faults: [0, 8] bandwidth x0.02; [2, 8] +2 us latency"
+    assert any(line.startswith("  note: the split is the critical stage's") for line in lines)
+    assert main(["predict", str(healthy)]) == 0
+    assert "faults" not in capsys.readouterr().out

@@ -14,7 +14,7 @@ import yaml
 
 from rapidllm.cli import main
 from rapidllm.engine.engine import record_keys
-from rapidllm.prediction import RECORD_COLUMNS, evaluate, predict_many, sweep
+from rapidllm.prediction import MANY_CASE_COLUMNS, RECORD_COLUMNS, evaluate, predict_many, sweep
 from rapidllm.spec.case import load_case
 from rapidllm.spec.experiment import flat_columns
 
@@ -128,7 +128,7 @@ def test_predict_many_has_its_columns_whatever_the_cases(paths: dict[str, Path])
     spec = EXPERIMENTS["training-infeasible"]
     infeasible = {**spec["base"], "model": "llama3.1-70b", "parallelism": {"tp": 1, "pp": 1, "dp": 1}}
     table = predict_many([infeasible])
-    assert list(table.columns) == list(RECORD_COLUMNS) and table.step_time_s.isna().all()
+    assert list(table.columns) == [*MANY_CASE_COLUMNS, *RECORD_COLUMNS] and table.step_time_s.isna().all()
 
 
 def test_every_case_field_is_a_column_and_tells_rows_apart(tmp_path: Path):

@@ -31,7 +31,7 @@ from rapidllm.memory.model import memory_for_case
 from rapidllm.ops.price import as_frame, price_case, price_table
 from rapidllm.spec.case import Case, load_case, resolve_case
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.experiment import Experiment, case_columns, expand_row, load_experiment, raw_cases
+from rapidllm.spec.experiment import Experiment, case_columns, expand_row, flat_columns, load_experiment, raw_cases
 from rapidllm.spec.named import NAME
 from rapidllm.spec.paths import config_dir, spec_path
 
@@ -263,17 +263,28 @@ def export_chakra(case: Case | str | Path | Mapping[str, Any], directory: str | 
 
 def predict_many(cases: Iterable[Case | str | Path | Mapping[str, Any]], engine: str = "event",
                  caches: Caches | None = None) -> pd.DataFrame:
-    """One row per case (`Prediction.to_dict`), in input order; memo tables: `caches`, else a fresh set."""
+    """One row per case, in input order: the case's `MANY_CASE_COLUMNS`, then `Prediction.to_dict`; memo
+    tables: `caches`, else a fresh set."""
     import pandas as pd
 
     if isinstance(cases, (str, os.PathLike, Mapping, Case)) or not isinstance(cases, Iterable):
         raise SpecError(f"predict_many: got {type(cases).__name__}; allowed: an iterable of cases "
                         f"(each {CASE_ALLOWED}); predict() takes a single one")
     with (caches or Caches()).active():
-        rows = [predict(c, engine).to_dict() for c in cases]
+        rows = []
+        for c in cases:
+            resolved = _as_case(c)
+            flat = flat_columns(resolved)
+            rows.append({**{k: flat[k] for k in MANY_CASE_COLUMNS}, **predict(resolved, engine).to_dict()})
     # the same columns and dtypes whatever the cases: a field no row has (TTFT of training rows) is a float
     # NaN column, not object Nones, and no cases give an empty table with the columns
-    return pd.DataFrame(rows, columns=list(RECORD_COLUMNS)).astype(dict.fromkeys(TIMINGS, "float64"))
+    return pd.DataFrame(rows, columns=[*MANY_CASE_COLUMNS, *RECORD_COLUMNS]).astype(dict.fromkeys(TIMINGS, "float64"))
+
+
+# What a `predict_many` row says of its case before the prediction's own columns, as a sweep's columns name
+# it (`flat_columns`): the specs, the GPU count and layout a plot is drawn against, and the faults, so a
+# frame needs no list of its inputs kept beside it (and `cost.add_cost_columns` needs no `cases=`).
+MANY_CASE_COLUMNS = ("model", "hardware", "network", "precision", "world", "dp", "tp", "pp", "cp", "ep", "faults")
 
 
 def sweep(experiment: Experiment | str | Path, progress: bool = False, engine: str = "event",

@@ -95,7 +95,7 @@ def network_arg(text: str) -> tuple[NetworkSpec, tuple[FaultSpec, ...], int]:
         return NetworkSpec.from_mapping(mapping, where), (), 1
     if "network" not in data:
         raise SpecError.at(source, "network", "missing: a network file needs `dimensions`, a case file `network`")
-    mapping, where = resolve_named("network", data["network"], source, "network")
+    mapping, where = resolve_named("network", data["network"], source, "network", folder=path.parent)
     faults = data.get("faults", [])
     if not isinstance(faults, list) or not all(isinstance(f, dict) and "link" in f for f in faults):
         raise SpecError.at(source, "faults", "expected a list of {link: [a, b], ...} mappings")

@@ -1,10 +1,11 @@
-"""`rapidllm gemm`: price one GEMM on a named device and say what bounds it.
+"""`rapidllm gemm`: price one GEMM on a named device (or a device file) and say what bounds it.
 
 The flags are checked by workflow/schemas/gemm.schema.yaml (the bounds of docs/limits.md) before any work.
 """
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rapidllm.cli.common import check_flags, print_json
 from rapidllm.spec.errors import SpecError
@@ -21,7 +22,8 @@ SMEM_NOTE = ("shared-memory bound: hardware key shared_memory_bandwidth_per_sm (
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("gemm", help="price one GEMM with the tile model",
                               description="C[m,n] = A[m,k] @ B[k,n] (batch copies) on one device.")
-    p.add_argument("--hardware", required=True, help="name in config/hardware (e.g. h100-sxm5-80gb)")
+    p.add_argument("--hardware", required=True,
+                   help="name in config/hardware (e.g. h100-sxm5-80gb), or a device YAML file (path ending in .yaml)")
     p.add_argument("--m", type=int, required=True)
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--k", type=int, required=True)
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     clock = _clock(args.clock)
     check_flags("gemm", {"hardware": args.hardware, "m": args.m, "n": args.n, "k": args.k, "batch": args.batch,
                          "dtype": args.dtype, "clock": clock}, "gemm")
-    mapping, where = resolve_named("hardware", args.hardware, "rapidllm gemm", "--hardware")
+    mapping, where = resolve_named("hardware", args.hardware, "rapidllm gemm", "--hardware", folder=Path.cwd())
     hw = HardwareSpec.from_mapping(mapping, where)
     if args.dtype in GEMM_PRECISIONS and args.dtype not in hw.tensor_flops:
         raise SpecError(f"rapidllm gemm: --dtype: {hw.name} has no {args.dtype} tensor units; allowed: "

@@ -9,19 +9,21 @@ never 0.0.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from pathlib import Path
 
 from rapidllm.cli.common import output_dir, output_path, plain_number, print_json, write_output
 from rapidllm.spec.errors import SpecError
+from rapidllm.spec.network import faults_text
 from rapidllm.spec.paths import display
 
 JSON_KEYS = ("case_id", "status", "reason", "step_time_s", "compute_time_s", "exposed_comm_s", "bubble_s",
              "mfu", "hfu", "tokens_per_s", "ttft_s", "itl_s", "e2e_latency_s", "sequences_in_flight",
              "in_flight_limit", "peak_memory_bytes",
              "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
-             "framework_bytes", "capacity_bytes", "feasible", "device_validated", "serving")
+             "framework_bytes", "capacity_bytes", "feasible", "device_validated", "serving", "faults")
 
 # What each serving model assumes about the scheduler, under the TTFT / ITL lines (docs/engine.md, "Serving").
 SERVING_NOTES = {
@@ -32,6 +34,12 @@ SERVING_NOTES = {
                  "iteration; docs/engine.md \"Serving\"",
     "disaggregated": "serving disaggregated: decode instances only, prefills run on other GPUs; docs/engine.md "
                      "\"Serving\""}
+
+# Why a fault can turn the bubble into exposed communication (docs/engine.md, "Breakdown"): the split is the
+# critical stage's, and the stage a fault slows is that stage and waits for no other.
+FAULT_SPLIT_NOTE = ("the split is the critical stage's; a stage whose collectives a fault slows becomes it and "
+                    "waits for no other stage, so its bubble can fall to 0 (its slowed collectives count as "
+                    "exposed communication) while the other stages idle for it; docs/engine.md \"Breakdown\"")
 
 MEMORY_ROWS = (("weights", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer state"),
                ("activations", "activations"), ("kv_cache", "KV cache"), ("framework", "framework reserve"))
@@ -45,7 +53,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="event: graph replay on the network simulator; baseline: alpha-beta ablation")
     p.add_argument("--measured", metavar="FILE", help="CSV name,time_s[,section,phase] of measured operator times")
     p.add_argument("--what-if", action="append", metavar="NAME=xF|/F|TIME",
-                   help="scale (x0.5), speed up (/2) or set (1 ms) one operator's time; repeatable")
+                   help="scale (x0.5), speed up (/2) or set (1 ms) one operator's time, or every operator "
+                        "of a kind (gemm, attention, pointwise); repeatable")
     p.add_argument("--timeline", metavar="FILE", help="also write the simulated step as Chrome trace-event JSON")
     p.add_argument("--chakra", metavar="DIR", help="also write the training step as Chakra traces for ASTRA-sim")
     p.add_argument("--chakra-per-class", action="store_true",
@@ -105,6 +114,7 @@ def _run(args: argparse.Namespace) -> int:
                      "Chakra traces")
         print(f"{len(paths)} Chakra traces -> {args.chakra}", file=sys.stderr)
     record["serving"] = serving_model(case, pred)
+    record["faults"] = [dataclasses.asdict(f) for f in case.network.faults]
     out = {k: record[k] for k in JSON_KEYS}
     costs: dict = {}
     if hw_cost is not None:             # an infeasible case keeps its $/hour; what needs a time is null
@@ -120,11 +130,12 @@ def _run(args: argparse.Namespace) -> int:
 
 def _device_cost(path: str, case, rate: float | None):
     """The cost inputs `--cost` prices the case with (`cost.config.device_cost`: the case file's inline
-    device's own, else the config device's, at `rate` when given)."""
+    device's own, or a device file's it names by path, else the config device's, at `rate` when given)."""
     from rapidllm.cost.config import device_cost
+    from rapidllm.spec.named import inline_spec_files
     from rapidllm.spec.schema import load_yaml
 
-    entry = load_yaml(Path(path)).get("hardware")
+    entry = inline_spec_files(load_yaml(Path(path)), Path(path).parent, display(path)).get("hardware")
     return device_cost(entry, case.hardware.name, rate, f"{display(path)}: hardware")
 
 
@@ -235,6 +246,8 @@ def table(case, pred, variant: str = "") -> list[str]:
     head = (f"case {pred.case_id}: {case.model.name} on {case.parallelism.world} x {case.hardware.name} "
             f"({case.network.name}), {pred.mode}" + (f" [{variant}]" if variant else ""))
     lines = [head, f"  layout: {_layout(case, pred)}"]
+    if case.network.faults:
+        lines.append(f"  faults: {faults_text(case.network.faults)}")
     if pred.status != "ok":
         lines += [f"  infeasible: {pred.reason}", f"  hint: {_hint(case, pred)}"]
     else:
@@ -246,6 +259,8 @@ def table(case, pred, variant: str = "") -> list[str]:
             value = value if abs(value) > 1e-9 * total else 0.0   # float residue of the split: "2.292e-07 us"
             share = 100.0 * value / total if total else 0.0
             lines.append(f"    {label:26s} {_seconds(value)} {share:6.1f}%")
+        if case.network.faults and pred.mode == "training" and case.parallelism.pp > 1:
+            lines.append(f"  note: {FAULT_SPLIT_NOTE}")
         if pred.mode == "inference":
             lines += [f"  {'time to first token':28s} {_seconds(pred.ttft_s)}",
                       f"  {'inter-token latency':28s} {_seconds(pred.itl_s)}"]

@@ -68,16 +68,16 @@ def add_cost_columns(df: pd.DataFrame, costs: Mapping[str, HardwareCost] | None 
                      cases: Sequence[Case | str | Path | Mapping[str, Any]] | None = None) -> pd.DataFrame:
     """`df` with COST_COLUMNS added (NaN for rows without a prediction).
 
-    Rows name their device and GPU count in `hardware` and `world` (sweep and pipeline summaries do); a
-    `predict_many` frame, which has neither, passes the `cases` it was built from, in row order (as given to
-    `predict_many`: cases, YAML paths or mappings). `costs` maps a hardware name to its inputs (needed for
-    inline devices); other names are read from config/."""
+    Rows name their device and GPU count in `hardware` and `world` (sweep and pipeline summaries and
+    `predict_many` frames do); a frame without them passes the `cases` it was built from, in row order
+    (cases, YAML paths or mappings), which also prices an inline device from its own case. `costs` maps a
+    hardware name to its inputs (needed for inline devices); other names are read from config/."""
     out = df.copy()
     if cases is None:
         missing = [c for c in ("hardware", "world", "mode") if c not in out]
         if missing:
             raise ValueError(f"add_cost_columns: the frame has no {', '.join(missing)} column; a predict_many "
-                             "frame needs cases=[...] (the cases it was built from, in row order)")
+                             "frame without them needs cases=[...] (the cases it was built from, in row order)")
     else:
         if len(cases) != len(out):
             raise ValueError(f"{len(cases)} cases for {len(out)} rows")

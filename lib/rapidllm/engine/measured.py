@@ -2,8 +2,9 @@
 
 A CSV with columns `name,time_s` (optional `section`, `phase`) gives measured seconds per launch of named
 operators, e.g. from a PyTorch profiler run on one node; matching rows of the priced table take them and
-the full-scale job is replayed with them. A what-if edits one operator: `NAME=x0.5` multiplies its time
-by 0.5 (x2 makes it twice as slow), `NAME=/2` divides it by 2 (twice as fast), `NAME=1.5ms` sets it.
+the full-scale job is replayed with them. A what-if edits one operator, or every operator of one kind
+(`gemm`, `attention`, `pointwise`): `NAME=x0.5` multiplies its time by 0.5 (x2 makes it twice as slow),
+`NAME=/2` divides it by 2 (twice as fast), `NAME=1.5ms` sets it.
 """
 from __future__ import annotations
 
@@ -95,12 +96,18 @@ def parse_what_if(spec: str) -> tuple[str, str, float]:
 
 
 def apply_what_if(ops: pd.DataFrame, specs: Sequence[str]) -> pd.DataFrame:
+    """`ops` with each what-if applied in turn. NAME is an operator (`qkv`, `mlp_up_dgrad`) or, where no
+    operator has that name, an operator kind of the table's `kind` column (`gemm`: every GEMM, forward and
+    backward; `attention`; `pointwise`), so "all GEMMs twice as fast" is one flag, not 15 (user trial 3)."""
     out = ops.copy()
     for spec in specs:
         name, how, val = parse_what_if(spec)
         sel = out.name == name
         if not sel.any():
-            raise SpecError(f"--what-if: no operator named {name!r}; known: {', '.join(sorted(set(out.name)))}")
+            sel = out.kind == name
+        if not sel.any():
+            raise SpecError(f"--what-if: no operator or operator kind named {name!r}; known operators: "
+                            f"{', '.join(sorted(set(out.name)))}; kinds: {', '.join(sorted(set(out.kind)))}")
         out.loc[sel, "time_s"] = out.loc[sel, "time_s"] * val if how == "scale" else val
     return out
 

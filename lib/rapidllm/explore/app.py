@@ -26,6 +26,7 @@ from rapidllm.explore.search_hook import OBJECTIVES, case_axes, run_search, sear
 from rapidllm.explore.timeline import TimelineError, timeline
 from rapidllm.memory.state import FRAMEWORKS
 from rapidllm.spec.case import resolve_case
+from rapidllm.spec.named import inline_spec_files
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.layout import Parallelism
 from rapidllm.units import parse_quantity
@@ -186,7 +187,9 @@ def case_controls(p: str, title: str, sources: dict[str, Path]) -> dict | None:
     try:
         if how == "case file":
             name = st.sidebar.selectbox("case file", list(sources), key=f"{p}:file")
-            base = E.parse_case_text(sources[name].read_text())
+            # a device or fabric file the case names by path is read beside the case file (the server's
+            # own files, chosen by whoever started it); pasted YAML has no folder, so a path there is refused
+            base = inline_spec_files(E.parse_case_text(sources[name].read_text()), sources[name].parent, name)
         else:
             text = st.sidebar.text_area("case YAML", value=sources[next(iter(sources))].read_text(), height=220,
                                         key=f"{p}:text")

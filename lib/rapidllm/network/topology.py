@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.network import (DEFAULT_CHUNK_BYTES, DimensionSpec, FaultSpec, NetworkSpec, grid_shape,
-                                   line_cables)
+from rapidllm.spec.network import (DEFAULT_CHUNK_BYTES, DimensionSpec, FatTreePlan, FaultSpec, NetworkSpec,
+                                   grid_shape, line_cables)
 
 __all__ = ["TOPOLOGIES", "Topology", "build_topology", "apply_faults", "grid_shape"]
 
 TOPOLOGIES = ("ring", "fully_connected", "switch", "mesh", "torus", "kingmesh", "fat_tree")
-DEFAULT_LEAF_PORTS = 32
 
 
 @dataclass
@@ -194,12 +193,9 @@ def _build_fat_tree(b: _Builder, d: int, dim: DimensionSpec, lines: list[list[in
     leaf_size // lines. Spines (default: one per leaf) are shared by all lines; with one leaf per rail and
     no explicit spines there are none.
     """
-    n, n_lines = dim.size, len(lines)
-    rail = dim.rail_optimized or n_lines == 1
-    ports = dim.leaf_size or DEFAULT_LEAF_PORTS
-    per_leaf = min(n, ports) if rail else max(1, min(n, ports // n_lines))
-    n_leaf = -(-n // per_leaf)
-    n_spine = dim.spines or (n_leaf if n_leaf > 1 else 0)
+    n_lines = len(lines)
+    plan = FatTreePlan.of(dim, n_lines)
+    rail, per_leaf, n_spine = plan.rail, plan.per_leaf, plan.spines
     leaf_of: dict[int, int] = {}
     port_of: dict[int, int] = {}
     leaves: set[int] = set()

@@ -20,7 +20,7 @@ from rapidllm.spec.frameworks import framework_parallelism
 from rapidllm.spec.hardware import GEMM_PRECISIONS, HardwareSpec, locked_clock
 from rapidllm.spec.layout import InferenceWorkload, Parallelism, TrainingWorkload
 from rapidllm.spec.model import ModelSpec
-from rapidllm.spec.named import resolve_named, validate_by_key
+from rapidllm.spec.named import inline_spec_files, resolve_named, validate_by_key
 from rapidllm.spec.network import FaultSpec, NetworkSpec
 from rapidllm.spec.paths import display, spec_path
 from rapidllm.spec.schema import load_yaml
@@ -528,9 +528,9 @@ def sized_network(network: NetworkSpec, world: int, source: str) -> NetworkSpec:
 
 
 def load_case(path: str | Path) -> Case:
-    """Read and resolve a case YAML file."""
+    """Read and resolve a case YAML file; a model, hardware or network given as a path to a .yaml file is
+    read relative to the case file's folder (`named.inline_spec_files`)."""
     path = spec_path(path, "load_case")
     source = display(path)
-    mapping = load_yaml(path)
-    return resolve_case(mapping, source)
+    return resolve_case(inline_spec_files(load_yaml(path), path.parent, source), source)
 

@@ -20,13 +20,12 @@ from typing import Any, Iterator
 from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.layout import InferenceWorkload, Parallelism, TrainingWorkload
-from rapidllm.spec.named import resolve_named
-from rapidllm.spec.network import line_cables
+from rapidllm.spec.named import NAMED_KINDS, inline_spec_files, resolve_named
+from rapidllm.spec.network import NetworkSpec, faults_text, line_cables, rank_uplinks
 from rapidllm.spec.paths import config_dir, display, project_root, spec_path
 from rapidllm.spec.schema import close_keys, json_safe, knows_key, load_yaml, validate
 
 AXES = ("dp", "tp", "pp", "cp", "ep")
-NAMED_KINDS = ("model", "hardware", "network")
 
 
 @dataclass(frozen=True)
@@ -49,9 +48,14 @@ def load_experiment(path: str | Path, default_shard_size: int = 64) -> Experimen
     source = display(path)
     m = load_yaml(path)
     validate(m, "experiment", source)
-    exp = Experiment(name=m["name"], source=source, base=m["base"], cross=m.get("cross", {}),
-                     cases=m.get("cases", [{}]), factorize=m.get("factorize"),
-                     shard_size=m.get("shard_size", default_shard_size), fault_sweep=m.get("fault_sweep"))
+    folder = path.parent                # spec files named by path: read relative to the experiment's folder
+    cross = m.get("cross", {})
+    exp = Experiment(name=m["name"], source=source, base=inline_spec_files(m["base"], folder, source),
+                     cross={**cross, **inline_spec_files({k: v for k, v in cross.items() if k in NAMED_KINDS},
+                                                         folder, source)},
+                     cases=[inline_spec_files(c, folder, source) for c in m.get("cases", [{}])],
+                     factorize=m.get("factorize"), shard_size=m.get("shard_size", default_shard_size),
+                     fault_sweep=m.get("fault_sweep"))
     check_experiment(exp)
     return exp
 
@@ -228,32 +232,50 @@ def fault_placements(case: dict, sweep: dict, source: str) -> list[tuple[str, di
     """(label part, meta columns, fault or None) for the fault-free case (when `baseline`, the default) and
     every fault kind on every cable of the first line of the swept dimension (its copy holding rank 0).
 
-    Cables come from the dimension's own topology (`line_cables`), as global rank ids: position k of the
-    line holding rank 0 in dimension d is rank k x (product of the inner dimensions' sizes)."""
+    A direct-connect dimension's cables come from its own topology (`line_cables`), as global rank ids:
+    position k of the line holding rank 0 in dimension d is rank k x (product of the inner dimensions'
+    sizes). A switch or fat-tree dimension has no rank-to-rank cables: there each rank of that line has one
+    cable into its switch or leaf (`rank_uplinks`, node ids of the fabric sized for the case's world, so an
+    'auto' dimension sweeps as many ranks as the layout needs); a fat tree's leaf-spine cables are not swept
+    (a fault there reroutes over the other spines; docs/network.md)."""
     network, where = resolve_named("network", case.get("network"), source, "network", copy_named=False)
     dims = network["dimensions"]
     d = sweep.get("dimension", 0)
     if d >= len(dims):
         raise SpecError.at(source, "fault_sweep.dimension", f"{d} is not a dimension of {where} (it has {len(dims)})")
     dim = dims[d]
-    if dim["size"] == "auto":
-        raise SpecError.at(source, "fault_sweep.dimension", f"dimension {d} of {where} has size 'auto'; "
-                           "sweep faults over a dimension of fixed size")
-    cables = line_cables(dim["topology"], dim["size"], tuple(dim.get("shape", ())))
-    if not cables:
-        raise SpecError.at(source, "fault_sweep.dimension", f"dimension {d} of {where} is a {dim['topology']!r}; "
-                           "faults are swept over direct-connect dimensions "
-                           "(ring, fully_connected, mesh, torus, kingmesh)")
-    stride = math.prod(int(x["size"]) for x in dims[:d])
+    sized = _sized(network, where, case, source)
+    if sized is None:                   # a layout that gives no fabric: its row is invalid (resolve_case's why)
+        cables = []
+    elif dim["topology"] in ("switch", "fat_tree"):
+        cables = rank_uplinks(sized, d)
+    else:
+        stride = math.prod(int(x["size"]) for x in dims[:d])
+        cables = [(i * stride, j * stride) for i, j in line_cables(dim["topology"], sized.dimensions[d].size,
+                                                                  tuple(dim.get("shape", ())))]
     out: list[tuple[str, dict, dict | None]] = []
     if sweep.get("baseline", True):
         out.append(("fault=none", {"fault_kind": "none", "fault_link": ""}, None))
     for kind, fault in sweep["kinds"].items():
-        for i, j in cables:
-            a, b = i * stride, j * stride
+        for a, b in cables:
             out.append((f"fault={kind} link={a}-{b}", {"fault_kind": kind, "fault_link": f"{a}-{b}"},
                         {**fault, "link": [a, b], "dimension": d}))
     return out
+
+
+def _sized(network: dict, where: str, case: dict, source: str) -> NetworkSpec | None:
+    """The network of a raw case, its 'auto' dimension sized for the case's world (dp x tp x pp x cp) as
+    `resolve_case` sizes it: the node ids a fault names are those of that fabric (switch ids follow the
+    ranks). None where the case's layout gives no world or one the network cannot hold: that row is
+    invalid, and `resolve_case` says why."""
+    net = NetworkSpec.from_mapping(network, where)
+    if all(dim.size for dim in net.dimensions):
+        return net
+    par = case.get("parallelism")
+    try:
+        return net.sized_for(math.prod(int(par.get(a, 1)) for a in ("dp", "tp", "pp", "cp")), source)
+    except (AttributeError, TypeError, ValueError, SpecError):
+        return None
 
 
 def _layouts(exp: Experiment) -> Iterator[dict[str, int]]:
@@ -333,7 +355,9 @@ def expand(exp: Experiment) -> list[dict]:
 def flat_columns(case: Any) -> dict[str, Any]:
     """A row's case as columns (`case_columns`): names, the layout axes first, then every other parallelism
     option (so rows that differ only in, say, `tp_comm_overlap` tell apart in the table), then the workload,
-    then the case's kernel and software options (`attention_impl`, `decode_attention`, ...)."""
+    then the case's kernel and software options (`attention_impl`, `decode_attention`, ...), then the
+    network's faults (`faults_text`: the network file's and the case's; '' for none), so a faulted row
+    reads apart from a healthy one without its case JSON."""
     p, w = case.parallelism, case.workload
     cols = dict(zip(_NAMES, (case.model.name, case.hardware.name, case.network.name, case.precision, w.mode,
                              p.world), strict=True))
@@ -344,6 +368,7 @@ def flat_columns(case: Any) -> dict[str, Any]:
         cols[name] = getattr(w, name)
     for name in CASE_OPTIONS:
         cols[name] = getattr(case, name)
+    cols["faults"] = faults_text(case.network.faults)
     return cols
 
 
@@ -358,7 +383,7 @@ def case_columns(mode: Any) -> tuple[str, ...]:
     """The keys of `flat_columns` of a case of workload mode `mode`, in order: what a sweep has whatever
     its rows' validity. () for a mode that is none (a row whose workload is what is invalid)."""
     workload = WORKLOADS.get(mode) if isinstance(mode, str) else None
-    return (*_NAMES, *_layout_columns(), *_workload_columns(workload), *CASE_OPTIONS) if workload else ()
+    return (*_NAMES, *_layout_columns(), *_workload_columns(workload), *CASE_OPTIONS, "faults") if workload else ()
 
 
 @functools.lru_cache(maxsize=1)

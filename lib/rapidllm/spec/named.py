@@ -22,13 +22,18 @@ from rapidllm.spec.schema import close_names, load_yaml, schema_of, short, valid
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool = True) -> tuple[dict, str]:
-    """Return (validated mapping, where it came from) for a name or an inline mapping.
+def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool = True,
+                  folder: str | Path | None = None) -> tuple[dict, str]:
+    """Return (validated mapping, where it came from) for a name, an inline mapping, or a path to a spec file
+    (`is_spec_path`) read relative to `folder` (`read_spec_file`; refused where no folder is given).
 
     copy_named=False returns a named spec's cached mapping itself (for callers that only read it, such
     as `resolve_case`); by default callers get their own deep copy. An inline mapping equal (same repr)
-    to one already validated against the same schema is not validated again.
+    to one already validated against the same schema is not validated again. A spec file's mapping is an
+    inline mapping: its case id is its content's, wherever the file lies.
     """
+    if is_spec_path(value):
+        value = read_spec_file(kind, value, folder, source, key)
     if isinstance(value, str):
         path = _named_path(value, str(config_dir(kind)))   # one stat per lookup, no pathlib objects
         if path is None:
@@ -41,10 +46,6 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
             info = None
         if info is None or not stat.S_ISREG(info.st_mode):
             names = known_names(kind)
-            if value.endswith((".yaml", ".yml")):     # a file of the user's own, which names never reach
-                raise SpecError.at(source, key, f"unknown {kind} {value!r}: a name is a file stem inside "
-                                   f"{_folder(kind)}/, not a path; allowed: a known name "
-                                   f"({_known(kind, names)}); {_OWN_SPEC}")
             raise SpecError.at(source, key, f"unknown {kind} {value!r}; known: {_known(kind, names)}"
                                + _suggest(value, names))
         mapping, where = _load_named(kind, value, path, info.st_mtime_ns)
@@ -61,8 +62,71 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
     return mapping, where
 
 
-# Where a spec of the user's own goes (a path is never read: docs/limits.md, "names").
-_OWN_SPEC = "a spec of your own: give it inline as a mapping, or copy its file there and use its stem as the name"
+# Where a spec of the user's own goes (a name never leaves config/: docs/limits.md, "names").
+_OWN_SPEC = ("a spec of your own: give a path to its file ending in .yaml (read relative to the case or experiment "
+             "file's folder; on the command line, to the working directory), or give it inline as a mapping")
+
+SPEC_FILE_SUFFIXES = (".yaml", ".yml")
+NAMED_KINDS = ("model", "hardware", "network")
+
+
+def is_spec_path(value: Any) -> bool:
+    """Whether a model/hardware/network value is a path to a spec file rather than a name: it ends in
+    .yaml/.yml (as `rapidllm collective --network` tells a file from a name). Only such files are read, and
+    every one is validated as a spec of its kind: a value without the suffix stays a name, so
+    `../../workflow/schemas/case.schema` or `/etc/passwd` is still no name (docs/limits.md, "names")."""
+    return isinstance(value, str) and value.endswith(SPEC_FILE_SUFFIXES)
+
+
+def read_spec_file(kind: str, value: str, folder: str | Path | None, source: str, key: str) -> dict:
+    """The mapping of the spec file `value` names (relative to `folder`, or absolute), validated against the
+    `kind` schema with the file named in any error, as an inline mapping of the caller's own (a copy).
+
+    Paths are read only where a file or a command line gives them (`folder`: the file's folder, or the
+    working directory): a mapping passed to the API or pasted into the explorer has no folder, and the
+    explorer's server must not read its own files at a client's word, so there a path is refused."""
+    if folder is None:
+        raise SpecError.at(source, key, f"{short(value)} is a path; a path to a spec file is read from a case or "
+                           f"experiment file (relative to its folder) or a command-line flag (relative to the "
+                           f"working directory), not yet from a search spec nor from a mapping (Python API, "
+                           f"explorer): give the {kind} inline there (yaml.safe_load of its file)")
+    path = Path(folder, value)
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError:
+        raise SpecError.at(source, key, f"{value}: file not found (a path is read relative to "
+                           f"{Path(folder).resolve()})") from None
+    return copy.deepcopy(_load_file(kind, str(path.resolve()), mtime))
+
+
+@functools.lru_cache(maxsize=256)
+def _load_file(kind: str, path: str, mtime_ns: int) -> Any:
+    """Parse and validate one spec file given by path; the modification time in the key invalidates edits."""
+    mapping = load_yaml(Path(path))
+    validate(mapping, kind, display(path))
+    return mapping
+
+
+def inline_spec_files(mapping: Any, folder: str | Path, source: str) -> Any:
+    """A copy of a case (or an experiment's base, a `cases` entry, a search spec) whose model, hardware
+    and network paths (`is_spec_path`, a value or list items) are replaced by their files' mappings
+    (`read_spec_file`, relative to `folder`): what follows, sweep rows' case JSON included, sees inline
+    specs, so a case id depends on a file's content and never on where it lies. Anything else as it is."""
+    if not isinstance(mapping, dict) or not any(_has_path(mapping.get(k)) for k in NAMED_KINDS):
+        return mapping
+    out = dict(mapping)
+    for kind in NAMED_KINDS:
+        value = out.get(kind)
+        if isinstance(value, list):
+            out[kind] = [read_spec_file(kind, v, folder, source, f"{kind}.{i}") if is_spec_path(v) else v
+                         for i, v in enumerate(value)]
+        elif is_spec_path(value):
+            out[kind] = read_spec_file(kind, value, folder, source, kind)
+    return out
+
+
+def _has_path(value: Any) -> bool:
+    return is_spec_path(value) or (isinstance(value, list) and any(is_spec_path(v) for v in value))
 
 
 def _folder(kind: str) -> str:

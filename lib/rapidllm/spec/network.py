@@ -30,6 +30,21 @@ class FaultSpec:
                    bandwidth_factor=float(m.get("bandwidth_factor", 1.0)),
                    extra_latency_s=q(m.get("extra_latency", 0.0), "time"), failed=bool(m.get("failed", False)))
 
+    def text(self) -> str:
+        """'[0, 2048] failed', '[0, 2304] bandwidth x0.5, +2 us latency (dimension 1)': the fault as a
+        prediction's table, a sweep's `faults` column and `predict_many` show it, in the case file's terms,
+        so a faulted output never reads like a healthy one (the case id alone does not say why it differs)."""
+        what = ["failed"] if self.failed else []
+        what += [f"bandwidth x{self.bandwidth_factor:g}"] if self.bandwidth_factor != 1.0 and not self.failed else []
+        what += [f"+{self.extra_latency_s * 1e6:g} us latency"] if self.extra_latency_s and not self.failed else []
+        where = f" (dimension {self.dimension})" if self.dimension is not None else ""
+        return f"[{self.link[0]}, {self.link[1]}] {', '.join(what) or 'no change'}{where}"
+
+
+def faults_text(faults: tuple[FaultSpec, ...]) -> str:
+    """A network's faults as one string ('' for none): each `FaultSpec.text`, joined by '; '."""
+    return "; ".join(f.text() for f in faults)
+
 
 @dataclass(frozen=True)
 class DimensionSpec:
@@ -163,6 +178,62 @@ def _flatten(c: list[int], shape: tuple[int, ...]) -> int:
         i += ci * stride
         stride *= s
     return i
+
+
+DEFAULT_LEAF_PORTS = 32
+
+
+@dataclass(frozen=True)
+class FatTreePlan:
+    """How a fat-tree dimension of `size` ranks per line and `lines` lines is cut into switches: the
+    topology builder (network/topology.py `_build_fat_tree`) builds from it and `rank_uplinks` numbers
+    leaves with it, so the two cannot disagree. rail: every line has its own leaves (rail_optimized, or a
+    single line), else leaves are shared by all lines; per_leaf: ranks of one line on one leaf (a shared
+    leaf takes leaf_size // lines of each line); leaves: leaves per line (rail) or in all; spines: default
+    one per leaf, none with a single leaf."""
+    rail: bool
+    per_leaf: int
+    leaves: int
+    spines: int
+
+    @classmethod
+    def of(cls, dim: "DimensionSpec", lines: int) -> "FatTreePlan":
+        n = dim.size
+        rail = dim.rail_optimized or lines == 1
+        ports = dim.leaf_size or DEFAULT_LEAF_PORTS
+        per_leaf = min(n, ports) if rail else max(1, min(n, ports // lines))
+        leaves = -(-n // per_leaf)
+        return cls(rail, per_leaf, leaves, dim.spines or (leaves if leaves > 1 else 0))
+
+
+def switch_count(dim: "DimensionSpec", lines: int) -> int:
+    """Switch nodes a dimension adds to the fabric (node ids follow the ranks, dimension by dimension):
+    one per line for a switch, leaves (per rail when rail-optimized) and spines for a fat tree, none for a
+    direct-connect topology."""
+    if dim.topology == "switch":
+        return lines
+    if dim.topology == "fat_tree":
+        plan = FatTreePlan.of(dim, lines)
+        return plan.leaves * (lines if plan.rail else 1) + plan.spines
+    return 0
+
+
+def rank_uplinks(net: "NetworkSpec", d: int) -> list[tuple[int, int]]:
+    """[rank, switch] of every rank of the first line of switched dimension d (the line holding rank 0):
+    each rank's own cable into the dimension's switch (`switch`) or its leaf (`fat_tree`), as global node
+    ids of the sized fabric (docs/network.md "Node ids"). [] for a direct-connect dimension. What a
+    `fault_sweep` places one fault at a time on (spec/experiment.py); the ids match `build_topology`'s
+    (tests/test_network_topology.py)."""
+    sizes = [dim.size for dim in net.dimensions]
+    n_ranks = math.prod(sizes)
+    base = n_ranks + sum(switch_count(dim, n_ranks // dim.size) for dim in net.dimensions[:d])
+    dim, stride = net.dimensions[d], math.prod(sizes[:d])
+    if dim.topology == "switch":
+        return [(k * stride, base) for k in range(dim.size)]
+    if dim.topology == "fat_tree":       # line 0's leaves come first whether or not they are per rail
+        per_leaf = FatTreePlan.of(dim, n_ranks // dim.size).per_leaf
+        return [(k * stride, base + k // per_leaf) for k in range(dim.size)]
+    return []
 
 
 def line_cables(topology: str, size: int, shape: tuple[int, ...] = ()) -> list[tuple[int, int]]:

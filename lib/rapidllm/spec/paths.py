@@ -58,13 +58,15 @@ def known_names(kind: str) -> list[str]:
 
 
 def display(path: Path | str) -> str:
-    """Path relative to the project root (or cwd) for messages."""
+    """Path relative to the project root (or cwd) for messages; the path as given when it is that folder
+    itself (`rapidllm predict /tmp/x` run in /tmp/x said '.: is a directory', naming nothing given)."""
     p = Path(path).resolve()
     for base in (Path.cwd(), project_root()):
         try:
-            return str(p.relative_to(base))
+            rel = p.relative_to(base)
         except ValueError:
             continue
+        return str(rel) if rel.parts else str(path)
     return str(p)
 
 
