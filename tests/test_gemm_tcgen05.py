@@ -123,7 +123,9 @@ def test_blackwell_gemm_not_slower_than_the_wgmma_pricing(name, dtype):
     fp4 (1-1.5% of them) by at most 5.2%, 3.2% at 10 us and more, 0.31% at 50 us and more. The pair moves the
     same bytes per output as the 256-row tile over twice the CTAs, so its rounds, latency terms and epilogue
     stores (priced at the SM's share of L2 bandwidth, every SM active) fall differently. A third of the
-    shapes gain over 1%, up to 2x; the 16k GEMM of docs/new-device.md gains 11.8% on B200."""
+    shapes gain over 1%, up to 2x; the 16k GEMM of docs/new-device.md gains 11.8% on B200 at H100's compute
+    constant and 1.2% at B200's own (0.534), where the wgmma pricing's shared-memory term is nearly below the
+    compute bound too."""
     hw = named(name)
     b, m, n, k = _random_shapes(20_000, 5)
     new, old = price_gemms(hw, b, m, n, k, dtype), price_gemms(as_hopper(hw), b, m, n, k, dtype)
@@ -135,7 +137,7 @@ def test_blackwell_gemm_not_slower_than_the_wgmma_pricing(name, dtype):
     assert np.median(ratio) <= 1.0 and ratio.min() < 0.7
     if name == "b200" and dtype == "bf16":
         big = [price_gemms(h, [1], [16384], [16384], [16384], "bf16").time_s[0] for h in (hw, as_hopper(hw))]
-        assert big[0] < 0.9 * big[1]
+        assert big[0] < big[1]
 
 
 @pytest.mark.parametrize("name, dtype, times", [

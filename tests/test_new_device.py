@@ -57,22 +57,27 @@ def test_a_flops_what_if_runs_into_the_shared_memory_bound() -> None:
     assert price_one(flops(hw, 4), *SHAPE, "bf16")["time_s"] == pytest.approx(base["time_s"], rel=1e-9)
     smem = dataclasses.replace(flops(hw, 2), smem_bandwidth_per_sm=2 * hw.smem_bandwidth_per_sm)
     faster = price_one(smem, *SHAPE, "bf16")
-    assert faster["time_s"] < base["time_s"] and faster["bound"] != "shared_memory"
+    assert faster["time_s"] < base["time_s"] and faster["smem_s"] < base["smem_s"]
     # never above the calibrated compute ceiling
     assert faster["achieved_flops_per_s"] <= 2 * hw.tensor_flops["bf16"] * hw.utilization.compute
 
 
-def test_gemm_names_the_key_only_when_shared_memory_bounds_it(capsys) -> None:
-    """16384 x 640 x 16384 bf16 runs 128-column tiles on B200 (640 = 5 x 128): shared-memory-bound there, and
-    `rapidllm gemm` names the key; the 16k square GEMM on B200 and both on H100 are not."""
+def test_gemm_names_the_key_only_when_shared_memory_bounds_it(capsys, tmp_path) -> None:
+    """A what-if device file (B200 with twice its tensor FLOP/s, given to `rapidllm gemm` by path) runs the 16k
+    bf16 GEMM shared-memory-bound, and `rapidllm gemm` names the key; B200 as shipped and H100 are not."""
+    text = (ROOT / "config" / "hardware" / "b200.yaml").read_text()
+    doubled = yaml.safe_load(text)
+    doubled["name"] = "b200-2x"
+    doubled["tensor_flops"] = {k: f"{2 * float(v.split()[0]):g} {v.split()[1]}" for k, v in doubled["tensor_flops"].items()}
+    (tmp_path / "b200-2x.yaml").write_text(yaml.safe_dump(doubled))
     notes = {}
-    for hw, n in (("b200", 640), ("b200", SHAPE[1]), ("h100-sxm5-80gb", 640), ("h100-sxm5-80gb", SHAPE[1])):
-        args = ["gemm", "--m", str(SHAPE[0]), "--n", str(n), "--k", str(SHAPE[2]), "--dtype", "bf16"]
+    for hw in (str(tmp_path / "b200-2x.yaml"), "b200", "h100-sxm5-80gb"):
+        args = ["gemm", "--m", str(SHAPE[0]), "--n", str(SHAPE[1]), "--k", str(SHAPE[2]), "--dtype", "bf16"]
         assert main([*args, "--hardware", hw]) == 0
         out = capsys.readouterr().out
-        notes[hw, n] = (re.search(r"bound\s+(\S+)", out)[1], SMEM_NOTE in out)
-    assert notes["b200", 640] == ("shared_memory", True)
-    assert all(bound != "shared_memory" and not note for key, (bound, note) in notes.items() if key != ("b200", 640))
+        notes[hw] = (re.search(r"bound\s+(\S+)", out)[1], SMEM_NOTE in out)
+    assert notes.pop(str(tmp_path / "b200-2x.yaml")) == ("shared_memory", True)
+    assert all(bound != "shared_memory" and not note for bound, note in notes.values())
     assert "shared_memory_bandwidth_per_sm" in SMEM_NOTE
 
 
