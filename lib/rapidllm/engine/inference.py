@@ -152,7 +152,7 @@ def pipelined(parts: list[PassParts], trip: bool = True) -> np.ndarray:
 
 
 def serving_pass(case: Case, ops: Ops, prefixes: tuple[str, ...], batch: int, overlap: bool,
-                 adjust: Adjust | None, trip: bool = True) -> tuple[list[np.ndarray], int]:
+                 adjust: Adjust | None, trip: bool = True, parts: int = 0) -> tuple[list[np.ndarray], int]:
     """(span, compute) of a serving engine's step over `batch` sequences for each section prefix, and the
     link events simulated. With pp > 1 the engine keeps pp micro-batches in flight (`split_batch`: pp of
     ~batch / pp sequences, fewer when batch < pp), one per stage, and the step is their round
@@ -162,8 +162,9 @@ def serving_pass(case: Case, ops: Ops, prefixes: tuple[str, ...], batch: int, ov
     `_executor_loop_pp`) and SGLang one running batch per micro-batch (`event_loop_pp`); docs/engine.md
     "Serving". With pp 1 it is the forward pass at `batch` (two overlapped micro-batches under
     `microbatch_overlap`, engine/microbatch.py). trip=False (pp > 1): the busiest stage's work alone
-    (`pipelined`)."""
-    sizes = split_batch(batch, case.parallelism.pp)
+    (`pipelined`); `parts` (pp > 1): the sequences split over that many micro-batches instead of pp, those a
+    step's prompts ride in (`_iteration_cost`)."""
+    sizes = split_batch(batch, parts or case.parallelism.pp)
     if case.parallelism.pp == 1:
         ncase, nops = at_batch(case, ops, batch, adjust)
         cost = CommCost(ncase)
@@ -303,7 +304,11 @@ def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, 
     stage's work alone, no trip (`pipelined`), and n < pp prompts ride in n micro-batches, priced as G at pp
     one-token rows (pp micro-batches, every stage's weights read once each) plus what they add to n one-token
     micro-batches; G of fewer rows than pp is G at pp (the weights are read once per micro-batch of the
-    round, as the decode round's are), so a step with prompts is never cheaper than one with fewer decodes."""
+    round, as the decode round's are), so a step with prompts is never cheaper than one with fewer decodes.
+    The prompts' own part is their anchor less G of their rows in the micro-batches they ride in (not in pp
+    of them): an MoE micro-batch reads the experts its own rows activate, so G over pp micro-batches would
+    take off pp expert reads where the prompts paid for as many as they ride in (review 17: a DeepSeek-V2-Lite
+    pp 2 step with prompts came out cheaper than its decodes)."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     pp, ctx0, ctx1 = case.parallelism.pp, w.prompt_tokens, w.prompt_tokens + w.output_tokens - 1
@@ -335,12 +340,18 @@ def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, 
                 events += simulated
             gemm.append((n, one_token(first, last, ctx0, ctx1)))
     if pp > 1:
-        # a round carries pp micro-batches (fewer only when there are fewer sequences): prompts riding in n of
-        # them add what they add to n one-token ones, and fewer rows than micro-batches still read every stage's
-        # weights once per micro-batch, G at floor_at
+        # a round carries pp micro-batches (fewer only when there are fewer sequences), and fewer rows than
+        # micro-batches still read every stage's weights once per micro-batch: G at floor_at. The prompts' own
+        # part is their anchor less G of their rows in the carriers[n] micro-batches they ride in; the anchor is
+        # rebased so that build_cost, which takes G at their tokens off, leaves exactly that
         at = dict(gemm)
-        prefill = {n: at[floor_at] + t - at[carriers[n]] for n, t in prefill.items()}
         gemm = [(n, at[max(n, floor_at)]) for n, _ in gemm]
+        at = dict(gemm)
+        for n, t in list(prefill.items()):
+            (first, last), simulated = serving_pass(case, ops, SECTIONS[1:], n * w.prompt_tokens, overlap, adjust,
+                                                    trip=False, parts=carriers[n])
+            events += simulated
+            prefill[n] = at[n * w.prompt_tokens] + t - one_token(first, last, ctx0, ctx1)
     return build_cost([(n * w.prompt_tokens, prefill[n]) for n in sorted(prefill)], decode, gemm, ctx0, ctx1), events
 
 
