@@ -137,3 +137,13 @@ def test_few_entries_fit_few_constants_the_rest_from_the_donor(monkeypatch):
     assert 0.3 <= b200["compute"] <= 1.0
     with pytest.raises(ValueError, match="need a donor"):
         cal.fit_device("b200", _synthetic_entries(4, "b200"))
+
+
+def test_too_few_entries_and_no_donor_is_one_clear_refusal():
+    """`rapidllm calibrate` on suites where a device's rows fit fewer constants than it has and no device fits
+    them all: one line naming the device (a SpecError, exit 2), before any entry is priced."""
+    import rapidllm.validate.calibrate as cal
+    from rapidllm.spec.errors import SpecError
+
+    with pytest.raises(SpecError, match="b200 has 2 calibration entries"):
+        cal.fit_all({"b200": _synthetic_entries(2, "b200")})

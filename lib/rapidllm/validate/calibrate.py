@@ -27,6 +27,7 @@ from rapidllm.validate.nccl import MIN_BYTES, TABLES, nccl_rows
 from rapidllm.prediction import evaluate
 from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.experiment import expand
+from rapidllm.spec.errors import SpecError
 from rapidllm.spec.hardware import Utilization
 from rapidllm.spec.paths import project_root
 from rapidllm.validate.suites import Suite, load_suite
@@ -236,11 +237,16 @@ def fit_all(entries: dict[str, list[Entry]], grid: int = 5, iters: int = 120) ->
 
     own = {d: es for d, es in sorted(entries.items()) if es}
     full = {d for d, es in own.items() if fitted_count(d, es) == len(CONSTANTS) - (d in TABLES)}
+    for d in sorted(set(own) - full):
+        if donor(d, sorted(full)) is None:     # checked before any entry is priced
+            raise SpecError(f"rapidllm calibrate: {d} has {len(own[d])} calibration entries, too few to fit all its "
+                            f"constants ({ENTRIES_PER_CONSTANT} per constant), and no device of the suites given "
+                            "fits them all to take the rest from; add a suite with a fully fitted device's rows")
     fits = {d: fit_device(d, own[d], grid=grid, iters=iters) for d in sorted(full)}
     for d in sorted(set(own) - full):
         source = donor(d, sorted(full))
-        prior = None if source is None else np.array([fits[source][c] for c in CONSTANTS])
-        fits[d] = fit_device(d, own[d], grid=grid, iters=iters, prior=prior, prior_from=source or "")
+        fits[d] = fit_device(d, own[d], grid=grid, iters=iters, prior=np.array([fits[source][c] for c in CONSTANTS]),
+                             prior_from=source)
     return dict(sorted(fits.items()))
 
 
