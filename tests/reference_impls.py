@@ -152,7 +152,7 @@ def case_id_reference(case: Case) -> str:
     added later that enter the hash only when set (HASH_OMITTED_DEFAULTS in spec/)."""
     d = case.to_dict()
     d.pop("name")
-    for part in ("model", "parallelism", "workload"):  # fields added later hash only when set (spec/case.py)
+    for part in ("model", "hardware", "parallelism", "workload"):  # fields added later hash only when set (spec/)
         spec = getattr(case, part)
         for f in dataclasses.fields(spec):
             if f.name in getattr(spec, "HASH_OMITTED_DEFAULTS", ()) and getattr(spec, f.name) == f.default:
