@@ -678,3 +678,17 @@ def test_cli_prints_the_breakdown_and_writes_it(tmp_path) -> None:
     assert all(line in run.stdout.splitlines() for line in lines)
     assert counts["out_of_memory_by_check"]["persistent_state"] > 0
     assert counts["invalid_by_rule"] == {"parallelism.ep": 51}
+
+
+def test_cli_cost_objective_prints_the_basis_caveat(tmp_path) -> None:
+    """A search ranked by a cost column without a rate prints the basis caveat once below the table, naming
+    the spec's key for a rate; counts.json's objective carries the basis per device and the same line."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({**SYSTEMS, "systems": SYSTEMS["systems"][1:], "top": 1,
+                                    "objective": {"column": "usd_per_million_tokens", "direction": "min"}}))
+    run = subprocess.run([sys.executable, "-m", "rapidllm.cli", "search", str(spec), "--quiet", "--out",
+                          str(tmp_path / "o")], capture_output=True, text=True, check=True)
+    notes = [line for line in run.stdout.splitlines() if line.startswith("note: ")]
+    objective = json.loads((tmp_path / "o" / "counts.json").read_text())["objective"]
+    assert len(notes) == 1 and "usd_per_gpu_hour: RATE" in notes[0]
+    assert objective["cost_basis"] == {"h100-sxm5-80gb": "gpu"} and notes[0] == f"note: {objective['cost_note']}"
