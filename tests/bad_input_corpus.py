@@ -589,6 +589,18 @@ SEARCH = [
     Bad("out-is-a-file", ("search", "{tmp}/s.yaml", "--quiet", "--out", "{tmp}/s.yaml"), "is a file", "file",
         {"s.yaml": SEARCH_SPEC}),
     Bad("spec-missing", ("search", "{tmp}/none.yaml", "--quiet"), "file not found", "file"),
+    # (hardware, network) pairs (user trial 3 P7) beside the crossed form: one form only
+    search_bad("systems-and-hardware", "systems", [{"hardware": "h100-sxm5-80gb", "network": "dgx-h100"}],
+               "(top level): needs hardware and network (every hardware crossed with every network) or systems"),
+    Bad("systems-pair-without-network", ("search", "{tmp}/s.yaml", "--quiet", "--out", "{tmp}/out"),
+        "systems.0: missing key 'network'", "message",
+        {"s.yaml": {**{k: v for k, v in SEARCH_SPEC.items() if k not in ("hardware", "network")},
+                    "systems": [{"hardware": "h100-sxm5-80gb"}]}}),
+    # a device file by path, read relative to the spec's folder: a missing one is named with its key
+    Bad("systems-device-file-missing", ("search", "{tmp}/s.yaml", "--quiet", "--out", "{tmp}/out"),
+        "systems.0.hardware: my-gpu.yaml: file not found", "file",
+        {"s.yaml": {**{k: v for k, v in SEARCH_SPEC.items() if k not in ("hardware", "network")},
+                    "systems": [{"hardware": "my-gpu.yaml", "network": "dgx-a100"}]}}),
 ]
 
 # a port outside 1-65535 reached Streamlit, whose traceback ended the command (exit 1)

@@ -225,3 +225,43 @@ def test_a_rental_rate_replaces_energy_and_capital():
     for key in ("energy_usd_per_gpu_hour", "capital_usd_per_gpu_hour", "tokens_per_s_per_capital_usd"):
         assert math.isnan(rent[key]) and not math.isnan(own[key])
     assert rented.operating.basis == "rental" and hc.operating.basis == "gpu"
+
+
+def test_basis_note_says_what_a_basis_leaves_out():
+    """Without a rental rate, $/GPU-hour is capital over the life + energy: the caveat printed beside it says
+    what the capital is and what is left out (user trial 3 P7: the H100's $0.909 read as a TCO, 2.7x below
+    a $2.49 rental), and a rental rate, which includes everything, gets none."""
+    from rapidllm.cost.operating import LEFT_OUT
+
+    h100, a100 = (hardware_cost(n).operating for n in ("h100-sxm5-80gb", "a100-sxm4-80gb"))
+    note = h100.basis_note("FLAG")
+    assert note.startswith("the GPU's price over 4 years + energy only, without servers, network and facility")
+    assert note.endswith("FLAG prices at one")
+    assert "without network and facility" in a100.basis_note("FLAG") and "servers" not in a100.basis_note("FLAG")
+    assert "do not say what capital_usd covers" in replace(h100, capital_basis="").basis_note("FLAG")
+    assert h100.rented(2.49).basis_note("FLAG") is None
+    assert set(LEFT_OUT) == {"gpu", "system_share"}
+
+
+def test_cli_cost_prints_the_basis_caveat_once_and_json_adds_it(capsys):
+    """`predict --cost` prints one note line below the $ figures, naming --usd-per-gpu-hour; --json keeps
+    every key it had and adds `cost_note` (null with a rate, and then no line)."""
+    import json
+
+    case = str(project_root() / "examples" / "gpt175b-tp8-pp8.yaml")
+    assert main(["predict", case, "--cost"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    notes = [line for line in lines if line.strip().startswith("note:")]
+    assert len(notes) == 1 and "--usd-per-gpu-hour RATE" in notes[0] and lines[-1] == notes[0]
+    assert lines[-2].split()[0] == "cost_basis"
+    assert main(["predict", case, "--cost", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cost_basis"] == "system_share" and out["cost_note"] == notes[0].split("note: ", 1)[1]
+    assert set(COST_COLUMNS) <= set(out)
+    assert main(["predict", case, "--cost", "--json", "--usd-per-gpu-hour", "2.49"]) == 0
+    rented = json.loads(capsys.readouterr().out)
+    assert rented["cost_note"] is None and set(rented) == set(out)
+    assert main(["predict", case, "--cost", "--usd-per-gpu-hour", "2.49"]) == 0
+    assert "note:" not in capsys.readouterr().out
+    assert main(["predict", case, "--json"]) == 0
+    assert "cost_note" not in json.loads(capsys.readouterr().out)

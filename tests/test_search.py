@@ -55,8 +55,16 @@ MOE_INFERENCE = {"name": "moe-inference", "model": "mixtral-8x7b", "hardware": "
                  "gpus": [4, 8], "top": 3, "objective": "throughput_per_gpu",
                  "space": {"batch": [8, 64], "attention_impl": ["flash"]}}
 
+# each device on its own fabric (`systems`, user trial 3 P7): a candidate per pair, not every device crossed
+# with every network
+SYSTEMS = {"name": "systems", "model": "llama3.1-8b",
+           "systems": [{"hardware": "a100-sxm4-80gb", "network": "dgx-a100"},
+                       {"hardware": "h100-sxm5-80gb", "network": "dgx-h100"}],
+           "workload": {"mode": "training", "seq_len": 2048, "global_batch": 16}, "gpus": 8, "top": 3,
+           "space": {"micro_batch": [1, 2], "recompute": ["none", "full"], "zero": [0, 1], "cp": [1], "sp": [True]}}
 
-ALL = [DENSE, MOE, INFERENCE, MOE_INFERENCE, DENSE_OVERLAPS, MOE_OVERLAPS]
+
+ALL = [DENSE, MOE, INFERENCE, MOE_INFERENCE, DENSE_OVERLAPS, MOE_OVERLAPS, SYSTEMS]
 
 
 @pytest.mark.parametrize("spec", ALL, ids=lambda s: s["name"])
@@ -83,6 +91,16 @@ def test_pruned_search_equals_exhaustive(spec: dict) -> None:
             else:                        # off by default
                 assert n["layouts_on"] == 0 and 0 < n["applies_off"] <= n["layouts_off"]
     assert all(c_e["overlaps"][s]["evaluated_on"] > 0 for s in spec["space"] if s in c_e["overlaps"])
+    for c in (c_p, c_e):     # the breakdown (user trial 3 P5): each axis splits each removal's layouts exactly
+        assert sum(c["out_of_memory_by_check"].values()) == c["out_of_memory"]
+        for category, axes in c["by_axis"].items():
+            total = c["layouts"] if category == "layouts" else c[category]
+            assert bool(axes) == bool(total) and all(sum(n.values()) == total for n in axes.values())
+            assert all(n.get(v, 0) <= c["by_axis"]["layouts"][a][v] for a, n in axes.items() for v in n)
+    # what pruning does not decide is the same in both: the layouts, the rules, the persistent-state check
+    for category in ("layouts", "invalid"):
+        assert c_p["by_axis"][category] == c_e["by_axis"][category]
+    assert c_p["out_of_memory_by_check"]["persistent_state"] == c_e["out_of_memory_by_check"]["persistent_state"]
 
 
 SERVING = {"name": "serving", "model": "deepseek-v2-lite", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",
@@ -193,6 +211,8 @@ def test_shards_merge_to_the_whole_answer() -> None:
     merged = merge(parts, load_search(DENSE))
     pd.testing.assert_frame_equal(merged.drop(columns=["layout_index"]), whole.drop(columns=["layout_index"]))
     assert merged.attrs["counts"]["layouts"] == whole.attrs["counts"]["layouts"]
+    for category in ("layouts", "invalid"):           # the shards' breakdowns add up to the whole's
+        assert merged.attrs["counts"]["by_axis"][category] == whole.attrs["counts"]["by_axis"][category]
 
 
 def test_pareto_front_across_gpu_counts() -> None:
@@ -513,3 +533,162 @@ def test_filter_bounds_take_units() -> None:
     assert given.filters == {"peak_memory_bytes": (-float("inf"), 70 * 2**30), "step_time_s": (5e-3, float("inf"))}
     assert search({**DENSE, "constraints": {"filters": {"peak_memory_bytes": {"max": "30 GiB"}}}}).equals(
         search({**DENSE, "constraints": {"filters": {"peak_memory_bytes": {"max": 30 * 2**30}}}}))
+
+
+def test_systems_pair_each_device_with_its_own_fabric() -> None:
+    """`systems` lists (hardware, network) pairs: a candidate per pair, each running on its own fabric only
+    (hardware and network lists cross every device with every fabric: user trial 3 put the B200 on an
+    NVLink-4 SuperPOD). A pair's rows are exactly the crossed search's rows of that pair, and each is the
+    case `predict` runs on that pair."""
+    pairs = [(p["hardware"], p["network"]) for p in SYSTEMS["systems"]]
+    spec = load_search(SYSTEMS)
+    assert [(c.base.hardware.name, c.network.name) for c in spec.candidates] == pairs
+    crossed_spec = {**{k: v for k, v in SYSTEMS.items() if k != "systems"},
+                    "hardware": [h for h, _ in pairs], "network": [n for _, n in pairs]}
+    assert len(load_search(crossed_spec).candidates) == 4
+    labels = [f"llama3.1-8b / {h} / {n}" for h, n in pairs]
+    df, crossed = search(SYSTEMS), search(crossed_spec)
+    assert set(df.candidate) == set(labels)
+    mine = df.sort_values(["candidate", "group_rank"]).drop(columns=["rank", "layout_index"])
+    theirs = crossed[crossed.candidate.isin(labels)].sort_values(["candidate", "group_rank"])
+    pd.testing.assert_frame_equal(mine.reset_index(drop=True),
+                                  theirs.drop(columns=["rank", "layout_index"]).reset_index(drop=True))
+    for row in df.itertuples():
+        hardware, network = pairs[labels.index(row.candidate)]
+        case = {"model": "llama3.1-8b", "hardware": hardware, "network": network, "workload":
+                {**SYSTEMS["workload"], "micro_batch": int(row.micro_batch)}, "attention_impl": row.attention_impl,
+                "parallelism": {"dp": int(row.dp), "tp": int(row.tp), "pp": int(row.pp), "sp": bool(row.sp),
+                                "zero": int(row.zero), "recompute": row.recompute, "schedule": row.schedule,
+                                "virtual_stages": int(row.virtual_stages)}}
+        assert predict(case).step_time_s == row.step_time_s
+        other = next(n for _, n in pairs if n != network)     # the other pair's fabric gives another step
+        assert predict({**case, "network": other}).step_time_s != row.step_time_s
+
+
+@pytest.mark.parametrize("systems, key, said", [
+    ([{"hardware": "h100-sxm5-80gb"}], "systems.0", "missing key 'network'"),
+    ([{"hardware": "h100-sxm5-80gb", "network": "dgx-h100", "fabric": "x"}], "systems.0", "unknown key(s) 'fabric'"),
+    ([{"hardware": "h100-sxm5-80gb", "network": "dgx-h100"}] * 2, "systems", "non-unique"),
+    ([{"hardware": "h100", "network": "dgx-h100"}], "hardware", "did you mean h100-sxm5-80gb"),
+    ("dgx-h100", "systems", "not of type"),
+])
+def test_bad_systems_are_one_line(systems: object, key: str, said: str) -> None:
+    plain = {k: v for k, v in SYSTEMS.items() if k != "systems"}
+    with pytest.raises(SpecError) as err:
+        load_search({**plain, "systems": systems}, "spec.yaml")
+    assert len(err.value.lines) == 1 and f"spec.yaml: {key}" in err.value.lines[0] and said in err.value.lines[0]
+
+
+@pytest.mark.parametrize("drop", [(), ("network",), ("hardware", "network")])
+def test_systems_or_hardware_and_network_one_form_only(drop: tuple[str, ...]) -> None:
+    """Both forms, or neither whole, are refused in one line that names both."""
+    spec = {k: v for k, v in {**SYSTEMS, "hardware": "b200", "network": "dgx-h100"}.items() if k not in drop}
+    if len(drop) == 2:
+        spec.pop("systems")
+    with pytest.raises(SpecError) as err:
+        load_search(spec, "spec.yaml")
+    assert len(err.value.lines) == 1 and "(top level): needs hardware and network" in err.value.lines[0]
+    assert "or systems" in err.value.lines[0]
+
+
+def test_cost_objective_prices_each_system_and_names_its_key() -> None:
+    """A cost objective prices each pair's device once; a device without cost inputs is named by its key in
+    `systems`; the spec's basis travels with the ranking, with the one-line caveat of a GPU-price basis
+    (user trial 3 P7), and a rental rate has none."""
+    cost = {"objective": {"column": "usd_per_million_tokens", "direction": "min"}}
+    spec = load_search({**SYSTEMS, **cost})
+    assert sorted(spec.costs) == ["a100-sxm4-80gb", "h100-sxm5-80gb"]
+    assert {hw: c.operating.basis for hw, c in spec.costs.items()} == {"a100-sxm4-80gb": "system_share",
+                                                                        "h100-sxm5-80gb": "gpu"}
+    note = spec.cost_note()       # two bases, two caveats, each named by its device
+    assert note.startswith("a100-sxm4-80gb: a server's price share") and "h100-sxm5-80gb: the GPU's price" in note
+    assert "usd_per_gpu_hour: RATE" in note
+    df = search({**SYSTEMS, **cost, "systems": SYSTEMS["systems"][1:]})
+    assert df.attrs["objective"]["cost_basis"] == {"h100-sxm5-80gb": "gpu"}
+    assert "without servers, network and facility" in df.attrs["objective"]["cost_note"]
+    rented = load_search({**SYSTEMS, **cost, "usd_per_gpu_hour": 2.49})
+    assert rented.cost_note() is None and {c.operating.basis for c in rented.costs.values()} == {"rental"}
+    assert load_search(SYSTEMS).costs == {} and load_search(SYSTEMS).cost_note() is None
+    device, _ = resolve_named("hardware", "h100-sxm5-80gb", "test", "hardware")
+    uncosted = {**{k: v for k, v in device.items() if k != "cost"}, "name": "my-gpu"}
+    with pytest.raises(SpecError) as err:
+        load_search({**SYSTEMS, **cost, "systems": [*SYSTEMS["systems"],
+                                                    {"hardware": uncosted, "network": "dgx-h100"}]}, "spec.yaml")
+    assert len(err.value.lines) == 1 and err.value.lines[0].startswith("spec.yaml: systems.2.hardware: cost")
+
+
+def test_search_spec_names_files_by_path(tmp_path) -> None:
+    """A search spec file names a device or fabric by a path to its file, read relative to the spec's folder
+    (as case and experiment files do; user trial 3 P8), at the top level and in `systems`: it searches as the
+    same spec with the file's mapping inline. A mapping has no folder, so there a path is one line."""
+    device, _ = resolve_named("hardware", "h100-sxm5-80gb", "test", "hardware")
+    device = {**device, "name": "my-h100", "hbm_capacity": "96 GiB"}
+    (tmp_path / "devices").mkdir()
+    (tmp_path / "devices" / "my-h100.yaml").write_text(yaml.safe_dump(device))
+    inline = {**SYSTEMS, "systems": [{"hardware": device, "network": "dgx-h100"}]}
+    by_path = tmp_path / "s.yaml"
+    by_path.write_text(yaml.safe_dump({**inline, "systems": [{"hardware": "devices/my-h100.yaml",
+                                                              "network": "dgx-h100"}]}))
+    expected = search(inline)
+    assert expected.capacity_bytes.iloc[0] == 96 * 2**30
+    pd.testing.assert_frame_equal(search(by_path), expected)
+    top = tmp_path / "t.yaml"
+    plain = {k: v for k, v in inline.items() if k != "systems"}
+    top.write_text(yaml.safe_dump({**plain, "hardware": "devices/my-h100.yaml", "network": "dgx-h100"}))
+    pd.testing.assert_frame_equal(search(top), search({**plain, "hardware": device, "network": "dgx-h100"}))
+    missing = tmp_path / "m.yaml"
+    missing.write_text(yaml.safe_dump({**inline, "systems": [{"hardware": "nope.yaml", "network": "dgx-h100"}]}))
+    with pytest.raises(SpecError) as err:
+        load_search(missing)
+    assert len(err.value.lines) == 1 and "systems.0.hardware: nope.yaml: file not found" in err.value.lines[0]
+    with pytest.raises(SpecError) as err:
+        load_search({**plain, "hardware": "devices/my-h100.yaml", "network": "dgx-h100"}, "spec")
+    assert len(err.value.lines) == 1 and "not from a mapping" in err.value.lines[0]
+
+
+def test_breakdown_names_the_axes_whose_values_differ() -> None:
+    """The summary line of a removal names the axes whose values lose different shares of their layouts
+    (here tp: every tp 1 layout, no tp 2 one), not an axis whose values all lose the same share (zero), with
+    runs of equal shares joined, and the checks that removed them; the same counts give the same line."""
+    from rapidllm.search.run import breakdown_lines
+
+    counts = {"layouts": 40, "out_of_memory": 20, "invalid": 0, "invalid_by_rule": {},
+              "out_of_memory_by_check": {"persistent_state": 15, "first_last_stage": 5, "worst_stage": 0},
+              "by_axis": {"layouts": {"tp": {"1": 20, "2": 20}, "zero": {"0": 20, "1": 20},
+                                      "pp": {"1": 10, "2": 10, "4": 10, "8": 10}, "ep": {"1": 40}},
+                          "out_of_memory": {"tp": {"1": 20}, "zero": {"0": 10, "1": 10},
+                                            "pp": {"1": 10, "2": 10}, "ep": {"1": 20}},
+                          "invalid": {}}}
+    line, = breakdown_lines(counts)
+    assert line == ("out of memory: 20 of 40 layouts (weights, gradients and optimizer state alone 15, with "
+                    "activations, first or last stage 5); share of each value's layouts: tp 1 100%, 2 0%; "
+                    "pp 1-2 100%, 4-8 0%")
+    assert breakdown_lines(json.loads(json.dumps(counts))) == [line]
+
+
+def test_cli_prints_the_breakdown_and_writes_it(tmp_path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(MOE))
+    run = subprocess.run([sys.executable, "-m", "rapidllm.cli", "search", str(spec), "--quiet", "--out",
+                          str(tmp_path / "o")], capture_output=True, text=True, check=True)
+    counts = json.loads((tmp_path / "o" / "counts.json").read_text())["counts"]
+    from rapidllm.search.run import breakdown_lines
+    lines = breakdown_lines(counts)
+    assert [line.split(":")[0] for line in lines] == ["invalid", "out of memory"]
+    assert all(line in run.stdout.splitlines() for line in lines)
+    assert counts["out_of_memory_by_check"]["persistent_state"] > 0
+    assert counts["invalid_by_rule"] == {"parallelism.ep": 51}
+
+
+def test_cli_cost_objective_prints_the_basis_caveat(tmp_path) -> None:
+    """A search ranked by a cost column without a rate prints the basis caveat once below the table, naming
+    the spec's key for a rate; counts.json's objective carries the basis per device and the same line."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({**SYSTEMS, "systems": SYSTEMS["systems"][1:], "top": 1,
+                                    "objective": {"column": "usd_per_million_tokens", "direction": "min"}}))
+    run = subprocess.run([sys.executable, "-m", "rapidllm.cli", "search", str(spec), "--quiet", "--out",
+                          str(tmp_path / "o")], capture_output=True, text=True, check=True)
+    notes = [line for line in run.stdout.splitlines() if line.startswith("note: ")]
+    objective = json.loads((tmp_path / "o" / "counts.json").read_text())["objective"]
+    assert len(notes) == 1 and "usd_per_gpu_hour: RATE" in notes[0]
+    assert objective["cost_basis"] == {"h100-sxm5-80gb": "gpu"} and notes[0] == f"note: {objective['cost_note']}"

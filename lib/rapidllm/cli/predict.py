@@ -117,14 +117,18 @@ def _run(args: argparse.Namespace) -> int:
     record["faults"] = [dataclasses.asdict(f) for f in case.network.faults]
     out = {k: record[k] for k in JSON_KEYS}
     costs: dict = {}
+    note = None
     if hw_cost is not None:             # an infeasible case keeps its $/hour; what needs a time is null
         from rapidllm.cost import price_prediction
-        # $/GPU-hours of two devices compare only on one basis: the output says which (docs/cost.md)
+        # $/GPU-hours of two devices compare only on one basis: the output says which (docs/cost.md), and,
+        # without a rate, what that basis leaves out
         costs = {**price_prediction(case, pred, hw_cost), "cost_basis": hw_cost.operating.basis}
+        note = hw_cost.operating.basis_note("--usd-per-gpu-hour RATE")
     if args.json:
-        print_json({**out, **costs}, indent=2)
+        print_json({**out, **costs, **({"cost_note": note} if hw_cost is not None else {})}, indent=2)
         return 0
-    print("\n".join(table(case, pred, _variant(args)) + [f"  {k:28s} {_number(v)}" for k, v in costs.items()]))
+    print("\n".join(table(case, pred, _variant(args)) + [f"  {k:28s} {_number(v)}" for k, v in costs.items()]
+                    + ([f"  note: {note}"] if note else [])))
     return 0
 
 

@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rapidllm.pipeline.search import summary, write_search
     from rapidllm.search import load_search, search
-    from rapidllm.search.run import check_not_empty
+    from rapidllm.search.run import REASONS, breakdown_lines, check_not_empty
 
     if args.top is not None:
         check_flags("search_flags", {"top": args.top}, "search")
@@ -49,8 +49,13 @@ def run(args: argparse.Namespace) -> int:
         print_json(summary(df), indent=2)
         return 0
     print(table(df, spec).to_string(index=False))
+    note = spec.cost_note()
+    if note:
+        print(f"note: {note}")
     counts = df.attrs["counts"]
-    print(", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items() if k not in ("invalid_by_rule", "overlaps")))
+    print(", ".join(f"{k.replace('_', ' ')} {counts[k]}" for k in ("layouts", "evaluated", "ranked", *REASONS)))
+    for line in breakdown_lines(counts):
+        print(line)
     for switch, n in counts.get("overlaps", {}).items():
         print(overlap_line(switch, n))
     print(f"-> {', '.join(str(p) for p in written)}")

@@ -22,6 +22,13 @@ CAPITAL_BASES = {"gpu": "the GPU's price alone",
 BASES = {**CAPITAL_BASES, "rental": "the rental rate given, energy and capital included",
          "unstated": "the cost inputs do not say what capital_usd covers"}
 
+# What a $/GPU-hour on each capital basis leaves out of running a GPU in a cluster, for the caveat printed
+# beside a figure priced without a rental rate (user trial 3: $0.909/GPU-hour read as the H100's cost, 2.7x
+# below a $2.49 rental of the same run).
+# (what the capital is, what is left out) per basis
+LEFT_OUT = {"gpu": ("the GPU's price", "servers, network and facility"),
+            "system_share": ("a server's price share", "network and facility")}
+
 
 @dataclass(frozen=True)
 class Operating:
@@ -53,6 +60,19 @@ class Operating:
     def basis(self) -> str:
         """What $/GPU-hour rests on: "rental", or the capital basis ("unstated" when the inputs do not say)."""
         return "rental" if self.is_rented else (self.capital_basis or "unstated")
+
+    def basis_note(self, rate_hint: str) -> str | None:
+        """One line for beside a $ figure priced on energy + capital (None for a rental rate): what the
+        capital covers and leaves out, so a reader does not take it for a rental or full-TCO rate, and how to
+        price at one (`rate_hint`, the flag or key that gives a rate)."""
+        if self.is_rented:
+            return None
+        if self.basis not in LEFT_OUT:
+            return (f"cost_basis {self.basis}: the cost inputs do not say what capital_usd covers; {rate_hint} "
+                    "prices at a rate of your own")
+        capital, left_out = LEFT_OUT[self.basis]
+        return (f"{capital} over {self.lifetime_years:g} years + energy only, without {left_out}: below a rental "
+                f"or full-TCO $/GPU-hour; {rate_hint} prices at one")
 
     @property
     def wall_power_w(self) -> float:

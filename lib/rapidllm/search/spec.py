@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rapidllm.search.objectives import COST_OBJECTIVES, Objective, objective_from_spec, record_columns
 from rapidllm.spec.case import OVERLAP_SWITCHES, SEARCH_CASE_KEYS, Case, resolve_case
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.named import resolve_named
+from rapidllm.spec.named import inline_spec_files, is_spec_path, resolve_named
 from rapidllm.spec.network import NetworkSpec
 from rapidllm.spec.paths import config_dir, display, project_root, spec_path
 from rapidllm.spec.schema import load_yaml, schema_of, validate
@@ -35,7 +35,7 @@ class Candidate:
     label: str
     base: Case
     network: NetworkSpec
-    hardware_index: int = 0                    # which of the spec's `hardware` entries it runs on
+    system: int = 0                            # which of the spec's (hardware, network) pairs it runs on
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,17 @@ class SearchSpec:
     slo: dict[str, float]                      # record column -> upper limit (seconds)
     filters: dict[str, tuple[float, float]]    # column -> (min, max)
     top: int
+    costs: dict[str, Any] = field(default_factory=dict)   # hardware name -> cost.HardwareCost (cost objective)
+
+    def cost_note(self) -> str | None:
+        """The caveat beside a cost objective priced without `usd_per_gpu_hour` (`Operating.basis_note`):
+        what the devices' $/GPU-hour leaves out; per device when their bases differ. None for a rental rate
+        or another objective."""
+        notes = {hw: c.operating.basis_note("usd_per_gpu_hour: RATE in the spec") for hw, c in self.costs.items()}
+        distinct = list(dict.fromkeys(n for n in notes.values() if n))
+        if len(distinct) <= 1:
+            return distinct[0] if distinct else None
+        return "; ".join(f"{hw}: {n}" for hw, n in notes.items() if n)
 
 
 # GPU counts one search may compare: every count is a separate space of thousands of layouts
@@ -88,23 +99,47 @@ def _labels(values: list[Any], kind: str) -> list[str]:
     return [v if isinstance(v, str) else str(v.get("name", f"inline-{kind}-{i}")) for i, v in enumerate(values)]
 
 
+@dataclass(frozen=True)
+class _System:
+    """One (hardware, network) pair the candidates run on, with what names it: its labels, where in the spec
+    it sits (for error lines) and the key of its hardware entry (for cost errors)."""
+    hardware: Any
+    network: Any
+    label: str
+    where: str
+    hardware_key: str
+
+
+def _systems(m: dict) -> list[_System]:
+    """The (hardware, network) pairs of a spec: its `systems` as listed (each device on its own fabric), else
+    every `hardware` entry crossed with every `network` entry."""
+    if "systems" in m:
+        pairs = m["systems"]
+        hw, net = _labels([p["hardware"] for p in pairs], "hardware"), _labels([p["network"] for p in pairs], "network")
+        return [_System(p["hardware"], p["network"], f"{hw[i]} / {net[i]}", f"systems {i}", f"systems.{i}.hardware")
+                for i, p in enumerate(pairs)]
+    hws, nets = ([m[k]] if not isinstance(m[k], list) else m[k] for k in ("hardware", "network"))
+    hw, net = _labels(hws, "hardware"), _labels(nets, "network")
+    return [_System(h, n, f"{hw[hi]} / {net[ni]}", f"hardware {hi}, network {ni}",
+                    "hardware" if len(hws) == 1 else f"hardware.{hi}")
+            for hi, h in enumerate(hws) for ni, n in enumerate(nets)]
+
+
 def _candidates(m: dict, source: str) -> tuple[Candidate, ...]:
-    lists = {k: (m[k] if isinstance(m[k], list) else [m[k]]) for k in NAMED}
+    models = m["model"] if isinstance(m["model"], list) else [m["model"]]
+    systems = _systems(m)
     out = []
-    for mi, model in enumerate(lists["model"]):
-        for hi, hw in enumerate(lists["hardware"]):
-            for ni, net in enumerate(lists["network"]):
-                where = (source if all(len(v) == 1 for v in lists.values())   # name the candidate when several
-                         else f"{source} (model {mi}, hardware {hi}, network {ni})")
-                case_m = {"model": model, "hardware": hw, "network": net, "workload": m["workload"],
-                          "precision": m.get("precision", "bf16"), "framework": m.get("framework", "megatron"),
-                          **{k: m[k] for k in SEARCH_CASE_KEYS if k in m}}
-                base = resolve_case(case_m, where)
-                net_m, net_src = resolve_named("network", net, where, "network", copy_named=False)
-                label = " / ".join(x[i] for x, i in ((_labels(lists["model"], "model"), mi),
-                                                      (_labels(lists["hardware"], "hardware"), hi),
-                                                      (_labels(lists["network"], "network"), ni)))
-                out.append(Candidate(label, base, NetworkSpec.from_mapping(net_m, net_src), hi))
+    for mi, model in enumerate(models):
+        for si, system in enumerate(systems):
+            where = (source if len(models) == 1 and len(systems) == 1     # name the candidate when several
+                     else f"{source} (model {mi}, {system.where})")
+            case_m = {"model": model, "hardware": system.hardware, "network": system.network,
+                      "workload": m["workload"], "precision": m.get("precision", "bf16"),
+                      "framework": m.get("framework", "megatron"), **{k: m[k] for k in SEARCH_CASE_KEYS if k in m}}
+            base = resolve_case(case_m, where)
+            net_m, net_src = resolve_named("network", system.network, where, "network", copy_named=False)
+            label = f"{_labels(models, 'model')[mi]} / {system.label}"
+            out.append(Candidate(label, base, NetworkSpec.from_mapping(net_m, net_src), si))
     return tuple(out)
 
 
@@ -114,25 +149,24 @@ def device_costs(m: dict, candidates: tuple[Candidate, ...], source: str) -> dic
     `usd_per_gpu_hour` when it gives one (which also prices a device without cost inputs)."""
     from rapidllm.cost.config import device_cost
 
-    entries = m["hardware"] if isinstance(m["hardware"], list) else [m["hardware"]]
-    where = (lambda i: f"{source}: hardware") if len(entries) == 1 else (lambda i: f"{source}: hardware.{i}")
-    return {c.base.hardware.name: device_cost(entries[c.hardware_index], c.base.hardware.name,
-                                              m.get("usd_per_gpu_hour"), where(c.hardware_index),
+    systems = _systems(m)
+    return {c.base.hardware.name: device_cost(systems[c.system].hardware, c.base.hardware.name,
+                                              m.get("usd_per_gpu_hour"), f"{source}: {systems[c.system].hardware_key}",
                                               "usd_per_gpu_hour: RATE in the search spec")
             for c in candidates}
 
 
 def referenced_spec_files(path: str | Path) -> list[str]:
     """config/ files a search spec names (relative to the project root), so the pipeline reruns it when one
-    of them changes."""
+    of them changes. A file it names by path is not among them (as for an experiment, docs/limits.md)."""
     m = load_yaml(Path(path))
-    files = set()
-    for kind in NAMED:
-        values = m.get(kind, []) if isinstance(m, dict) else []
-        for value in values if isinstance(values, list) else [values]:
-            if isinstance(value, str):
-                files.add(str((config_dir(kind) / f"{value}.yaml").relative_to(project_root())))
-    return sorted(files)
+    if not isinstance(m, dict):
+        return []
+    values = [(kind, v) for kind in NAMED for v in (m.get(kind) if isinstance(m.get(kind), list) else [m.get(kind)])]
+    values += [(kind, p.get(kind)) for p in m.get("systems") or [] if isinstance(p, dict)
+               for kind in ("hardware", "network")]
+    return sorted({str((config_dir(kind) / f"{v}.yaml").relative_to(project_root()))
+                   for kind, v in values if isinstance(v, str) and not is_spec_path(v)})
 
 
 # the units a filter bound on a column may carry, by the column's suffix (bytes, seconds; `tokens_per_s` is a
@@ -158,15 +192,28 @@ def _filter_bound(column: str, bound: str, value: float | str, source: str) -> f
         raise SpecError.at(source, where, str(err)) from None
 
 
+def _inline_files(m: Any, folder: Path, source: str) -> Any:
+    """A search spec file's mapping with its model, hardware and network paths (`named.is_spec_path`, at the
+    top level or in `systems` entries) replaced by their files' mappings, read relative to the spec's folder
+    (`named.inline_spec_files`, as a case or experiment file's are): the candidates then see inline specs."""
+    m = inline_spec_files(m, folder, source)
+    if isinstance(m, dict) and isinstance(m.get("systems"), list):
+        m = {**m, "systems": [inline_spec_files(p, folder, source, f"systems.{i}.")
+                              for i, p in enumerate(m["systems"])]}
+    return m
+
+
 def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpec:
-    """Read (a path) or take (a mapping) a search spec, validate it and resolve its candidates."""
+    """Read (a path) or take (a mapping) a search spec, validate it and resolve its candidates. A spec file
+    may name a model, device or fabric by a path to its file, read relative to the spec's folder; a mapping
+    has no folder, so there a path is refused (`named.read_spec_file`)."""
     if isinstance(spec, Mapping):
         m, source = dict(spec), source or "<search spec>"
     else:
         spec = spec_path(spec, source or "search spec", "a mapping with a search spec's keys or a path to a "
                          "search spec YAML file (str or pathlib.Path)")
         source = source or display(spec)
-        m = load_yaml(spec)
+        m = _inline_files(load_yaml(spec), spec.parent, source)
     fixed = m.get("parallelism") if isinstance(m, dict) else None
     axes = schema_of("search")["properties"]["space"]["properties"]
     pinned = sorted(k for k in fixed if k in axes) if isinstance(fixed, dict) else []
@@ -181,8 +228,9 @@ def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpe
     validate(m, "search", source)
     constraints = m.get("constraints", {})
     candidates = _candidates(m, source)
+    costs: dict[str, Any] = {}          # filled only if the objective is a cost column
     objective = objective_from_spec(m.get("objective"), m["workload"]["mode"], m.get("train_tokens"), source,
-                                    lambda: device_costs(m, candidates, source))
+                                    lambda: costs.update(device_costs(m, candidates, source)) or costs)
     if "usd_per_gpu_hour" in m and objective.name not in COST_OBJECTIVES:
         raise SpecError.at(source, "usd_per_gpu_hour", "prices a cost objective; allowed with objective: {column: "
                            f"NAME, direction: min|max}} where NAME is one of {', '.join(COST_OBJECTIVES)}")
@@ -218,4 +266,4 @@ def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpe
                       source=source, candidates=candidates,
                       gpus=gpu_counts(m["gpus"], constraints.get("max_gpus"), source), space=space,
                       options=dict(m.get("parallelism", {})), tp_across_nodes=across, objective=objective, slo=slo, filters=filters,
-                      top=int(m.get("top", 10)))
+                      top=int(m.get("top", 10)), costs=costs)

@@ -86,10 +86,10 @@ def read_spec_file(kind: str, value: str, folder: str | Path | None, source: str
     working directory): a mapping passed to the API or pasted into the explorer has no folder, and the
     explorer's server must not read its own files at a client's word, so there a path is refused."""
     if folder is None:
-        raise SpecError.at(source, key, f"{short(value)} is a path; a path to a spec file is read from a case or "
-                           f"experiment file (relative to its folder) or a command-line flag (relative to the "
-                           f"working directory), not yet from a search spec nor from a mapping (Python API, "
-                           f"explorer): give the {kind} inline there (yaml.safe_load of its file)")
+        raise SpecError.at(source, key, f"{short(value)} is a path; a path to a spec file is read from a case, "
+                           f"experiment or search spec file (relative to its folder) or a command-line flag "
+                           f"(relative to the working directory), not from a mapping (Python API, explorer): "
+                           f"give the {kind} inline there (yaml.safe_load of its file)")
     path = Path(folder, value)
     try:
         mtime = os.stat(path).st_mtime_ns
@@ -107,21 +107,22 @@ def _load_file(kind: str, path: str, mtime_ns: int) -> Any:
     return mapping
 
 
-def inline_spec_files(mapping: Any, folder: str | Path, source: str) -> Any:
-    """A copy of a case (or an experiment's base, a `cases` entry, a search spec) whose model, hardware
-    and network paths (`is_spec_path`, a value or list items) are replaced by their files' mappings
-    (`read_spec_file`, relative to `folder`): what follows, sweep rows' case JSON included, sees inline
-    specs, so a case id depends on a file's content and never on where it lies. Anything else as it is."""
+def inline_spec_files(mapping: Any, folder: str | Path, source: str, at: str = "") -> Any:
+    """A copy of a case (or an experiment's base, a `cases` entry, a search spec or one of its `systems`)
+    whose model, hardware and network paths (`is_spec_path`, a value or list items) are replaced by their
+    files' mappings (`read_spec_file`, relative to `folder`): what follows, sweep rows' case JSON included,
+    sees inline specs, so a case id depends on a file's content and never on where it lies. Anything else as
+    it is. `at` prefixes the key an error names (`systems.1.` for a search spec's second system)."""
     if not isinstance(mapping, dict) or not any(_has_path(mapping.get(k)) for k in NAMED_KINDS):
         return mapping
     out = dict(mapping)
     for kind in NAMED_KINDS:
         value = out.get(kind)
         if isinstance(value, list):
-            out[kind] = [read_spec_file(kind, v, folder, source, f"{kind}.{i}") if is_spec_path(v) else v
+            out[kind] = [read_spec_file(kind, v, folder, source, f"{at}{kind}.{i}") if is_spec_path(v) else v
                          for i, v in enumerate(value)]
         elif is_spec_path(value):
-            out[kind] = read_spec_file(kind, value, folder, source, kind)
+            out[kind] = read_spec_file(kind, value, folder, source, f"{at}{kind}")
     return out
 
 
