@@ -52,3 +52,26 @@ def test_named_and_inline_specs_give_the_same_case(gpt_case) -> None:
     inline_model = yaml.safe_load((ROOT / "config" / "models" / "gpt-175b.yaml").read_text())
     inline_model["name"] = "gpt-175b"
     assert resolve_case({**gpt_case, "model": inline_model}, "x").case_id == resolve_case(gpt_case, "x").case_id
+
+
+def test_files_named_by_path_are_pipeline_inputs(tmp_path) -> None:
+    """Review 17, finding 3: `load_experiment` inlines a model, device or fabric named by path, so only the
+    paths it records (`Experiment.spec_files`) tell the pipeline (workflow/rules/common.smk `study_inputs`)
+    to rerun when such a file changes: outside the project root absolute, inside it relative to the root."""
+    from rapidllm.spec.experiment import referenced_spec_files
+
+    (tmp_path / "devs").mkdir()
+    (tmp_path / "devs" / "x.yaml").write_text((ROOT / "config" / "hardware" / "h100-sxm5-80gb.yaml").read_text())
+    (tmp_path / "net.yaml").write_text((ROOT / "config" / "networks" / "dgx-h100.yaml").read_text())
+    exp = {"name": "bypath", "base": {"model": "llama3.1-8b", "hardware": "devs/x.yaml", "network": "dgx-h100",
+                                      "workload": {"mode": "inference", "batch": 1, "prompt_tokens": 8,
+                                                   "output_tokens": 2}},
+           "cross": {"network": ["dgx-h100", "net.yaml"]}}
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
+    loaded = load_experiment(tmp_path / "exp.yaml")
+    assert loaded.base["hardware"]["name"] == "h100-sxm5-80gb"           # inlined: the mapping no longer says
+    assert referenced_spec_files(loaded) == sorted([str(tmp_path / "devs" / "x.yaml"), str(tmp_path / "net.yaml"),
+                                                    "config/models/llama3.1-8b.yaml",
+                                                    "config/networks/dgx-h100.yaml"])
+    inside = dataclasses.replace(loaded, spec_files=(ROOT / "examples" / "devs" / "x.yaml",))
+    assert "examples/devs/x.yaml" in referenced_spec_files(inside)

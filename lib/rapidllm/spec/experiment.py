@@ -20,7 +20,7 @@ from typing import Any, Iterator
 from rapidllm.spec.case import Case, resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.layout import InferenceWorkload, Parallelism, TrainingWorkload
-from rapidllm.spec.named import NAMED_KINDS, inline_spec_files, resolve_named
+from rapidllm.spec.named import NAMED_KINDS, inline_spec_files, resolve_named, spec_file_paths
 from rapidllm.spec.network import NetworkSpec, faults_text, line_cables, rank_uplinks
 from rapidllm.spec.paths import config_dir, display, project_root, spec_path
 from rapidllm.spec.schema import close_keys, json_safe, knows_key, load_yaml, validate
@@ -38,6 +38,8 @@ class Experiment:
     factorize: dict | None
     shard_size: int
     fault_sweep: dict | None = None
+    # the spec files its base, cross and cases name by path (resolved), read into them by `load_experiment`
+    spec_files: tuple[Path, ...] = ()
 
 
 MAX_CASES = 2**20                  # combinations of one experiment (sweep-1000 has 1472)
@@ -50,12 +52,13 @@ def load_experiment(path: str | Path, default_shard_size: int = 64) -> Experimen
     validate(m, "experiment", source)
     folder = path.parent                # spec files named by path: read relative to the experiment's folder
     cross = m.get("cross", {})
+    named_cross = {k: v for k, v in cross.items() if k in NAMED_KINDS}
+    files = {p for part in (m["base"], named_cross, *m.get("cases", [{}])) for p in spec_file_paths(part, folder)}
     exp = Experiment(name=m["name"], source=source, base=inline_spec_files(m["base"], folder, source),
-                     cross={**cross, **inline_spec_files({k: v for k, v in cross.items() if k in NAMED_KINDS},
-                                                         folder, source)},
+                     cross={**cross, **inline_spec_files(named_cross, folder, source)},
                      cases=[inline_spec_files(c, folder, source) for c in m.get("cases", [{}])],
                      factorize=m.get("factorize"), shard_size=m.get("shard_size", default_shard_size),
-                     fault_sweep=m.get("fault_sweep"))
+                     fault_sweep=m.get("fault_sweep"), spec_files=tuple(sorted(files)))
     check_experiment(exp)
     return exp
 
@@ -303,9 +306,11 @@ def inline_names(case: dict, source: str) -> dict:
 
 
 def referenced_spec_files(exp: Experiment) -> list[str]:
-    """config/ files an experiment reads (relative to the project root), so the pipeline reruns it only
-    when one of them changes."""
-    files = set()
+    """Spec files an experiment reads, so the pipeline reruns it only when one of them changes: the config/
+    files it names, and the files it names by path (`Experiment.spec_files`), each relative to the project
+    root when inside it, else absolute."""
+    root = project_root().resolve()
+    files = {str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in exp.spec_files}
     for _, raw in raw_cases(exp):
         for kind in NAMED_KINDS:
             value = raw["case"].get(kind)

@@ -130,6 +130,17 @@ def _has_path(value: Any) -> bool:
     return is_spec_path(value) or (isinstance(value, list) and any(is_spec_path(v) for v in value))
 
 
+def spec_file_paths(mapping: Any, folder: str | Path) -> list[Path]:
+    """The resolved paths of the spec files `inline_spec_files(mapping, folder, ...)` reads (model, hardware
+    and network values, or list items, that `is_spec_path`): once inlined, a mapping no longer says which
+    files it came from, and the pipeline must rerun a study when one of them changes (review 17, finding 3)."""
+    if not isinstance(mapping, dict):
+        return []
+    values = [v for kind in NAMED_KINDS
+              for v in (mapping.get(kind) if isinstance(mapping.get(kind), list) else [mapping.get(kind)])]
+    return [Path(folder, v).resolve() for v in values if is_spec_path(v)]
+
+
 def _folder(kind: str) -> str:
     """config/<kind> as a message shows it: relative to the working directory when under it, else absolute,
     so a user running from elsewhere sees where the folder is (`display` would give it relative to the root)."""
