@@ -75,3 +75,22 @@ def test_files_named_by_path_are_pipeline_inputs(tmp_path) -> None:
                                                     "config/networks/dgx-h100.yaml"])
     inside = dataclasses.replace(loaded, spec_files=(ROOT / "examples" / "devs" / "x.yaml",))
     assert "examples/devs/x.yaml" in referenced_spec_files(inside)
+
+
+def test_a_spec_file_rewritten_with_its_old_mtime_is_read_again(tmp_path) -> None:
+    """Review 17, finding 8: the parsed-file cache was keyed on the modification time alone, so a file
+    replaced by `cp -p`/rsync (or rewritten within the timestamp granularity) kept its old spec in a
+    long-lived process. Same size, same mtime, new content: the new value is read."""
+    import os
+
+    from rapidllm.spec.named import read_spec_file
+
+    text = (ROOT / "config" / "hardware" / "h100-sxm5-80gb.yaml").read_text()
+    path = tmp_path / "x.yaml"
+    path.write_text(text)
+    assert read_spec_file("hardware", "x.yaml", tmp_path, "t", "hardware")["hbm_bandwidth"] == "3.35 TB/s"
+    old = os.stat(path)
+    path.write_text(text.replace("hbm_bandwidth: 3.35 TB/s", "hbm_bandwidth: 4.80 TB/s"))
+    os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))           # as `cp -p` leaves it
+    assert os.stat(path).st_mtime_ns == old.st_mtime_ns and os.stat(path).st_size == old.st_size
+    assert read_spec_file("hardware", "x.yaml", tmp_path, "t", "hardware")["hbm_bandwidth"] == "4.80 TB/s"

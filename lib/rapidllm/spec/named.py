@@ -1,7 +1,7 @@
 """Resolve a spec given by name (config/{kind}s/NAME.yaml) or as an inline mapping, and validate it.
 
-Named files are parsed and validated once per (path, modification time): sweeps resolve the same few
-specs thousands of times, and YAML parsing dominated expansion before this cache.
+Named files are parsed and validated once per (path, `_stamp`): sweeps resolve the same few specs thousands
+of times, and YAML parsing dominated expansion before this cache.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def resolve_named(kind: str, value: Any, source: str, key: str, copy_named: bool
             names = known_names(kind)
             raise SpecError.at(source, key, f"unknown {kind} {value!r}; known: {_known(kind, names)}"
                                + _suggest(value, names))
-        mapping, where = _load_named(kind, value, path, info.st_mtime_ns)
+        mapping, where = _load_named(kind, value, path, _stamp(info))
         return (copy.deepcopy(mapping) if copy_named else mapping), where
     elif isinstance(value, dict):
         mapping, where = dict(value), f"{source}: {key}"
@@ -92,16 +92,28 @@ def read_spec_file(kind: str, value: str, folder: str | Path | None, source: str
                            f"give the {kind} inline there (yaml.safe_load of its file)")
     path = Path(folder, value)
     try:
-        mtime = os.stat(path).st_mtime_ns
+        stamp = _stamp(os.stat(path))
     except OSError:
         raise SpecError.at(source, key, f"{value}: file not found (a path is read relative to "
                            f"{Path(folder).resolve()})") from None
-    return copy.deepcopy(_load_file(kind, str(path.resolve()), mtime))
+    return copy.deepcopy(_load_file(kind, str(path.resolve()), stamp))
+
+
+Stamp = tuple[int, int, int, int]
+
+
+def _stamp(info: os.stat_result) -> Stamp:
+    """What a cached spec file is keyed on besides its path: modification and change times, size and inode.
+    The modification time alone kept a stale spec in a long-lived process (explorer, notebook) when a file
+    was rewritten within the filesystem's timestamp granularity or replaced by `cp -p`/rsync, which keep it
+    (review 17, finding 8); the change time is set by every write and no copy can set it, and an editor that
+    saves by renaming gives a new inode. One stat, as before: no read of the file per lookup."""
+    return info.st_mtime_ns, info.st_ctime_ns, info.st_size, info.st_ino
 
 
 @functools.lru_cache(maxsize=256)
-def _load_file(kind: str, path: str, mtime_ns: int) -> Any:
-    """Parse and validate one spec file given by path; the modification time in the key invalidates edits."""
+def _load_file(kind: str, path: str, stamp: Stamp) -> Any:
+    """Parse and validate one spec file given by path; the `_stamp` in the key invalidates edits."""
     mapping = load_yaml(Path(path))
     validate(mapping, kind, display(path))
     return mapping
@@ -258,8 +270,8 @@ def _judges_per_key(schema: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def _load_named(kind: str, name: str, path: str, mtime_ns: int) -> tuple[Any, str]:
-    """Parse and validate one named spec file; the modification time in the key invalidates edits."""
+def _load_named(kind: str, name: str, path: str, stamp: Stamp) -> tuple[Any, str]:
+    """Parse and validate one named spec file; the `_stamp` in the key invalidates edits."""
     mapping = load_yaml(Path(path))
     where = display(path)
     mapping = {"name": name, **(mapping or {})} if isinstance(mapping, dict) else mapping
