@@ -578,6 +578,9 @@ SEARCH = [
     search_bad("objective-string-column", "objective", {"column": "schedule", "direction": "min"},
                "objective.column: unknown column 'schedule'"),
     search_bad("rate-without-cost-objective", "usd_per_gpu_hour", 2.49, "usd_per_gpu_hour: prices a cost objective"),
+    # an inline variant keeping a config device's name was priced with the last one's cost inputs (review 17)
+    search_bad("device-name-twice", "hardware", ["a100-sxm4-80gb", {"name": "a100-sxm4-80gb"}],
+               "hardware.1: device name 'a100-sxm4-80gb' is hardware.0's too, for another device"),
     search_bad("parallelism-redundant-negative", "parallelism", {"redundant_experts": -1}, "out of range", "quantity"),
     search_bad("parallelism-redundant-dense", "parallelism", {"redundant_experts": 8}, "redundant_experts"),
     search_bad("top-zero", "gpus", [8], "--top: 0 is out of range", "quantity", ("--top", "0")),

@@ -25,6 +25,7 @@ from rapidllm.search.tails import layer_floor, refinable, step_tail, template_sp
 from rapidllm.spec.case import resolve_case
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.named import resolve_named
+from conftest import ROOT
 
 DENSE = {"name": "dense", "model": "llama3.1-8b", "hardware": "a100-sxm4-80gb", "network": "dgx-a100",
          "workload": {"mode": "training", "seq_len": 2048, "global_batch": 16},
@@ -101,6 +102,61 @@ def test_pruned_search_equals_exhaustive(spec: dict) -> None:
     for category in ("layouts", "invalid"):
         assert c_p["by_axis"][category] == c_e["by_axis"][category]
     assert c_p["out_of_memory_by_check"]["persistent_state"] == c_e["out_of_memory_by_check"]["persistent_state"]
+
+
+# cost objectives (docs/cost.md): $ per step or per million tokens rise with the step time, a token rate per
+# watt falls, so bounds prune them as they prune the time or rate they are priced from
+COSTED = [{**INFERENCE, "name": "usd-per-million-tokens", "slo": {},
+           "objective": {"column": "usd_per_million_tokens", "direction": "min"}},
+          {**INFERENCE, "name": "tokens-per-watt", "slo": {},
+           "objective": {"column": "tokens_per_s_per_watt", "direction": "max"}},
+          {**DENSE, "name": "usd-per-step", "objective": {"column": "usd_per_step", "direction": "min"}}]
+
+
+@pytest.mark.parametrize("spec", COSTED, ids=lambda s: s["name"])
+def test_cost_objectives_prune_to_the_exhaustive_answer(spec: dict) -> None:
+    """A search ranked by a cost column returns what the exhaustive search does (review 17: no test ran a
+    cost `objective.column`), and its bounds pruned layouts."""
+    pruned = search(spec)
+    assert not pruned.empty and pruned.attrs["counts"]["dominated"] > 0
+    pd.testing.assert_frame_equal(pruned, search(spec, prune=False))
+
+
+def test_each_device_is_priced_with_its_own_cost_inputs() -> None:
+    """An inline copy of a config device with twice the capital cost: named like the config device it was
+    priced with the config device's inputs and labelled like it (review 17, finding 5), so that is refused in
+    one line; under a name of its own it is priced with its own inputs. The two devices time every layout
+    alike, so each layout's $ per million tokens differs exactly by the ratio of their $/GPU-hour."""
+    from rapidllm.cost.config import hardware_cost
+
+    h100 = yaml.safe_load((ROOT / "config" / "hardware" / "h100-sxm5-80gb.yaml").read_text())
+    dearer = {**h100, "cost": {**h100["cost"], "operating": {**h100["cost"]["operating"], "capital_usd": {
+        **h100["cost"]["operating"]["capital_usd"], "value": 2 * h100["cost"]["operating"]["capital_usd"]["value"]}}}}
+    spec = {**COSTED[0], "hardware": ["h100-sxm5-80gb", dearer], "gpus": [2], "top": 20}
+    with pytest.raises(SpecError) as err:
+        load_search(spec, "spec.yaml")
+    assert err.value.lines == ["spec.yaml: hardware.1: device name 'h100-sxm5-80gb' is hardware.0's too, for another "
+                               "device; give each device its own name (an inline variant: name: "
+                               "h100-sxm5-80gb-variant), so the ranked table and a cost objective tell them apart"]
+    paired = {k: v for k, v in spec.items() if k not in ("hardware", "network")}
+    one = load_search({**paired, "systems": [{"hardware": "h100-sxm5-80gb", "network": n}   # one device, two fabrics
+                                             for n in ("dgx-h100", "superpod-ndr")]})
+    assert len({c.label for c in one.candidates}) == 2
+    with pytest.raises(SpecError, match=r"^spec.yaml: systems.1.hardware: device name 'h100-sxm5-80gb' is "
+                                        r"systems.0.hardware's too, for another device"):
+        load_search({**paired, "systems": [{"hardware": "h100-sxm5-80gb", "network": "dgx-h100"},
+                                           {"hardware": dearer, "network": "superpod-ndr"}]}, "spec.yaml")
+    dearer["name"] = "h100-capital-x2"
+    df = search({**spec, "hardware": ["h100-sxm5-80gb", dearer]})
+    assert set(df.candidate) == {"llama3.1-70b / h100-sxm5-80gb / dgx-h100", "llama3.1-70b / h100-capital-x2 / dgx-h100"}
+    rate = {"h100-sxm5-80gb": hardware_cost("h100-sxm5-80gb").operating.usd_per_gpu_hour,
+            "h100-capital-x2": hardware_cost(dearer).operating.usd_per_gpu_hour}
+    assert rate["h100-capital-x2"] > rate["h100-sxm5-80gb"]
+    key = ["gpus", "tp", "pp", "batch"]
+    cheap, dear = (df[df.candidate.str.contains(f"/ {n} /")].set_index(key).sort_index() for n in rate)
+    assert len(cheap) == len(dear) > 0 and (cheap.tokens_per_s == dear.tokens_per_s).all()
+    assert (dear.usd_per_million_tokens / cheap.usd_per_million_tokens).to_numpy() == pytest.approx(
+        rate["h100-capital-x2"] / rate["h100-sxm5-80gb"])
 
 
 SERVING = {"name": "serving", "model": "deepseek-v2-lite", "hardware": "h100-sxm5-80gb", "network": "dgx-h100",

@@ -125,6 +125,23 @@ def _systems(m: dict) -> list[_System]:
             for hi, h in enumerate(hws) for ni, n in enumerate(nets)]
 
 
+def _distinct_devices(m: dict, source: str) -> None:
+    """Refuse two different hardware entries with one device name (in a `hardware` list or across `systems`;
+    one device on several fabrics is one entry): a cost objective prices each device by its name
+    (`device_costs`), so an inline variant that kept a config device's name (a copy with another capital
+    cost) was priced like the other, and in a `hardware` list the two candidates' labels were the same
+    (review 17, finding 5). An inline device without a name is named `inline-hardware` (`named.resolve_named`)."""
+    first: dict[str, _System] = {}
+    for system in _systems(m):
+        hw = system.hardware
+        name = hw if isinstance(hw, str) else str(hw.get("name", "inline-hardware"))
+        seen = first.setdefault(name, system)
+        if seen.hardware != hw:
+            raise SpecError.at(source, system.hardware_key, f"device name {name!r} is {seen.hardware_key}'s too, "
+                               f"for another device; give each device its own name (an inline variant: name: "
+                               f"{name}-variant), so the ranked table and a cost objective tell them apart")
+
+
 def _candidates(m: dict, source: str) -> tuple[Candidate, ...]:
     models = m["model"] if isinstance(m["model"], list) else [m["model"]]
     systems = _systems(m)
@@ -227,6 +244,7 @@ def load_search(spec: str | Path | dict, source: str | None = None) -> SearchSpe
         raise SpecError.at(source, f"parallelism.{key}", said)
     validate(m, "search", source)
     constraints = m.get("constraints", {})
+    _distinct_devices(m, source)
     candidates = _candidates(m, source)
     costs: dict[str, Any] = {}          # filled only if the objective is a cost column
     objective = objective_from_spec(m.get("objective"), m["workload"]["mode"], m.get("train_tokens"), source,
