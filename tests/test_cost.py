@@ -192,6 +192,33 @@ def test_add_cost_columns_ranks_a_sweep_frame():
     assert out.usd_per_step.iloc[0] == pytest.approx(2.0 * 64 * hc.operating.usd_per_gpu_hour / 3600)
 
 
+def test_add_cost_columns_prices_an_inline_device_from_its_case(tmp_path):
+    """Review 17, finding 6: an inline A100 with twice the capital cost that keeps the config name was priced
+    as config/hardware/a100-sxm4-80gb.yaml, with or without `cases=`. Given as a mapping or as a YAML path
+    among `cases`, its row now takes its own `cost:` section (as `predict --cost` does); a named case and a
+    `Case` keep the config device's; `costs` given by name overrides both."""
+    import yaml
+
+    from rapidllm.spec.named import resolve_named
+
+    a100, _ = resolve_named("hardware", "a100-sxm4-80gb", "test", "hardware")
+    dearer = scaled(a100, "cost.operating.capital_usd", 2.0)
+    named = yaml.safe_load((project_root() / "examples" / "gpt175b-tp8-pp8.yaml").read_text())
+    inline = {**named, "hardware": dearer}
+    (tmp_path / "dev.yaml").write_text(yaml.safe_dump(dearer))
+    (tmp_path / "case.yaml").write_text(yaml.safe_dump({**named, "hardware": "dev.yaml"}))
+    cases = [inline, tmp_path / "case.yaml", named, load_case(project_root() / "examples" / "gpt175b-tp8-pp8.yaml")]
+    record = {"status": "ok", "step_time_s": 13.0, "tokens_per_s": 64 * 2048 / 13.0}
+    df = add_cost_columns(pd.DataFrame([record] * 4), cases=cases)
+    own, config = (hardware_cost(h).operating.usd_per_gpu_hour for h in (dearer, "a100-sxm4-80gb"))
+    assert own > config and list(df.hardware) == ["a100-sxm4-80gb"] * 4
+    assert list(df.usd_per_gpu_hour) == pytest.approx([own, own, config, config])
+    assert df.usd_per_step.iloc[0] == pytest.approx(13.0 * 64 * own / 3600)
+    rented = replace(hardware_cost("a100-sxm4-80gb"), operating=hardware_cost("a100-sxm4-80gb").operating.rented(2.49))
+    given = add_cost_columns(pd.DataFrame([record] * 4), {"a100-sxm4-80gb": rented}, cases=cases)
+    assert list(given.usd_per_gpu_hour) == pytest.approx([2.49] * 4)
+
+
 def test_unknown_process_lists_the_known_ones():
     with pytest.raises(SpecError, match=r"unknown process 'n3'; known: n4, n7, si-interposer-65nm"):
         load_process("n3")

@@ -12,7 +12,6 @@ import argparse
 import dataclasses
 import math
 import sys
-from pathlib import Path
 
 from rapidllm.cli.common import output_dir, output_path, plain_number, print_json, write_output
 from rapidllm.spec.errors import SpecError
@@ -135,12 +134,9 @@ def _run(args: argparse.Namespace) -> int:
 def _device_cost(path: str, case, rate: float | None):
     """The cost inputs `--cost` prices the case with (`cost.config.device_cost`: the case file's inline
     device's own, or a device file's it names by path, else the config device's, at `rate` when given)."""
-    from rapidllm.cost.config import device_cost
-    from rapidllm.spec.named import inline_spec_files
-    from rapidllm.spec.schema import load_yaml
+    from rapidllm.cost.config import case_file_device, device_cost
 
-    entry = inline_spec_files(load_yaml(Path(path)), Path(path).parent, display(path)).get("hardware")
-    return device_cost(entry, case.hardware.name, rate, f"{display(path)}: hardware")
+    return device_cost(case_file_device(path), case.hardware.name, rate, f"{display(path)}: hardware")
 
 
 def _seconds(t: float) -> str:

@@ -10,15 +10,16 @@ import copy
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rapidllm.cost.operating import Operating
 from rapidllm.cost.package import Die, Hbm, PackageSpec
 from rapidllm.cost.silicon import Process
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.named import resolve_named
-from rapidllm.spec.paths import known_names
-from rapidllm.spec.schema import validate
+from rapidllm.spec.named import inline_spec_files, resolve_named
+from rapidllm.spec.paths import display, known_names
+from rapidllm.spec.schema import load_yaml, validate
 
 PROCESS_KEYS = ("wafer_diameter_mm", "edge_exclusion_mm", "scribe_mm", "wafer_cost_usd", "defect_density_per_cm2",
                 "clustering_alpha", "test_cost_usd", "test_coverage", "design_nre_usd")
@@ -126,6 +127,12 @@ def device_cost(entry: str | Mapping[str, Any], name: str, rate: float | None, w
         return HardwareCost(name, None, Operating.rental_only(rate))
     hc = cost_from_mapping(mapping, where, rate_hint=rate_hint)
     return hc if rate is None else dataclasses.replace(hc, operating=hc.operating.rented(rate))
+
+
+def case_file_device(path: str | Path) -> Any:
+    """A case file's `hardware` entry as `device_cost` takes it: a config name, or the inline mapping (a device
+    file it names by path read relative to its folder), which keeps the `cost:` section the Case drops."""
+    return inline_spec_files(load_yaml(Path(path)), Path(path).parent, display(path)).get("hardware")
 
 
 def hardware_cost(hardware: str | Mapping[str, Any]) -> HardwareCost:

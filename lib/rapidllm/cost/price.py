@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from rapidllm.cost.config import HardwareCost, hardware_cost
+from rapidllm.cost.config import HardwareCost, case_file_device, device_cost, hardware_cost
 from rapidllm.cost.package import package_cost
 from rapidllm.prediction import Prediction, replicas, replicas_served
 from rapidllm.spec.case import Case, load_case, resolve_case
@@ -70,9 +70,13 @@ def add_cost_columns(df: pd.DataFrame, costs: Mapping[str, HardwareCost] | None 
 
     Rows name their device and GPU count in `hardware` and `world` (sweep and pipeline summaries and
     `predict_many` frames do); a frame without them passes the `cases` it was built from, in row order
-    (cases, YAML paths or mappings), which also prices an inline device from its own case. `costs` maps a
-    hardware name to its inputs (needed for inline devices); other names are read from config/."""
+    (cases, YAML paths or mappings). Each row's device is priced with, in this order: `costs[name]` (inputs
+    given by hardware name), the `cost:` section of its case's inline device (a mapping or a YAML path among
+    `cases`, as `rapidllm predict --cost` prices it: `cost.config.device_cost`; a `Case` keeps no cost
+    inputs), else config/hardware/NAME.yaml's. An inline device without cost inputs of its own therefore
+    needs `costs`, unless it keeps the name of the config device it copies."""
     out = df.copy()
+    devices: list[Any] = [None] * len(out)          # each row's hardware entry, where its case gives one
     if cases is None:
         missing = [c for c in ("hardware", "world", "mode") if c not in out]
         if missing:
@@ -81,6 +85,8 @@ def add_cost_columns(df: pd.DataFrame, costs: Mapping[str, HardwareCost] | None 
     else:
         if len(cases) != len(out):
             raise ValueError(f"{len(cases)} cases for {len(out)} rows")
+        devices = [None if isinstance(c, Case) else c.get("hardware") if isinstance(c, Mapping)
+                   else case_file_device(c) for c in cases]
         cases = [c if isinstance(c, Case) else resolve_case(dict(c), "<mapping>") if isinstance(c, Mapping)
                  else load_case(c) for c in cases]
         out["hardware"] = [c.hardware.name for c in cases]
@@ -91,16 +97,25 @@ def add_cost_columns(df: pd.DataFrame, costs: Mapping[str, HardwareCost] | None 
         replicated = [replicas(m == "training", 1 if pd.isna(d) else int(d))
                       for m, d in zip(out["mode"], out["dp"] if "dp" in out else [1] * len(out))]
     known = dict(costs or {})
+    own: dict[tuple[str, str], HardwareCost] = {}       # (name, repr of a case's cost section) -> its inputs
     rows = []
     for i, (_, r) in enumerate(out.iterrows()):
         if r.get("status", "ok") != "ok" or pd.isna(r.get("tokens_per_s")):
             rows.append(dict.fromkeys(COST_COLUMNS, math.nan))
             continue
         name = str(r["hardware"])
-        if name not in known:
-            known[name] = hardware_cost(name)
+        device = devices[i]
+        if name not in known and isinstance(device, Mapping) and "cost" in device:
+            key = (name, repr(device["cost"]))
+            if key not in own:
+                own[key] = device_cost(device, name, None, f"add_cost_columns: cases.{i}: hardware")
+            hc = own[key]
+        else:
+            if name not in known:
+                known[name] = hardware_cost(name)
+            hc = known[name]
         step = r.get("step_time_s")
-        rows.append(cost_record(known[name], int(r["world"]), str(r["mode"]),
+        rows.append(cost_record(hc, int(r["world"]), str(r["mode"]),
                                 None if pd.isna(step) else float(step), float(r["tokens_per_s"]), replicated[i]))
     extra = pd.DataFrame(rows, index=out.index, columns=list(COST_COLUMNS))
     return pd.concat([out.drop(columns=[c for c in COST_COLUMNS if c in out]), extra], axis=1)
