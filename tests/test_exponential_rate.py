@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from rapidllm.cli import main
-from rapidllm.ops.attention import _softmax_s, attention_backward, attention_forward
+from rapidllm.ops.attention import (VEC_OPS_FWD, _softmax_s, attention_backward, attention_forward,
+                                    flash_mma_flops)
 from rapidllm.spec.hardware import DEFAULT_EXP_PER_SM_CLOCK, HardwareSpec
 from rapidllm.spec.named import resolve_named
 
@@ -44,6 +45,21 @@ def test_faster_exponentials_never_slow_attention(impl: str, seq: int) -> None:
                 impl=impl)
     assert attention_forward(fast, **args).time_s <= attention_forward(slow, **args).time_s
     assert attention_backward(fast, **args).time_s <= attention_backward(slow, **args).time_s
+
+
+@pytest.mark.parametrize("impl", ["flash", "flash3"])
+def test_faster_exponentials_speed_up_softmax_bound_attention(impl: str) -> None:
+    """`<=` above would pass if the rate were ignored (review 17). At head dim 64 on GB300 the softmax term
+    (one exp and VEC_OPS_FWD vector FLOPs per score) outlasts the score's 4 x 64 MMA FLOPs at 16 and at 32
+    exponentials per clock, so the forward kernel is softmax-bound at both rates: doubling the rate must make
+    it strictly faster."""
+    fast = _device("gb300")
+    slow = dataclasses.replace(fast, exp_per_sm_clock=16.0)
+    d = 64
+    for hw in (fast, slow):           # the premise: softmax, not the MMAs, bounds the math at both rates
+        assert _softmax_s(hw, 1.0, VEC_OPS_FWD) > 2 * (d + d) / flash_mma_flops(hw, "bf16", impl)
+    args = dict(batch=1, q_heads=32, kv_heads=8, q_len=8192, kv_len=8192, head_dim_qk=d, head_dim_v=d, impl=impl)
+    assert attention_forward(fast, **args).time_s < attention_forward(slow, **args).time_s
 
 
 @pytest.mark.parametrize("value", [0, -16, 1.0e9, "fast"])
