@@ -449,6 +449,11 @@ VALIDATE = [
               "metrics.0.scale: nan is not of type number (finite)", "quantity"),
     suite_bad("measured-scale-negative", {"measured_scale": -1.0}, "measured_scale: -1.0 is out of range", "quantity"),
     suite_bad("calibration-row-absent", {"calibration_rows": [10_000]}, "calibration_rows", "message"),
+    # every row was invalid, its reason naming only a search spec and a mapping as where a path is not read
+    suite_bad("base-hardware-path", {"base": {**yaml.safe_load((config_dir("model").parents[1] / SUITE_TEXT_SOURCE)
+                                                               .read_text())["base"], "hardware": "dev.yaml"}},
+              "base.hardware: 'dev.yaml' is a path; a suite names its model, hardware and network by config name",
+              "message"),
     suite_bad("unknown-metric", {"metrics": [{"metric": "speed", "measured": "actual"}]},
               "metrics.0.metric: 'speed' is not allowed", "message"),
     Bad("out-is-a-file", ("validate", "--out", "{tmp}/f.txt", "{tmp}/suite.yaml"), "is a file; give a folder", "file",

@@ -35,6 +35,7 @@ import pandas as pd
 
 from rapidllm.spec.errors import SpecError
 from rapidllm.spec.experiment import Experiment, set_dotted
+from rapidllm.spec.named import NAMED_KINDS, is_spec_path
 from rapidllm.spec.paths import display, project_root
 from rapidllm.spec.schema import load_yaml, read_text, short, validate
 
@@ -241,12 +242,27 @@ def load_suite(path: str | Path) -> Suite:
         label = " ".join(str(_native(row[c])) for c in spec.get("label_columns", [])) or f"row {i}"
         meta = {"row": i, "calibration": i in calibration, **{f"measured_{k}": v for k, v in measured.items()}}
         cases.append({**case, "label": label, "meta": meta})
+    _no_spec_paths(spec["base"], cases, source)
     exp = Experiment(name=spec["name"], source=source, base=spec["base"], cross={}, cases=cases,
                      factorize=None, shard_size=spec.get("shard_size", 64))
     return Suite(name=spec["name"], source=source, reference=reference, metrics=metrics, experiment=exp,
                  skipped=skipped, rows=len(table), group=spec.get("group", spec["name"]),
                  in_overall=bool(spec.get("in_overall", True)), calibration_rows=tuple(sorted(calibration)),
                  stratify_by=stratify, strata=strata, paper=dict(spec.get("paper", {})))
+
+
+def _no_spec_paths(base: dict, cases: list[dict], source: str) -> None:
+    """Refuse a model, hardware or network named by path in a suite's base or rows, in one line at load: a
+    suite validates and calibrates the project's own specs by config name (`rapidllm calibrate` writes fitted
+    constants into config/hardware/NAME.yaml). Each row was invalid with a message naming only a search spec
+    and a mapping as the places a path is not read (review 17)."""
+    named = [(f"base.{k}", base.get(k)) for k in NAMED_KINDS]
+    named += [(f"row {c['meta']['row']}: {k}", c.get(k)) for c in cases for k in NAMED_KINDS]
+    key, value = next(((k, v) for k, v in named if is_spec_path(v)), (None, None))
+    if key is not None:
+        raise SpecError.at(source, key, f"{value!r} is a path; a suite names its model, hardware and network by "
+                           "config name (config/<kind>/NAME.yaml) or inline: its rows validate and calibrate the "
+                           "project's own specs")
 
 
 def compare(suite: Suite, summary: pd.DataFrame) -> pd.DataFrame:
