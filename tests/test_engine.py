@@ -125,6 +125,9 @@ def test_what_if_names_an_operator_kind(gpt_case) -> None:
     assert (by_kind.time_s[gemm] * 2 == ops.time_s[gemm]).all() and by_kind.time_s[~gemm].equals(ops.time_s[~gemm])
     with pytest.raises(SpecError, match="kinds: attention, gemm, pointwise"):
         apply_what_if(ops, ["gemms=/2"])
+    # a time for a kind sets each of its operators to it, whatever its shape (docs/engine.md; review 17)
+    timed = apply_what_if(ops, ["gemm=1.5 ms"])
+    assert (timed.time_s[gemm] == 1.5e-3).all() and timed.time_s[~gemm].equals(ops.time_s[~gemm])
 
 
 def test_compute_durations_follow_template_order(gpt_case) -> None:

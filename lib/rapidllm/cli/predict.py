@@ -53,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--measured", metavar="FILE", help="CSV name,time_s[,section,phase] of measured operator times")
     p.add_argument("--what-if", action="append", metavar="NAME=xF|/F|TIME",
                    help="scale (x0.5), speed up (/2) or set (1 ms) one operator's time, or every operator "
-                        "of a kind (gemm, attention, pointwise); repeatable")
+                        "of a kind (gemm, attention, pointwise; a time sets each of them to it); repeatable")
     p.add_argument("--timeline", metavar="FILE", help="also write the simulated step as Chrome trace-event JSON")
     p.add_argument("--chakra", metavar="DIR", help="also write the training step as Chakra traces for ASTRA-sim")
     p.add_argument("--chakra-per-class", action="store_true",

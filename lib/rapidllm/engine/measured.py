@@ -98,7 +98,9 @@ def parse_what_if(spec: str) -> tuple[str, str, float]:
 def apply_what_if(ops: pd.DataFrame, specs: Sequence[str]) -> pd.DataFrame:
     """`ops` with each what-if applied in turn. NAME is an operator (`qkv`, `mlp_up_dgrad`) or, where no
     operator has that name, an operator kind of the table's `kind` column (`gemm`: every GEMM, forward and
-    backward; `attention`; `pointwise`), so "all GEMMs twice as fast" is one flag, not 15 (user trial 3)."""
+    backward; `attention`; `pointwise`), so "all GEMMs twice as fast" is one flag, not 15 (user trial 3). A
+    time for a kind sets each of its operators to it, whatever their shapes (docs/engine.md: `pointwise=0 ms`
+    removes a kind; a factor changes its speed)."""
     out = ops.copy()
     for spec in specs:
         name, how, val = parse_what_if(spec)
