@@ -692,6 +692,11 @@ def test_search_spec_names_files_by_path(tmp_path) -> None:
     plain = {k: v for k, v in inline.items() if k != "systems"}
     top.write_text(yaml.safe_dump({**plain, "hardware": "devices/my-h100.yaml", "network": "dgx-h100"}))
     pd.testing.assert_frame_equal(search(top), search({**plain, "hardware": device, "network": "dgx-h100"}))
+    # the pipeline's inputs (workflow/rules/common.smk) include a file named by path (review 17, finding 3)
+    from rapidllm.search.spec import referenced_spec_files
+    for spec in (by_path, top):
+        files = referenced_spec_files(spec)
+        assert str(tmp_path / "devices" / "my-h100.yaml") in files and "config/networks/dgx-h100.yaml" in files
     missing = tmp_path / "m.yaml"
     missing.write_text(yaml.safe_dump({**inline, "systems": [{"hardware": "nope.yaml", "network": "dgx-h100"}]}))
     with pytest.raises(SpecError) as err:

@@ -16,9 +16,9 @@ from typing import Any
 from rapidllm.search.objectives import COST_OBJECTIVES, Objective, objective_from_spec, record_columns
 from rapidllm.spec.case import OVERLAP_SWITCHES, SEARCH_CASE_KEYS, Case, resolve_case
 from rapidllm.spec.errors import SpecError
-from rapidllm.spec.named import inline_spec_files, is_spec_path, resolve_named
+from rapidllm.spec.named import inline_spec_files, is_spec_path, resolve_named, spec_file_paths
 from rapidllm.spec.network import NetworkSpec
-from rapidllm.spec.paths import config_dir, display, project_root, spec_path
+from rapidllm.spec.paths import config_dir, display, pipeline_input, project_root, spec_path
 from rapidllm.spec.schema import load_yaml, schema_of, validate
 from rapidllm.units import UnitError, parse_quantity
 
@@ -174,16 +174,18 @@ def device_costs(m: dict, candidates: tuple[Candidate, ...], source: str) -> dic
 
 
 def referenced_spec_files(path: str | Path) -> list[str]:
-    """config/ files a search spec names (relative to the project root), so the pipeline reruns it when one
-    of them changes. A file it names by path is not among them (as for an experiment, docs/limits.md)."""
+    """Spec files a search spec reads, so the pipeline reruns it when one of them changes: the config/ files
+    it names and the files it names by path (`named.spec_file_paths`, at the top level or in `systems`
+    entries, relative to its folder), as `experiment.referenced_spec_files` lists an experiment's."""
     m = load_yaml(Path(path))
     if not isinstance(m, dict):
         return []
-    values = [(kind, v) for kind in NAMED for v in (m.get(kind) if isinstance(m.get(kind), list) else [m.get(kind)])]
-    values += [(kind, p.get(kind)) for p in m.get("systems") or [] if isinstance(p, dict)
-               for kind in ("hardware", "network")]
+    parts = [m, *(p for p in m.get("systems") or [] if isinstance(p, dict))]     # systems: hardware, network
+    values = [(kind, v) for part in parts for kind in NAMED
+              for v in (part.get(kind) if isinstance(part.get(kind), list) else [part.get(kind)])]
     return sorted({str((config_dir(kind) / f"{v}.yaml").relative_to(project_root()))
-                   for kind, v in values if isinstance(v, str) and not is_spec_path(v)})
+                   for kind, v in values if isinstance(v, str) and not is_spec_path(v)}
+                  | {pipeline_input(f) for part in parts for f in spec_file_paths(part, Path(path).parent)})
 
 
 # the units a filter bound on a column may carry, by the column's suffix (bytes, seconds; `tokens_per_s` is a

@@ -22,7 +22,7 @@ from rapidllm.spec.errors import SpecError
 from rapidllm.spec.layout import InferenceWorkload, Parallelism, TrainingWorkload
 from rapidllm.spec.named import NAMED_KINDS, inline_spec_files, resolve_named, spec_file_paths
 from rapidllm.spec.network import NetworkSpec, faults_text, line_cables, rank_uplinks
-from rapidllm.spec.paths import config_dir, display, project_root, spec_path
+from rapidllm.spec.paths import config_dir, display, pipeline_input, project_root, spec_path
 from rapidllm.spec.schema import close_keys, json_safe, knows_key, load_yaml, validate
 
 AXES = ("dp", "tp", "pp", "cp", "ep")
@@ -309,8 +309,7 @@ def referenced_spec_files(exp: Experiment) -> list[str]:
     """Spec files an experiment reads, so the pipeline reruns it only when one of them changes: the config/
     files it names, and the files it names by path (`Experiment.spec_files`), each relative to the project
     root when inside it, else absolute."""
-    root = project_root().resolve()
-    files = {str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in exp.spec_files}
+    files = {pipeline_input(p) for p in exp.spec_files}
     for _, raw in raw_cases(exp):
         for kind in NAMED_KINDS:
             value = raw["case"].get(kind)

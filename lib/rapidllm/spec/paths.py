@@ -57,6 +57,13 @@ def known_names(kind: str) -> list[str]:
     return sorted(p.stem for p in config_dir(kind).glob("*.yaml"))
 
 
+def pipeline_input(path: Path) -> str:
+    """A spec file as a study's pipeline input (workflow/rules/common.smk, run from the root): relative to
+    the project root when inside it, else absolute."""
+    p, root = path.resolve(), project_root().resolve()
+    return str(p.relative_to(root)) if p.is_relative_to(root) else str(p)
+
+
 def display(path: Path | str) -> str:
     """Path relative to the project root (or cwd) for messages; the path as given when it is that folder
     itself (`rapidllm predict /tmp/x` run in /tmp/x said '.: is a directory', naming nothing given)."""
