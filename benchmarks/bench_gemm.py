@@ -36,7 +36,7 @@ def throughput(n: int = 200_000, repeats: int = 3) -> dict:
     from rapidllm.validate.kernels import load_hardware
     rng = np.random.default_rng(0)
     out = {}
-    for dev in ("a100-sxm4-80gb", "h100-sxm5-80gb"):
+    for dev in ("a100-sxm4-80gb", "h100-sxm5-80gb", "b200"):       # mma.sync, wgmma, tcgen05 catalogs
         hw = load_hardware(dev)
         b = rng.integers(1, 9, n)
         m, nn, k = (np.exp(rng.uniform(0, np.log(65536), n)).astype(np.int64) + 1 for _ in range(3))
