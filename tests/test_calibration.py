@@ -147,3 +147,27 @@ def test_too_few_entries_and_no_donor_is_one_clear_refusal():
 
     with pytest.raises(SpecError, match="b200 has 2 calibration entries"):
         cal.fit_all({"b200": _synthetic_entries(2, "b200")})
+
+
+def test_borrowed_constants_are_declared_and_noted(monkeypatch, capsys):
+    """B200's four entries fit compute alone: its file declares HBM and network as H100's
+    (`utilization_borrowed`), calibrate refuses a file that says otherwise, and a prediction notes it once."""
+    import rapidllm.prediction as prediction
+    from rapidllm.spec.case import resolve_case
+    from rapidllm.validate.calibrate import borrowed_declaration_problem
+
+    b200 = HardwareSpec.from_mapping(*resolve_named("hardware", "b200", "test", "hardware"))
+    assert (b200.borrowed_from, b200.borrowed, b200.validated) == ("h100-sxm5-80gb", ("hbm", "network"), True)
+    fit = {"prior_from": "h100-sxm5-80gb", "fitted": 1, "entries": 4}
+    assert borrowed_declaration_problem("b200", fit) == ""
+    problem = borrowed_declaration_problem("b200", {**fit, "fitted": 2, "entries": 6})
+    assert problem.startswith("config/hardware/b200.yaml:") and "constants: [network]" in problem
+    assert borrowed_declaration_problem("h100-sxm5-80gb", {"prior_from": "", "fitted": 2, "entries": 21}) == ""
+    monkeypatch.setattr(prediction, "_WARNED", set())
+    case = resolve_case(dict(model="llama3.1-8b", hardware="b200", network="dgx-b200", precision="bf16",
+                             workload={"mode": "inference", "batch": 1, "prompt_tokens": 128, "output_tokens": 8},
+                             parallelism={"tp": 1}), "test")
+    for _ in range(2):
+        assert prediction.device_record(case) == {"device_validated": True}
+    err = capsys.readouterr().err
+    assert err.count("rapidllm: note: device b200's hbm and network constants are h100-sxm5-80gb's") == 1

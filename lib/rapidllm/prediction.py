@@ -70,6 +70,10 @@ def device_record(case: Case) -> dict[str, Any]:
                   "its own (docs/transfer.md)")
         print(f"rapidllm: warning: device {hw.name} has no validation rows of its own; {origin}",
               file=sys.stderr)
+    if validated and hw.borrowed and (hw.name, hw.borrowed_from) not in _WARNED:
+        _WARNED.add((hw.name, hw.borrowed_from))
+        print(f"rapidllm: note: device {hw.name}'s {' and '.join(hw.borrowed)} constants are {hw.borrowed_from}'s: "
+              "its own rows are too few to fit them (docs/transfer.md, \"B200's own rows\")", file=sys.stderr)
     return {"device_validated": validated}
 
 

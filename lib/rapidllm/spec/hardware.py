@@ -58,7 +58,7 @@ class Utilization:
 @dataclass(frozen=True)
 class HardwareSpec:
     # Left out of the case id at their defaults (spec/case_id.py): devices that do not set them keep their ids.
-    HASH_OMITTED_DEFAULTS = ("exp_per_sm_clock",)
+    HASH_OMITTED_DEFAULTS = ("exp_per_sm_clock", "borrowed_from", "borrowed")
 
     name: str
     sm_count: int
@@ -81,6 +81,10 @@ class HardwareSpec:
     # transferred from that device by the rule of validate/transfer.py (no rows of its own); "datasheet" =
     # none given (1.0). Anything but "" makes a prediction carry `device_validated: false` and a warning.
     utilization_from: str = ""
+    # A device with rows of its own too few to fit every constant (validate/calibrate.py fitted_count): the
+    # constants taken from its transfer donor instead, and that donor (`utilization_borrowed` in its file).
+    borrowed_from: str = ""
+    borrowed: tuple[str, ...] = ()
 
     @property
     def validated(self) -> bool:
@@ -141,6 +145,8 @@ class HardwareSpec:
             compute_capability=str(m.get("compute_capability", "")),
             memory_latency_s=q(m.get("memory_latency", 0.0), "time"),
             utilization_from=str(m.get("utilization_from", "" if util else "datasheet")),
+            borrowed_from=str(m.get("utilization_borrowed", {}).get("from", "")),
+            borrowed=tuple(m.get("utilization_borrowed", {}).get("constants", ())),
         )
 
 

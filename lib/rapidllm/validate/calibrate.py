@@ -250,6 +250,23 @@ def fit_all(entries: dict[str, list[Entry]], grid: int = 5, iters: int = 120) ->
     return dict(sorted(fits.items()))
 
 
+def borrowed_declaration_problem(device: str, fit: dict) -> str:
+    """What is wrong with the `utilization_borrowed` line of a fitted device's hardware file, given its fit
+    ("" if nothing): the file states which constants come from the donor, as `utilization_from` does for a
+    device without rows, and the fit must agree with it."""
+    from rapidllm.validate.transfer import device_spec
+
+    hw = device_spec(device)
+    free = len(CONSTANTS) - (device in TABLES)
+    want = (fit["prior_from"], CONSTANTS[fit["fitted"]:free]) if fit["prior_from"] else ("", ())
+    if (hw.borrowed_from, hw.borrowed) == want:
+        return ""
+    line = (f"utilization_borrowed: {{from: {want[0]}, constants: [{', '.join(want[1])}]}}" if want[0]
+            else "no utilization_borrowed line")
+    return (f"config/hardware/{device}.yaml: its {fit['entries']} calibration entries fit {fit['fitted']} constant(s) "
+            f"(calibrate.fitted_count); the file must say so: {line}")
+
+
 def calibrate(suite_paths: list[Path], grid: int = 5, iters: int = 120, write: bool = True,
               log: Callable[[str], None] = print) -> list[dict]:
     """Fit and (unless write=False) freeze the three constants of every device with calibration rows, then
@@ -267,6 +284,9 @@ def calibrate(suite_paths: list[Path], grid: int = 5, iters: int = 120, write: b
                        f"{fit['prior_from']}: {fit['entries']} entries fit {fit['fitted']} constant(s))")
         log(f"{device}: {fit['rows']} calibration rows ({fit['entries']} entries): capped MAPE {fit['mape_before_pct']:.2f}% "
             f"at 1.0 -> {fit['mape_pct']:.2f}% at " + ", ".join(f"{k} {v:.3f}" for k, v in zip(CONSTANTS, u)) + source)
+        problem = borrowed_declaration_problem(device, fit)
+        if problem:
+            raise SpecError(problem)
         if write:
             write_constants(device, u)
         results.append({**fit, "from": ""})
