@@ -711,7 +711,7 @@ def test_breakdown_names_the_axes_whose_values_differ() -> None:
     """The summary line of a removal names the axes whose values lose different shares of their layouts
     (here tp: every tp 1 layout, no tp 2 one), not an axis whose values all lose the same share (zero), with
     runs of equal shares joined, and the checks that removed them; the same counts give the same line."""
-    from rapidllm.search.run import breakdown_lines
+    from rapidllm.search.counts import breakdown_lines
 
     counts = {"layouts": 40, "out_of_memory": 20, "invalid": 0, "invalid_by_rule": {},
               "out_of_memory_by_check": {"persistent_state": 15, "first_last_stage": 5, "worst_stage": 0},
@@ -733,7 +733,7 @@ def test_cli_prints_the_breakdown_and_writes_it(tmp_path) -> None:
     run = subprocess.run([sys.executable, "-m", "rapidllm.cli", "search", str(spec), "--quiet", "--out",
                           str(tmp_path / "o")], capture_output=True, text=True, check=True)
     counts = json.loads((tmp_path / "o" / "counts.json").read_text())["counts"]
-    from rapidllm.search.run import breakdown_lines
+    from rapidllm.search.counts import breakdown_lines
     lines = breakdown_lines(counts)
     assert [line.split(":")[0] for line in lines] == ["invalid", "out of memory"]
     assert all(line in run.stdout.splitlines() for line in lines)

@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rapidllm.pipeline.search import summary, write_search
     from rapidllm.search import load_search, search
-    from rapidllm.search.run import REASONS, breakdown_lines, check_not_empty
+    from rapidllm.search.counts import REASONS, breakdown_lines, check_not_empty
 
     if args.top is not None:
         check_flags("search_flags", {"top": args.top}, "search")

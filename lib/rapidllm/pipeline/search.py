@@ -18,8 +18,9 @@ import pandas as pd
 
 from rapidllm.figures.search import search_figure
 from rapidllm.pipeline.io import atomic_write, write_table
-from rapidllm.search import SearchSpec, load_search, merge, search
-from rapidllm.search.run import check_not_empty
+from rapidllm.search.run import merge, search
+from rapidllm.search.spec import SearchSpec, load_search
+from rapidllm.search.counts import check_not_empty
 
 TABLE = "ranked"
 
