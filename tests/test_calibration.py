@@ -132,7 +132,7 @@ def test_few_entries_fit_few_constants_the_rest_from_the_donor(monkeypatch):
     h100 = np.array([fits["h100-sxm5-80gb"][c] for c in cal.CONSTANTS])
     assert h100 == pytest.approx(truth["h100-sxm5-80gb"], abs=5e-3)
     b200 = fits["b200"]
-    assert (b200["fitted"], b200["prior_from"]) == (1, "h100-sxm5-80gb")
+    assert (b200["fitted"], b200["prior_from"], b200["borrowed"]) == (1, "h100-sxm5-80gb", ("hbm", "network"))
     assert (b200["hbm"], b200["network"]) == (h100[1], h100[2])          # the donor's, not B200's truth
     assert 0.3 <= b200["compute"] <= 1.0
     with pytest.raises(ValueError, match="need a donor"):
@@ -158,11 +158,12 @@ def test_borrowed_constants_are_declared_and_noted(monkeypatch, capsys):
 
     b200 = HardwareSpec.from_mapping(*resolve_named("hardware", "b200", "test", "hardware"))
     assert (b200.borrowed_from, b200.borrowed, b200.validated) == ("h100-sxm5-80gb", ("hbm", "network"), True)
-    fit = {"prior_from": "h100-sxm5-80gb", "fitted": 1, "entries": 4}
+    fit = {"prior_from": "h100-sxm5-80gb", "fitted": 1, "borrowed": ("hbm", "network"), "entries": 4}
     assert borrowed_declaration_problem("b200", fit) == ""
-    problem = borrowed_declaration_problem("b200", {**fit, "fitted": 2, "entries": 6})
+    problem = borrowed_declaration_problem("b200", {**fit, "fitted": 2, "borrowed": ("network",), "entries": 6})
     assert problem.startswith("config/hardware/b200.yaml:") and "constants: [network]" in problem
-    assert borrowed_declaration_problem("h100-sxm5-80gb", {"prior_from": "", "fitted": 2, "entries": 21}) == ""
+    assert borrowed_declaration_problem("h100-sxm5-80gb",
+                                        {"prior_from": "", "fitted": 2, "borrowed": (), "entries": 21}) == ""
     monkeypatch.setattr(prediction, "_WARNED", set())
     case = resolve_case(dict(model="llama3.1-8b", hardware="b200", network="dgx-b200", precision="bf16",
                              workload={"mode": "inference", "batch": 1, "prompt_tokens": 128, "output_tokens": 8},

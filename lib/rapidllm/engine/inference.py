@@ -301,21 +301,20 @@ def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, 
     the experts r routed rows activate). The decode table is priced at G's anchors too, so decode - G is the
     decode's KV reads at every batch. Also the link events simulated.
     With pp > 1 the prompts ride in the decode round's micro-batches: their anchors and G are the busiest
-    stage's work alone, no trip (`pipelined`), and n < pp prompts ride in n micro-batches, priced as G at pp
-    one-token rows (pp micro-batches, every stage's weights read once each) plus what they add to n one-token
-    micro-batches; G of fewer rows than pp is G at pp (the weights are read once per micro-batch of the
-    round, as the decode round's are), so a step with prompts is never cheaper than one with fewer decodes.
-    The prompts' own part is their anchor less G of their rows in the micro-batches they ride in (not in pp
-    of them): an MoE micro-batch reads the experts its own rows activate, so G over pp micro-batches would
-    take off pp expert reads where the prompts paid for as many as they ride in (review 17: a DeepSeek-V2-Lite
-    pp 2 step with prompts came out cheaper than its decodes)."""
+    stage's work alone, no trip (`pipelined`); G of fewer rows than pp is G at pp (the weights are read once
+    per micro-batch of the round, as the decode round's are), so a step with prompts is never cheaper than one
+    with fewer decodes. n prompts ride in min(n, pp) micro-batches, and their own part is their anchor less G
+    of their rows in those micro-batches (not in pp of them): an MoE micro-batch reads the experts its own
+    rows activate, so G over pp micro-batches would take off pp expert reads where the prompts paid for as
+    many as they ride in (review 17: a DeepSeek-V2-Lite pp 2 step with prompts came out cheaper than its
+    decodes)."""
     w = case.workload
     assert isinstance(w, InferenceWorkload)
     pp, ctx0, ctx1 = case.parallelism.pp, w.prompt_tokens, w.prompt_tokens + w.output_tokens - 1
     floor_at = min(pp, max(decode_batches))     # pp one-token micro-batches, or batch 1
     carriers = {n: len(split_batch(n, pp)) for n in prefill_batches}     # micro-batches n prompts ride in
     top = max(decode_batches) + max(prefill_batches) * w.prompt_tokens
-    rows = sorted({1, floor_at, *decode_batches, *carriers.values(),
+    rows = sorted({1, floor_at, *decode_batches,
                    *(n * w.prompt_tokens for n in prefill_batches), top})
     prefill, decode, gemm, events = {}, [], [], 0
     for n in sorted(set(prefill_batches) | set(rows)):
@@ -346,12 +345,12 @@ def _iteration_cost(case: Case, ops: Ops, overlap: bool, adjust: Adjust | None, 
         # rebased so that build_cost, which takes G at their tokens off, leaves exactly that
         at = dict(gemm)
         gemm = [(n, at[max(n, floor_at)]) for n, _ in gemm]
-        at = dict(gemm)
         for n, t in list(prefill.items()):
-            (first, last), simulated = serving_pass(case, ops, SECTIONS[1:], n * w.prompt_tokens, overlap, adjust,
-                                                    trip=False, parts=carriers[n])
+            rows_n = n * w.prompt_tokens
+            (first, last), simulated = serving_pass(case, ops, SECTIONS[1:], rows_n, overlap, adjust, trip=False,
+                                                    parts=carriers[n])
             events += simulated
-            prefill[n] = at[n * w.prompt_tokens] + t - one_token(first, last, ctx0, ctx1)
+            prefill[n] = at[max(rows_n, floor_at)] + t - one_token(first, last, ctx0, ctx1)
     return build_cost([(n * w.prompt_tokens, prefill[n]) for n in sorted(prefill)], decode, gemm, ctx0, ctx1), events
 
 

@@ -120,6 +120,7 @@ class HardwareSpec:
         hbm_bw = q(m["hbm_bandwidth"], "bandwidth")
         smem = q(lim["max_shared_memory"], "bytes")
         util = m.get("utilization", {})
+        borrowed = m.get("utilization_borrowed", {})
         return cls(
             name=m["name"], sm_count=m["sm_count"], clock_hz=clock,
             tensor_flops={k: q(v, "flops") for k, v in m["tensor_flops"].items()},
@@ -145,8 +146,7 @@ class HardwareSpec:
             compute_capability=str(m.get("compute_capability", "")),
             memory_latency_s=q(m.get("memory_latency", 0.0), "time"),
             utilization_from=str(m.get("utilization_from", "" if util else "datasheet")),
-            borrowed_from=str(m.get("utilization_borrowed", {}).get("from", "")),
-            borrowed=tuple(m.get("utilization_borrowed", {}).get("constants", ())),
+            borrowed_from=str(borrowed.get("from", "")), borrowed=tuple(borrowed.get("constants", ())),
         )
 
 

@@ -198,8 +198,13 @@ def fitted_count(device: str, entries: list[Entry]) -> int:
     another at will (fitted on all three, B200 came to compute 0.720 with HBM 0.380 and network 0.333: four
     entries, three unknowns); the constants it cannot pin down come from its transfer donor
     (validate/transfer.py), as they would with no rows at all."""
-    free = len(CONSTANTS) - (device in TABLES)
-    return min(free, len(entries) // ENTRIES_PER_CONSTANT)
+    return min(free_constants(device), len(entries) // ENTRIES_PER_CONSTANT)
+
+
+def free_constants(device: str) -> int:
+    """Constants a device's end-to-end rows can fit: all three, or compute and HBM where its collective table
+    fixes the network (TABLES)."""
+    return len(CONSTANTS) - (device in TABLES)
 
 
 def fit_device(device: str, entries: list[Entry], grid: int = 5, iters: int = 120,
@@ -212,12 +217,12 @@ def fit_device(device: str, entries: list[Entry], grid: int = 5, iters: int = 12
     objective = mape_objective(lambda u: predict_entries(entries, u), measured)
     before = objective(np.array([1.0, 1.0, 1.0]))
     network = fit_network_on_collectives(device)
-    k = fitted_count(device, entries)
+    k, free = fitted_count(device, entries), free_constants(device)
     fixed = np.array([] if network is None else [network])
-    if k < len(CONSTANTS) - fixed.size:
+    if k < free:
         if prior is None:
             raise ValueError(f"{device}: {len(entries)} calibration entries fit {k} constant(s); the others need a donor")
-        fixed = np.concatenate([prior[k:len(CONSTANTS) - fixed.size], fixed])
+        fixed = np.concatenate([prior[k:free], fixed])
     if k:
         head, _ = fit_constants(lambda x: objective(np.append(x, fixed)), grid=grid, iters=iters, dims=k)
         u = np.append(head, fixed)
@@ -226,7 +231,7 @@ def fit_device(device: str, entries: list[Entry], grid: int = 5, iters: int = 12
     u = np.round(u, 3)
     return {"device": device, "rows": len({(e.suite, e.row) for e in entries}), "entries": len(entries),
             "mape_before_pct": before, "mape_pct": objective(u), "fitted": k,
-            "prior_from": prior_from if k < len(CONSTANTS) - (network is not None) else "",
+            "borrowed": CONSTANTS[k:free], "prior_from": prior_from if k < free else "",
             **dict(zip(CONSTANTS, map(float, u)))}
 
 
@@ -236,15 +241,15 @@ def fit_all(entries: dict[str, list[Entry]], grid: int = 5, iters: int = 120) ->
     from rapidllm.validate.transfer import donor
 
     own = {d: es for d, es in sorted(entries.items()) if es}
-    full = {d for d, es in own.items() if fitted_count(d, es) == len(CONSTANTS) - (d in TABLES)}
-    for d in sorted(set(own) - full):
-        if donor(d, sorted(full)) is None:     # checked before any entry is priced
+    full = sorted(d for d, es in own.items() if fitted_count(d, es) == free_constants(d))
+    donors = {d: donor(d, full) for d in own if d not in full}
+    for d, source in sorted(donors.items()):
+        if source is None:                     # checked before any entry is priced
             raise SpecError(f"rapidllm calibrate: {d} has {len(own[d])} calibration entries, too few to fit all its "
                             f"constants ({ENTRIES_PER_CONSTANT} per constant), and no device of the suites given "
                             "fits them all to take the rest from; add a suite with a fully fitted device's rows")
-    fits = {d: fit_device(d, own[d], grid=grid, iters=iters) for d in sorted(full)}
-    for d in sorted(set(own) - full):
-        source = donor(d, sorted(full))
+    fits = {d: fit_device(d, own[d], grid=grid, iters=iters) for d in full}
+    for d, source in sorted(donors.items()):
         fits[d] = fit_device(d, own[d], grid=grid, iters=iters, prior=np.array([fits[source][c] for c in CONSTANTS]),
                              prior_from=source)
     return dict(sorted(fits.items()))
@@ -257,8 +262,7 @@ def borrowed_declaration_problem(device: str, fit: dict) -> str:
     from rapidllm.validate.transfer import device_spec
 
     hw = device_spec(device)
-    free = len(CONSTANTS) - (device in TABLES)
-    want = (fit["prior_from"], CONSTANTS[fit["fitted"]:free]) if fit["prior_from"] else ("", ())
+    want = (fit["prior_from"], fit["borrowed"])
     if (hw.borrowed_from, hw.borrowed) == want:
         return ""
     line = (f"utilization_borrowed: {{from: {want[0]}, constants: [{', '.join(want[1])}]}}" if want[0]
@@ -274,19 +278,21 @@ def calibrate(suite_paths: list[Path], grid: int = 5, iters: int = 120, write: b
     from rapidllm.validate.transfer import transferred_constants
 
     suites = [load_suite(p) for p in suite_paths]
+    fits = fit_all(calibration_entries(suites), grid=grid, iters=iters)
+    for device, fit in fits.items():           # before any file is written: all or nothing
+        problem = borrowed_declaration_problem(device, fit)
+        if problem:
+            raise SpecError(problem)
     results = []
-    for device, fit in fit_all(calibration_entries(suites), grid=grid, iters=iters).items():
+    for device, fit in fits.items():
         u = np.array([fit[k] for k in CONSTANTS])
         source = "" if device not in TABLES else \
             f" (network from the {TABLES[device].path.name} collective table)"
         if fit["prior_from"]:
-            source += (f" ({', '.join(CONSTANTS[fit['fitted']:len(CONSTANTS) - (device in TABLES)])} from "
-                       f"{fit['prior_from']}: {fit['entries']} entries fit {fit['fitted']} constant(s))")
+            source += (f" ({', '.join(fit['borrowed'])} from {fit['prior_from']}: {fit['entries']} entries fit "
+                       f"{fit['fitted']} constant(s))")
         log(f"{device}: {fit['rows']} calibration rows ({fit['entries']} entries): capped MAPE {fit['mape_before_pct']:.2f}% "
             f"at 1.0 -> {fit['mape_pct']:.2f}% at " + ", ".join(f"{k} {v:.3f}" for k, v in zip(CONSTANTS, u)) + source)
-        problem = borrowed_declaration_problem(device, fit)
-        if problem:
-            raise SpecError(problem)
         if write:
             write_constants(device, u)
         results.append({**fit, "from": ""})
