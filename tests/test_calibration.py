@@ -172,3 +172,21 @@ def test_borrowed_constants_are_declared_and_noted(monkeypatch, capsys):
         assert prediction.device_record(case) == {"device_validated": True}
     err = capsys.readouterr().err
     assert err.count("rapidllm: note: device b200's hbm and network constants are h100-sxm5-80gb's") == 1
+
+
+@pytest.mark.parametrize("value", [{"from": "h100-sxm5-80gb", "constants": ["compute"]}, {"from": "h100-sxm5-80gb"},
+                                   {"from": "h100-sxm5-80gb", "constants": []}])
+def test_bad_borrowed_declaration_is_refused(tmp_path: Path, gpt_case: dict, capsys, value) -> None:
+    """`utilization_borrowed` names HBM and / or network only (compute is what a device's own rows fit
+    first), and both keys: anything else is one line, exit 2."""
+    import yaml
+
+    case = {**gpt_case, "hardware": {**gpt_case["hardware"], "utilization_borrowed": value}}
+    path = tmp_path / "case.yaml"
+    path.write_text(yaml.safe_dump(case))
+    from rapidllm.cli import main
+
+    code = main(["predict", str(path), "--json"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "utilization_borrowed" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err

@@ -71,3 +71,4 @@ def test_bad_rate_is_refused(tmp_path: Path, gpt_case: dict, capsys, value) -> N
     err = capsys.readouterr().err.strip()
     assert code == 2 and "exponentials_per_sm_clock" in err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+
